@@ -1,0 +1,1 @@
+//! fake-proxmox: a stateful simulator of the Proxmox VE HTTP API.

@@ -1,0 +1,3 @@
+fn main() {
+    println!("provision-harness: see README.md");
+}

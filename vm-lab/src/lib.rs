@@ -1,0 +1,1 @@
+//! vm-lab: a rootless QEMU lab driver.
