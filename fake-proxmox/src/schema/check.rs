@@ -1,0 +1,424 @@
+//! The checks of `pve-common src/PVE/JSONSchema.pm`: `check_object`, `check_prop` and
+//! `check_type`, with their exact messages and their order (type, format, pattern,
+//! maxLength, minLength, maximum, minimum, enum — the first failure wins).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Number, Value};
+
+use super::facts::{MethodInfo, Prop};
+use super::{ParamErrors, RawValue, formats};
+
+pub(crate) const MISSING: &str = "property is missing and it is not optional";
+pub(crate) const UNKNOWN: &str =
+    "property is not defined in schema and the schema does not allow additional properties";
+
+/// `add_error`: a second message for the same path is joined with a literal `\n`
+/// (JSONSchema.pm uses a single-quoted `'\n'`).
+pub(crate) fn add_error(errors: &mut ParamErrors, path: &str, msg: impl Into<String>) {
+    let msg = msg.into();
+    let path = if path.is_empty() { "_root" } else { path };
+    match errors.get_mut(path) {
+        Some(prev) => {
+            prev.push_str("\\n");
+            prev.push_str(&msg);
+        }
+        None => {
+            errors.insert(path.to_string(), msg);
+        }
+    }
+}
+
+fn raw_json(raw: &RawValue) -> Value {
+    match raw {
+        RawValue::Text(s) => Value::String(s.clone()),
+        RawValue::Json(v) => v.clone(),
+    }
+}
+
+pub(crate) fn validate_params(
+    info: &MethodInfo,
+    params: &BTreeMap<String, RawValue>,
+) -> Result<BTreeMap<String, Value>, ParamErrors> {
+    let mut errors = ParamErrors::new();
+    let mut out = BTreeMap::new();
+
+    // Pass 1 (check_object's loop over the schema): every defined property.
+    for (name, prop) in &info.parameters {
+        if name.ends_with("[n]") {
+            continue; // indexed options are all optional; present ones are checked below
+        }
+        if !params.contains_key(name) {
+            check_prop(prop, name, &Value::Null, &mut errors);
+        }
+    }
+    for (name, raw) in params {
+        if let Some(prop) = info.param(name) {
+            let value = raw_json(raw);
+            if let Some(typed) = check_prop(prop, name, &value, &mut errors) {
+                out.insert(name.clone(), typed);
+            }
+        }
+    }
+    // Pass 2 (check_object's loop over the value): `requires`, then unknown keys.
+    for (name, raw) in params {
+        match info.param(name) {
+            Some(prop) => {
+                if let Some(req) = &prop.requires {
+                    let present = params
+                        .get(req)
+                        .is_some_and(|v| !matches!(v, RawValue::Json(Value::Null)));
+                    if !present {
+                        add_error(
+                            &mut errors,
+                            req,
+                            format!("missing property - '{name}' requires this property"),
+                        );
+                    }
+                }
+            }
+            None if info.additional_properties => {
+                out.insert(name.clone(), raw_json(raw));
+            }
+            None => add_error(&mut errors, name, UNKNOWN),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
+}
+
+/// `is_integer`: `^[+-]?\d+$`.
+pub(crate) fn is_integer(s: &str) -> bool {
+    let s = s.strip_suffix('\n').unwrap_or(s);
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+}
+
+/// `is_number`: `^[+-]?(\d+\.\d+|\d+\.|\.\d+|\d+)([eE][+-]?\d+)?$`.
+pub(crate) fn is_number(s: &str) -> bool {
+    let s = s.strip_suffix('\n').unwrap_or(s);
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let (mantissa, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let digits = |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit());
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((a, b)) => (digits(a) && (b.is_empty() || digits(b))) || (a.is_empty() && digits(b)),
+        None => digits(mantissa),
+    };
+    let exp_ok = match exp {
+        None => true,
+        Some(e) => digits(e.strip_prefix(['+', '-']).unwrap_or(e)),
+    };
+    mantissa_ok && exp_ok
+}
+
+/// Perl's stringification of a JSON number (`%.15g`-like for floats).
+fn perl_number(n: &Number) -> String {
+    if let Some(i) = n.as_i64() {
+        return i.to_string();
+    }
+    if let Some(u) = n.as_u64() {
+        return u.to_string();
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        format!("{f}")
+    }
+}
+
+/// Formats a schema bound the way Perl prints it (`4094`, not `4094.0`).
+pub(crate) fn perl_bound(f: f64) -> String {
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        format!("{f}")
+    }
+}
+
+fn type_name(ty: Option<&str>) -> &str {
+    ty.unwrap_or("any")
+}
+
+/// `check_prop` for one value. Returns the typed value when the value passed.
+pub(crate) fn check_prop(
+    prop: &Prop,
+    path: &str,
+    value: &Value,
+    errors: &mut ParamErrors,
+) -> Option<Value> {
+    let ty = prop.ty.as_deref();
+    let scalar: String = match value {
+        Value::Null => {
+            if ty != Some("null") && !prop.optional && prop.alias.is_none() {
+                add_error(errors, path, MISSING);
+            }
+            return None;
+        }
+        Value::Array(items) => {
+            return match ty {
+                Some("array") => {
+                    let mut typed = Vec::with_capacity(items.len());
+                    let before = errors.len();
+                    for (i, item) in items.iter().enumerate() {
+                        if let Some(item_schema) = &prop.items {
+                            if let Some(t) =
+                                check_prop(item_schema, &format!("{path}[{i}]"), item, errors)
+                            {
+                                typed.push(t);
+                            }
+                        } else {
+                            typed.push(item.clone());
+                        }
+                    }
+                    (errors.len() == before).then_some(Value::Array(typed))
+                }
+                None | Some("any") => Some(value.clone()),
+                Some(t) => {
+                    add_error(
+                        errors,
+                        path,
+                        format!("type check ('{t}') failed - got ARRAY"),
+                    );
+                    None
+                }
+            };
+        }
+        Value::Object(_) => {
+            return match ty {
+                Some("object") | None | Some("any") => Some(value.clone()),
+                Some("array") => {
+                    add_error(errors, path, "type check ('array') failed");
+                    None
+                }
+                Some(t) => {
+                    add_error(
+                        errors,
+                        path,
+                        format!("type check ('{t}') failed - got HASH"),
+                    );
+                    None
+                }
+            };
+        }
+        Value::Bool(b) => {
+            // A JSON boolean is a blessed reference in Perl: only `boolean` accepts it, and
+            // no format/enum checks run on references.
+            return match ty {
+                Some("boolean") | None | Some("any") => Some(Value::from(u8::from(*b))),
+                Some(t @ ("array" | "object")) => {
+                    add_error(errors, path, format!("type check ('{t}') failed"));
+                    None
+                }
+                Some(t) => {
+                    add_error(
+                        errors,
+                        path,
+                        format!("type check ('{t}') failed - got JSON::PP::Boolean"),
+                    );
+                    None
+                }
+            };
+        }
+        Value::Number(n) => perl_number(n),
+        Value::String(s) => s.clone(),
+    };
+
+    // check_type for plain scalars.
+    match ty {
+        Some("boolean") if scalar != "1" && scalar != "0" => {
+            add_error(
+                errors,
+                path,
+                format!("type check ('boolean') failed - got '{scalar}'"),
+            );
+            return None;
+        }
+        Some("integer") if !is_integer(&scalar) => {
+            add_error(
+                errors,
+                path,
+                format!("type check ('integer') failed - got '{scalar}'"),
+            );
+            return None;
+        }
+        Some("number") if !is_number(&scalar) => {
+            add_error(
+                errors,
+                path,
+                format!("type check ('number') failed - got '{scalar}'"),
+            );
+            return None;
+        }
+        Some(t @ ("array" | "object")) => {
+            add_error(errors, path, format!("type check ('{t}') failed"));
+            return None;
+        }
+        Some("null") => {
+            add_error(
+                errors,
+                path,
+                format!(
+                    "type check ('{}') failed - value is not null",
+                    type_name(ty)
+                ),
+            );
+            return None;
+        }
+        _ => {}
+    }
+
+    if !check_scalar(prop, path, &scalar, errors) {
+        return None;
+    }
+    Some(typed(ty, scalar))
+}
+
+/// The checks after `check_type` for a non-reference value.
+pub(crate) fn check_scalar(prop: &Prop, path: &str, value: &str, errors: &mut ParamErrors) -> bool {
+    if let Some(format) = &prop.format
+        && let Err(msg) = formats::check_format(format, value, path)
+    {
+        add_error(errors, path, format!("invalid format - {msg}"));
+        return false;
+    }
+    if prop.pattern.is_some() {
+        let matched = prop.regex.as_ref().is_none_or(|re| re.is_match(value));
+        if !matched {
+            add_error(errors, path, "value does not match the regex pattern");
+            return false;
+        }
+    }
+    let len = value.chars().count();
+    if let Some(max) = prop.max_length
+        && len > max
+    {
+        add_error(
+            errors,
+            path,
+            format!("value may only be {max} characters long"),
+        );
+        return false;
+    }
+    if let Some(min) = prop.min_length
+        && len < min
+    {
+        add_error(
+            errors,
+            path,
+            format!("value must be at least {min} characters long"),
+        );
+        return false;
+    }
+    if is_number(value) {
+        let v = value
+            .trim_end_matches('\n')
+            .parse::<f64>()
+            .unwrap_or(f64::NAN);
+        if let Some(max) = prop.maximum
+            && v > max
+        {
+            let max = perl_bound(max);
+            add_error(
+                errors,
+                path,
+                format!("value must have a maximum value of {max}"),
+            );
+            return false;
+        }
+        if let Some(min) = prop.minimum
+            && v < min
+        {
+            let min = perl_bound(min);
+            add_error(
+                errors,
+                path,
+                format!("value must have a minimum value of {min}"),
+            );
+            return false;
+        }
+    }
+    if let Some(values) = &prop.enumeration
+        && !values.iter().any(|e| e == value)
+    {
+        add_error(
+            errors,
+            path,
+            format!(
+                "value '{value}' does not have a value in the enumeration '{}'",
+                values.join(", ")
+            ),
+        );
+        return false;
+    }
+    true
+}
+
+/// The JSON value a handler sees for a validated scalar.
+fn typed(ty: Option<&str>, scalar: String) -> Value {
+    let trimmed = scalar.trim_end_matches('\n');
+    match ty {
+        Some("boolean") => Value::from(u8::from(trimmed == "1")),
+        Some("integer") => {
+            let digits = trimmed.strip_prefix('+').unwrap_or(trimmed);
+            if let Ok(i) = digits.parse::<i64>() {
+                Value::from(i)
+            } else if let Ok(u) = digits.parse::<u64>() {
+                Value::from(u)
+            } else {
+                digits
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(Number::from_f64)
+                    .map_or(Value::String(scalar), Value::Number)
+            }
+        }
+        Some("number") => {
+            let digits = trimmed.strip_prefix('+').unwrap_or(trimmed);
+            if let Ok(i) = digits.parse::<i64>() {
+                Value::from(i)
+            } else {
+                digits
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(Number::from_f64)
+                    .map_or(Value::String(scalar), Value::Number)
+            }
+        }
+        _ => Value::String(scalar),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_and_numbers_follow_perl_regexes() {
+        for ok in ["0", "+5", "-12", "007"] {
+            assert!(is_integer(ok), "{ok}");
+        }
+        for bad in ["", "+", "1.0", "1e3", " 1", "x"] {
+            assert!(!is_integer(bad), "{bad}");
+        }
+        for ok in ["1", "1.5", "1.", ".5", "-2e10", "+3E-2"] {
+            assert!(is_number(ok), "{ok}");
+        }
+        for bad in ["", ".", "e5", "1e", "1.2.3", "inf", "NaN", "0x10"] {
+            assert!(!is_number(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bounds_print_like_perl() {
+        assert_eq!(perl_bound(4094.0), "4094");
+        assert_eq!(perl_bound(0.5), "0.5");
+        assert_eq!(perl_bound(999_999_999.0), "999999999");
+    }
+}

@@ -1,0 +1,221 @@
+//! The committed schema facts, as deserialized from `fake-proxmox/schema/pve-*.json`.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Facts {
+    pub paths: BTreeMap<String, BTreeMap<String, MethodInfo>>,
+}
+
+/// One API method: its flags and its parameters.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MethodInfo {
+    /// `allowtoken`: absent means allowed (PVE's default is 1).
+    #[serde(default)]
+    pub allowtoken: Option<bool>,
+    #[serde(default)]
+    pub protected: Option<bool>,
+    /// The parameter naming the node the call is proxied to (`node` on most routes).
+    #[serde(default)]
+    pub proxyto: Option<String>,
+    /// PVE's permission check (`check` in prefix notation, or `user: all|world`).
+    #[serde(default)]
+    pub permissions: Option<serde_json::Value>,
+    #[serde(rename = "additionalProperties", default)]
+    pub additional_properties: bool,
+    /// Parameters by name; indexed options appear once, e.g. `net[n]`.
+    pub parameters: BTreeMap<String, Prop>,
+    /// `net[n]` → ("net", 0..=31), filled by [`Facts::prepare`].
+    #[serde(skip)]
+    pub(crate) indexed: Vec<(String, u32, String)>,
+}
+
+impl MethodInfo {
+    /// Whether an API token may call this method.
+    pub fn allows_token(&self) -> bool {
+        self.allowtoken.unwrap_or(true)
+    }
+
+    /// The definition for a concrete parameter name: `net0` finds `net[n]` when 0 is in range.
+    pub fn param(&self, name: &str) -> Option<&Prop> {
+        if let Some(p) = self.parameters.get(name) {
+            return Some(p);
+        }
+        let (prefix, index) = split_index(name)?;
+        self.indexed
+            .iter()
+            .find(|(p, max, _)| p == prefix && index <= *max)
+            .and_then(|(_, _, key)| self.parameters.get(key))
+    }
+}
+
+/// `scsi12` → ("scsi", 12); no leading zeros except `0` itself (PVE's keys are `net0`, never
+/// `net00`).
+pub(crate) fn split_index(name: &str) -> Option<(&str, u32)> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 || digits == name.len() {
+        return None;
+    }
+    let (prefix, num) = name.split_at(name.len() - digits);
+    if num.len() > 1 && num.starts_with('0') {
+        return None;
+    }
+    Some((prefix, num.parse().ok()?))
+}
+
+/// Highest index of each indexed option (qemu-server `QemuServer.pm` `$MAX_NETS` etc.,
+/// `QemuServer/Drive.pm` `$MAX_SCSI_DISKS` etc.; the ranges are in the schema's `_meta`).
+pub(crate) fn max_index(prefix: &str) -> Option<u32> {
+    Some(match prefix {
+        "net" | "ipconfig" => 31,
+        "scsi" => 30,
+        "virtio" => 15,
+        "sata" => 5,
+        "ide" => 3,
+        "unused" => 255,
+        "serial" => 3,
+        "parallel" => 2,
+        "hostpci" => 15,
+        "usb" => 13,
+        "numa" => 7,
+        "virtiofs" => 9,
+        "mp" => 255,
+        _ => return None,
+    })
+}
+
+/// A parameter or property-string sub-property definition.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Prop {
+    #[serde(rename = "type", default)]
+    pub ty: Option<String>,
+    #[serde(default)]
+    pub format: Option<PropFormat>,
+    #[serde(default)]
+    pub optional: bool,
+    #[serde(default)]
+    pub default: Option<serde_json::Value>,
+    #[serde(rename = "enum", default)]
+    pub enumeration: Option<Vec<String>>,
+    #[serde(default)]
+    pub minimum: Option<f64>,
+    #[serde(default)]
+    pub maximum: Option<f64>,
+    #[serde(rename = "minLength", default)]
+    pub min_length: Option<usize>,
+    #[serde(rename = "maxLength", default)]
+    pub max_length: Option<usize>,
+    /// The Perl pattern as the schema has it (matched anchored: `^pattern$`).
+    #[serde(default)]
+    pub pattern: Option<String>,
+    #[serde(default)]
+    pub requires: Option<String>,
+    #[serde(default)]
+    pub alias: Option<String>,
+    #[serde(rename = "keyAlias", default)]
+    pub key_alias: Option<String>,
+    #[serde(default)]
+    pub default_key: bool,
+    #[serde(default)]
+    pub items: Option<Box<Prop>>,
+    #[serde(skip)]
+    pub(crate) regex: Option<Regex>,
+}
+
+/// A `format`: a registered format name, or an inline property-string definition.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PropFormat {
+    Named(String),
+    Hash(BTreeMap<String, Prop>),
+}
+
+impl Facts {
+    pub(crate) fn remove_subproperty(&mut self, key: &str) {
+        for methods in self.paths.values_mut() {
+            for m in methods.values_mut() {
+                for p in m.parameters.values_mut() {
+                    if let Some(PropFormat::Hash(h)) = &mut p.format {
+                        h.remove(key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Compiles the patterns and indexes the `name[n]` parameters.
+    pub(crate) fn prepare(&mut self) {
+        for methods in self.paths.values_mut() {
+            for m in methods.values_mut() {
+                let mut indexed = Vec::new();
+                for (name, p) in m.parameters.iter_mut() {
+                    if let Some(prefix) = name.strip_suffix("[n]")
+                        && let Some(max) = max_index(prefix)
+                    {
+                        indexed.push((prefix.to_string(), max, name.clone()));
+                    }
+                    p.prepare();
+                }
+                m.indexed = indexed;
+            }
+        }
+    }
+}
+
+impl Prop {
+    pub(crate) fn prepare(&mut self) {
+        if let Some(pat) = &self.pattern {
+            self.regex = compile_perl_pattern(pat);
+        }
+        if let Some(PropFormat::Hash(h)) = &mut self.format {
+            for sub in h.values_mut() {
+                sub.prepare();
+            }
+        }
+        if let Some(items) = &mut self.items {
+            items.prepare();
+        }
+    }
+
+    pub fn is_optional(&self) -> bool {
+        self.optional
+    }
+}
+
+/// Translates a Perl pattern from the schema into an anchored Rust regex, the way
+/// JSONSchema.pm applies it: `$value =~ m/^$pattern$/`. Perl's `$` also matches before a
+/// final newline.
+pub(crate) fn compile_perl_pattern(pat: &str) -> Option<Regex> {
+    let mut p = pat.replace("(?^:", "(?:");
+    // Perl 5.34+ reads `{,n}` as `{0,n}`; the regex crate needs the explicit 0.
+    p = p.replace("{,", "{0,");
+    Regex::new(&format!("^(?:{p})\\n?\\z")).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn split_index_takes_trailing_decimal() {
+        assert_eq!(split_index("net0"), Some(("net", 0)));
+        assert_eq!(split_index("scsi30"), Some(("scsi", 30)));
+        assert_eq!(split_index("net"), None);
+        assert_eq!(split_index("net01"), None);
+        assert_eq!(split_index("42"), None);
+    }
+
+    #[test]
+    fn perl_patterns_translate() {
+        let re = compile_perl_pattern("[A-Za-z0-9\\-_\\s]{,16}").unwrap();
+        assert!(re.is_match("abc"));
+        assert!(!re.is_match("abcdefghijklmnopq"));
+        let re = compile_perl_pattern("(?^:\\d+(?:-\\d+)?(?:;\\d+(?:-\\d+)?)*)").unwrap();
+        assert!(re.is_match("10;20-30"));
+        assert!(!re.is_match("x10"));
+    }
+}

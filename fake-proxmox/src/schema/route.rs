@@ -1,0 +1,81 @@
+//! Path routing over the schema's templates, the way PVE's `RESTHandler::find_handler` walks
+//! its handler tree: literal segments first, then the level's `{param}` segment.
+
+use std::collections::BTreeMap;
+
+use super::RouteMatch;
+
+/// The one path parameter that takes the rest of the path, slashes included.
+const REST_PARAM: &str = "volume";
+
+#[derive(Default, Debug)]
+struct Node {
+    literal: BTreeMap<String, Node>,
+    param: Option<(String, Box<Node>)>,
+    /// Set when a template ends here: the template and its methods.
+    leaf: Option<(String, Vec<String>)>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Router {
+    root: Node,
+}
+
+impl Router {
+    pub(crate) fn new<'a>(templates: impl Iterator<Item = (&'a str, Vec<&'a str>)>) -> Router {
+        let mut root = Node::default();
+        for (template, methods) in templates {
+            let mut node = &mut root;
+            for seg in template.split('/').filter(|s| !s.is_empty()) {
+                node = match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                    Some(name) => {
+                        let slot = node
+                            .param
+                            .get_or_insert_with(|| (name.to_string(), Box::default()));
+                        &mut slot.1
+                    }
+                    None => node.literal.entry(seg.to_string()).or_default(),
+                };
+            }
+            node.leaf = Some((
+                template.to_string(),
+                methods.into_iter().map(str::to_string).collect(),
+            ));
+        }
+        Router { root }
+    }
+
+    pub(crate) fn route(&self, method: &str, path: &str) -> RouteMatch<'_> {
+        let mut node = &self.root;
+        let mut params = BTreeMap::new();
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut i = 0;
+        while i < segments.len() {
+            let seg = segments[i];
+            if let Some(next) = node.literal.get(seg) {
+                node = next;
+            } else if let Some((name, next)) = &node.param {
+                if name == REST_PARAM {
+                    // pve-manager API2/Storage/Status.pm mounts the content handler with
+                    // `fragmentDelimiter => ''` because volume IDs may contain '/': the
+                    // volume is the whole rest of the path.
+                    params.insert(name.clone(), segments[i..].join("/"));
+                    node = next;
+                    break;
+                }
+                params.insert(name.clone(), seg.to_string());
+                node = next;
+            } else {
+                return RouteMatch::NotImplemented;
+            }
+            i += 1;
+        }
+        match &node.leaf {
+            Some((template, methods)) if methods.iter().any(|m| m == method) => RouteMatch::Found {
+                template,
+                path_params: params,
+            },
+            _ => RouteMatch::NotImplemented,
+        }
+    }
+}

@@ -1,0 +1,363 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+const CONFIG: &str = "/nodes/{node}/qemu/{vmid}/config";
+const CREATE: &str = "/nodes/{node}/qemu";
+
+fn text(pairs: &[(&str, &str)]) -> BTreeMap<String, RawValue> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), RawValue::Text(v.to_string())))
+        .collect()
+}
+
+fn errors(v: PveVersion, method: &str, template: &str, pairs: &[(&str, &str)]) -> ParamErrors {
+    ApiSchema::get(v)
+        .validate(method, template, &text(pairs))
+        .unwrap_err()
+}
+
+#[test]
+fn every_version_loads_and_every_pattern_compiles() {
+    for v in PveVersion::ALL {
+        let s = ApiSchema::get(v);
+        assert!(s.templates().count() > 100, "{v}");
+        for t in s.templates() {
+            for m in s.methods(t) {
+                let info = s.method(m, t).unwrap();
+                for (name, p) in &info.parameters {
+                    assert_compiles(p, &format!("{v} {m} {t} {name}"));
+                }
+            }
+        }
+    }
+}
+
+fn assert_compiles(p: &Prop, at: &str) {
+    if p.pattern.is_some() {
+        assert!(p.regex.is_some(), "pattern does not compile at {at}");
+    }
+    if let Some(PropFormat::Hash(h)) = &p.format {
+        for (k, sub) in h {
+            assert_compiles(sub, &format!("{at}.{k}"));
+        }
+    }
+}
+
+#[test]
+fn routes_literal_before_param() {
+    let s = ApiSchema::get(PveVersion::V9_1);
+    match s.route("GET", "/nodes/pve/qemu/100/status/current") {
+        RouteMatch::Found {
+            template,
+            path_params,
+        } => {
+            assert_eq!(template, "/nodes/{node}/qemu/{vmid}/status/current");
+            assert_eq!(path_params["node"], "pve");
+            assert_eq!(path_params["vmid"], "100");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Trailing and doubled slashes are skipped like PVE's find_handler does.
+    assert!(matches!(
+        s.route("GET", "//nodes/pve/qemu/"),
+        RouteMatch::Found {
+            template: "/nodes/{node}/qemu",
+            ..
+        }
+    ));
+    // importdisk exists in no PVE version.
+    assert_eq!(
+        s.route("POST", "/nodes/pve/qemu/100/importdisk"),
+        RouteMatch::NotImplemented
+    );
+    // A known path with a method it does not have.
+    assert_eq!(s.route("DELETE", "/version"), RouteMatch::NotImplemented);
+}
+
+#[test]
+fn volume_path_param_takes_the_rest_of_the_path() {
+    let s = ApiSchema::get(PveVersion::V9_1);
+    match s.route(
+        "GET",
+        "/nodes/pve/storage/local/content/local:iso/ubuntu.img",
+    ) {
+        RouteMatch::Found {
+            template,
+            path_params,
+        } => {
+            assert_eq!(template, "/nodes/{node}/storage/{storage}/content/{volume}");
+            assert_eq!(path_params["volume"], "local:iso/ubuntu.img");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn typed_values_come_back_as_json_types() {
+    let s = ApiSchema::get(PveVersion::V9_1);
+    let ok = s
+        .validate(
+            "POST",
+            CREATE,
+            &text(&[
+                ("node", "pve"),
+                ("vmid", "100"),
+                ("cores", "+2"),
+                ("onboot", "1"),
+                ("cpulimit", "1.5"),
+                ("name", "web-1"),
+                ("net0", "virtio,bridge=vmbr0,firewall=1"),
+                ("scsi0", "local-lvm:32,import-from=local:import/noble.qcow2"),
+                ("memory", "2048"),
+            ]),
+        )
+        .unwrap();
+    assert_eq!(ok["vmid"], json!(100));
+    assert_eq!(ok["cores"], json!(2));
+    assert_eq!(ok["onboot"], json!(1));
+    assert_eq!(ok["cpulimit"], json!(1.5));
+    assert_eq!(ok["node"], json!("pve"));
+    assert_eq!(ok["memory"], json!("2048"));
+    assert_eq!(ok["net0"], json!("virtio,bridge=vmbr0,firewall=1"));
+}
+
+#[test]
+fn form_booleans_are_only_0_or_1_but_json_accepts_true() {
+    let e = errors(
+        PveVersion::V9_1,
+        "POST",
+        CREATE,
+        &[("node", "pve"), ("vmid", "100"), ("onboot", "true")],
+    );
+    assert_eq!(e["onboot"], "type check ('boolean') failed - got 'true'");
+
+    let mut p = text(&[("node", "pve"), ("vmid", "100")]);
+    p.insert("onboot".into(), RawValue::Json(Value::Bool(true)));
+    p.insert("cores".into(), RawValue::Json(json!(4)));
+    let ok = ApiSchema::get(PveVersion::V9_1)
+        .validate("POST", CREATE, &p)
+        .unwrap();
+    assert_eq!(ok["onboot"], json!(1));
+    assert_eq!(ok["cores"], json!(4));
+}
+
+#[test]
+fn json_values_of_the_wrong_shape_are_refused() {
+    let mut p = text(&[("node", "pve"), ("vmid", "100")]);
+    p.insert("cores".into(), RawValue::Json(json!([1])));
+    p.insert("name".into(), RawValue::Json(json!({"a": 1})));
+    p.insert("sockets".into(), RawValue::Json(json!(1.5)));
+    let e = ApiSchema::get(PveVersion::V9_1)
+        .validate("POST", CREATE, &p)
+        .unwrap_err();
+    assert_eq!(e["cores"], "type check ('integer') failed - got ARRAY");
+    assert_eq!(e["name"], "type check ('string') failed - got HASH");
+    assert_eq!(e["sockets"], "type check ('integer') failed - got '1.5'");
+}
+
+#[test]
+fn pve_messages_for_common_mistakes() {
+    let e = errors(
+        PveVersion::V9_1,
+        "POST",
+        CREATE,
+        &[
+            ("node", "pve"),
+            ("vmid", "99"),
+            ("cores", "two"),
+            ("memory", "8"),
+            ("sockets", "0"),
+            ("ostype", "linux"),
+            ("bogus", "1"),
+        ],
+    );
+    // The format check runs before the range check (JSONSchema.pm check_prop).
+    assert_eq!(
+        e["vmid"],
+        "invalid format - value does not look like a valid VM ID\n"
+    );
+    assert_eq!(e["cores"], "type check ('integer') failed - got 'two'");
+    assert_eq!(e["sockets"], "value must have a minimum value of 1");
+    assert_eq!(
+        e["memory"],
+        "invalid format - format error\nmemory.current: value must have a minimum value of 16\n"
+    );
+    assert_eq!(
+        e["ostype"],
+        "value 'linux' does not have a value in the enumeration \
+         'other, wxp, w2k, w2k3, w2k8, wvista, win7, win8, win10, win11, l24, l26, solaris'"
+    );
+    assert_eq!(
+        e["bogus"],
+        "property is not defined in schema and the schema does not allow additional properties"
+    );
+
+    let e = errors(PveVersion::V9_1, "POST", CREATE, &[("node", "pve")]);
+    assert_eq!(e["vmid"], "property is missing and it is not optional");
+}
+
+#[test]
+fn indexed_options_respect_their_ranges() {
+    let base = [("node", "pve"), ("vmid", "100")];
+    let ok = |k: &str, v: &str| {
+        let mut p = base.to_vec();
+        p.push((k, v));
+        ApiSchema::get(PveVersion::V9_1)
+            .validate("POST", CREATE, &text(&p))
+            .is_ok()
+    };
+    assert!(ok("net31", "virtio,bridge=vmbr0"));
+    assert!(!ok("net32", "virtio,bridge=vmbr0"));
+    assert!(ok("scsi30", "local-lvm:1"));
+    assert!(!ok("scsi31", "local-lvm:1"));
+    assert!(ok("virtio15", "local-lvm:1"));
+    assert!(!ok("virtio16", "local-lvm:1"));
+    assert!(ok("ide3", "none,media=cdrom"));
+    assert!(!ok("ide4", "none,media=cdrom"));
+    assert!(ok("sata5", "local-lvm:1"));
+    assert!(!ok("sata6", "local-lvm:1"));
+    assert!(ok("ipconfig31", "ip=dhcp"));
+    assert!(!ok("ipconfig32", "ip=dhcp"));
+    assert!(ok("serial3", "socket"));
+    assert!(!ok("serial4", "socket"));
+    assert!(!ok("net01", "virtio,bridge=vmbr0"));
+}
+
+#[test]
+fn property_string_errors_name_the_sub_property() {
+    let e = errors(
+        PveVersion::V9_1,
+        "POST",
+        CREATE,
+        &[
+            ("node", "pve"),
+            ("vmid", "100"),
+            ("net0", "virtio,bridge=vmbr0,tag=5000"),
+            ("net1", "bridge=vmbr0"),
+            ("net2", "virtio,colour=blue"),
+            ("ipconfig0", "ip=10.0.0.5,gw=10.0.0.1"),
+            ("scsi0", "local-lvm:32,format=qcow3"),
+        ],
+    );
+    assert_eq!(
+        e["net0"],
+        "invalid format - format error\nnet0.tag: value must have a maximum value of 4094\n"
+    );
+    assert_eq!(
+        e["net1"],
+        "invalid format - format error\nnet1.model: property is missing and it is not optional\n"
+    );
+    assert_eq!(
+        e["net2"],
+        "invalid format - invalid key in comma-separated list property: colour\n"
+    );
+    assert_eq!(
+        e["ipconfig0"],
+        "invalid format - format error\nipconfig0.ip: invalid format - value does not look like \
+         a valid ipv4 network configuration\n\n"
+    );
+    assert!(e["scsi0"].starts_with("invalid format - format error\nscsi0.format: value 'qcow3'"));
+}
+
+#[test]
+fn import_from_is_unknown_before_7_2() {
+    let p = [
+        ("node", "pve"),
+        ("vmid", "100"),
+        ("scsi0", "local-lvm:0,import-from=local:import/noble.qcow2"),
+    ];
+    assert!(
+        ApiSchema::get(PveVersion::V8_4)
+            .validate("POST", CREATE, &text(&p))
+            .is_ok()
+    );
+    let e = errors(PveVersion::V7_1, "POST", CREATE, &p);
+    assert_eq!(
+        e["scsi0"],
+        "invalid format - invalid key in comma-separated list property: import-from\n"
+    );
+}
+
+#[test]
+fn version_differences_show() {
+    let p = [("node", "pve"), ("vmid", "100"), ("allow-ksm", "1")];
+    assert!(
+        ApiSchema::get(PveVersion::V9_1)
+            .validate("POST", CREATE, &text(&p))
+            .is_ok()
+    );
+    let e = errors(PveVersion::V8_4, "POST", CREATE, &p);
+    assert!(e["allow-ksm"].starts_with("property is not defined"));
+}
+
+#[test]
+fn config_delete_list_and_digest() {
+    let s = ApiSchema::get(PveVersion::V9_1);
+    assert!(
+        s.validate(
+            "PUT",
+            CONFIG,
+            &text(&[("node", "pve"), ("vmid", "100"), ("delete", "net1,scsi2")]),
+        )
+        .is_ok()
+    );
+    let e = errors(
+        PveVersion::V9_1,
+        "PUT",
+        CONFIG,
+        &[("node", "pve"), ("vmid", "100"), ("delete", "net1,-x")],
+    );
+    assert_eq!(
+        e["delete"],
+        "invalid format - invalid configuration ID '-x'\n"
+    );
+}
+
+#[test]
+fn parse_property_string_resolves_aliases_and_booleans() {
+    let net =
+        parse_property_string("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=on").unwrap();
+    assert_eq!(net["model"], "virtio");
+    assert_eq!(net["macaddr"], "BC:24:11:00:00:01");
+    assert_eq!(net["bridge"], "vmbr0");
+    assert_eq!(net["firewall"], "1");
+
+    let disk = parse_property_string("scsi0", "local-lvm:vm-100-disk-0,size=32G,ssd=yes").unwrap();
+    assert_eq!(disk["file"], "local-lvm:vm-100-disk-0");
+    assert_eq!(disk["size"], "32G");
+    assert_eq!(disk["ssd"], "1");
+
+    let ip = parse_property_string("ipconfig0", "ip=10.0.0.5/24,gw=10.0.0.1").unwrap();
+    assert_eq!(ip["ip"], "10.0.0.5/24");
+    assert_eq!(ip["gw"], "10.0.0.1");
+
+    let ip = parse_property_string("pve-qm-ipconfig", "ip=dhcp").unwrap();
+    assert_eq!(ip["ip"], "dhcp");
+
+    let e = parse_property_string("net0", "virtio,virtio").unwrap_err();
+    assert_eq!(
+        e["net0"],
+        "duplicate key in comma-separated list property: model\n"
+    );
+    let e = parse_property_string("net0", "e1000=zz,bridge=vmbr0").unwrap_err();
+    assert_eq!(
+        e["net0.macaddr"],
+        "invalid format - value does not look like a valid unicast MAC address\n"
+    );
+    assert!(parse_property_string("nope", "x").is_err());
+}
+
+#[test]
+fn versions_parse_and_serialize_by_release() {
+    for v in PveVersion::ALL {
+        assert_eq!(v.as_str().parse::<PveVersion>().unwrap(), v);
+        assert_eq!(serde_json::to_value(v).unwrap(), json!(v.as_str()));
+    }
+    assert!("6.4".parse::<PveVersion>().is_err());
+}
