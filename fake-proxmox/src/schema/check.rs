@@ -42,6 +42,9 @@ pub(crate) fn validate_params(
 ) -> Result<BTreeMap<String, Value>, ParamErrors> {
     let mut errors = ParamErrors::new();
     let mut out = BTreeMap::new();
+    // pve-http-server drops the ExtJS cache buster before anything sees the parameters.
+    let params = params.iter().filter(|(k, _)| k.as_str() != "_dc");
+    let params: BTreeMap<&String, &RawValue> = params.collect();
 
     // Pass 1 (check_object's loop over the schema): every defined property.
     for (name, prop) in &info.parameters {
@@ -52,7 +55,7 @@ pub(crate) fn validate_params(
             check_prop(prop, name, &Value::Null, &mut errors);
         }
     }
-    for (name, raw) in params {
+    for (&name, &raw) in &params {
         if let Some(prop) = info.param(name) {
             let value = raw_json(raw);
             if let Some(typed) = check_prop(prop, name, &value, &mut errors) {
@@ -61,7 +64,7 @@ pub(crate) fn validate_params(
         }
     }
     // Pass 2 (check_object's loop over the value): `requires`, then unknown keys.
-    for (name, raw) in params {
+    for (&name, &raw) in &params {
         match info.param(name) {
             Some(prop) => {
                 if let Some(req) = &prop.requires {

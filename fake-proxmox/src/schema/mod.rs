@@ -217,4 +217,6 @@ impl ApiSchema {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
