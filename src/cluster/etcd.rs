@@ -1,0 +1,253 @@
+//! The cluster service: etcd (Debian's build, 3.4 on bookworm) with mutual TLS on the peer and
+//! client ports and a plain-HTTP metrics listener. Builds etcd's argv from a node's
+//! `cluster-config.json`, the `etcdctl` command lines the validation runs, and parses their output.
+
+use serde::Deserialize;
+
+use super::config::NodeConfig;
+use super::error::ClusterError;
+use super::topology::GuestLayout;
+
+/// Raft timing. etcd's defaults (100 ms / 1000 ms) assume a real machine; three TCG guests on two
+/// host cores stall long enough to trigger needless elections, so the lab default is slower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftTiming {
+    pub heartbeat_ms: u32,
+    pub election_ms: u32,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 300,
+            election_ms: 3000,
+        }
+    }
+}
+
+/// etcd's command line for one node, derived only from its config (so what runs on the node is
+/// exactly what `cluster-config.json` says).
+pub fn etcd_args(cfg: &NodeConfig, timing: RaftTiming) -> Vec<String> {
+    let p = cfg.ports;
+    let initial_cluster = cfg
+        .peers
+        .iter()
+        .map(|peer| format!("{}=https://{}:{}", peer.id, peer.hostname, p.peer))
+        .collect::<Vec<_>>()
+        .join(",");
+    let state = if cfg.bootstrap { "new" } else { "existing" };
+    vec![
+        format!("--name={}", cfg.node_id),
+        format!("--data-dir={}", cfg.data_dir),
+        format!("--initial-cluster={initial_cluster}"),
+        format!("--initial-cluster-state={state}"),
+        format!("--initial-cluster-token={}", cfg.cluster_name),
+        format!(
+            "--initial-advertise-peer-urls=https://{}:{}",
+            cfg.hostname, p.peer
+        ),
+        format!("--listen-peer-urls=https://{}:{}", cfg.address, p.peer),
+        format!(
+            "--listen-client-urls=https://{}:{},https://127.0.0.1:{}",
+            cfg.address, p.client, p.client
+        ),
+        format!(
+            "--advertise-client-urls=https://{}:{}",
+            cfg.hostname, p.client
+        ),
+        format!(
+            "--listen-metrics-urls=http://{}:{},http://127.0.0.1:{}",
+            cfg.address, p.metrics, p.metrics
+        ),
+        "--client-cert-auth=true".into(),
+        format!("--trusted-ca-file={}", cfg.tls.ca_file),
+        format!("--cert-file={}", cfg.tls.cert_file),
+        format!("--key-file={}", cfg.tls.key_file),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-trusted-ca-file={}", cfg.tls.ca_file),
+        format!("--peer-cert-file={}", cfg.tls.cert_file),
+        format!("--peer-key-file={}", cfg.tls.key_file),
+        format!("--heartbeat-interval={}", timing.heartbeat_ms),
+        format!("--election-timeout={}", timing.election_ms),
+        "--logger=zap".into(),
+    ]
+}
+
+/// An `etcdctl` command line run on a node against its own member, over TLS with the node's
+/// certificate (the client port refuses clients without one).
+pub fn etcdctl(cfg: &NodeConfig, layout: &GuestLayout, args: &str) -> String {
+    format!(
+        "ETCDCTL_API=3 {bin}/etcdctl --endpoints=https://{host}:{port} --cacert={ca} --cert={cert} \
+         --key={key} --dial-timeout=5s --command-timeout=15s {args}",
+        bin = layout.bin_dir(),
+        host = cfg.hostname,
+        port = cfg.ports.client,
+        ca = cfg.tls.ca_file,
+        cert = cfg.tls.cert_file,
+        key = cfg.tls.key_file,
+    )
+}
+
+/// Quotes a word for a POSIX shell.
+pub fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// One member in `etcdctl member list -w json`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Member {
+    #[serde(rename = "ID")]
+    pub id: u64,
+    #[serde(default)]
+    pub name: String,
+    #[serde(rename = "peerURLs", default)]
+    pub peer_urls: Vec<String>,
+    #[serde(rename = "clientURLs", default)]
+    pub client_urls: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MemberList {
+    #[serde(default)]
+    members: Vec<Member>,
+}
+
+pub fn parse_member_list(json: &str) -> Result<Vec<Member>, ClusterError> {
+    serde_json::from_str::<MemberList>(json.trim())
+        .map(|m| m.members)
+        .map_err(|e| ClusterError::Validation(format!("member list is not etcd JSON: {e}")))
+}
+
+/// One endpoint in `etcdctl endpoint status -w json`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct EndpointStatus {
+    #[serde(rename = "Endpoint")]
+    pub endpoint: String,
+    #[serde(rename = "Status")]
+    pub status: StatusBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct StatusBody {
+    pub header: StatusHeader,
+    #[serde(default)]
+    pub leader: u64,
+    #[serde(rename = "raftTerm", default)]
+    pub raft_term: u64,
+    #[serde(default)]
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct StatusHeader {
+    pub member_id: u64,
+    #[serde(default)]
+    pub cluster_id: u64,
+}
+
+pub fn parse_endpoint_status(json: &str) -> Result<Vec<EndpointStatus>, ClusterError> {
+    serde_json::from_str(json.trim())
+        .map_err(|e| ClusterError::Validation(format!("endpoint status is not etcd JSON: {e}")))
+}
+
+/// `etcdctl endpoint health` prints one line per endpoint:
+/// `https://node01:2379 is healthy: successfully committed proposal: took = 9.1ms` or
+/// `https://node02:2379 is unhealthy: failed to commit proposal: …`.
+pub fn parse_health(text: &str) -> Vec<(String, bool)> {
+    text.lines()
+        .filter_map(|l| {
+            let (ep, rest) = l.trim().split_once(' ')?;
+            if rest.starts_with("is healthy") {
+                Some((ep.to_owned(), true))
+            } else if rest.starts_with("is unhealthy") {
+                Some((ep.to_owned(), false))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::cluster::config::node_config;
+    use crate::cluster::topology::ClusterSpec;
+
+    fn cfg() -> NodeConfig {
+        let spec = ClusterSpec::seed_t036();
+        node_config(&spec, &GuestLayout::default(), &spec.nodes[0])
+    }
+
+    #[test]
+    fn args_use_hostnames_for_peers_and_mtls_everywhere() {
+        let a = etcd_args(&cfg(), RaftTiming::default());
+        let has = |s: &str| a.iter().any(|x| x == s);
+        assert!(has(
+            "--initial-cluster=node01=https://node01:2380,node02=https://node02:2380,node03=https://node03:2380"
+        ));
+        assert!(has("--initial-cluster-state=new"));
+        assert!(has("--listen-peer-urls=https://192.168.100.11:2380"));
+        assert!(has("--client-cert-auth=true"));
+        assert!(has("--peer-client-cert-auth=true"));
+        assert!(has("--peer-cert-file=/cluster/secrets/node01.crt"));
+        assert!(has("--key-file=/cluster/secrets/node01.key"));
+        assert!(has(
+            "--listen-metrics-urls=http://192.168.100.11:2381,http://127.0.0.1:2381"
+        ));
+    }
+
+    #[test]
+    fn etcdctl_talks_tls_to_its_own_member_by_hostname() {
+        let c = etcdctl(&cfg(), &GuestLayout::default(), "endpoint health");
+        assert!(c.contains("--endpoints=https://node01:2379"), "{c}");
+        assert!(c.contains("--cert=/cluster/secrets/node01.crt"), "{c}");
+        assert!(c.ends_with(" endpoint health"), "{c}");
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(sh_quote("--name=node01"), "--name=node01");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert_eq!(sh_quote(""), "''");
+    }
+
+    // Shapes as printed by etcdctl 3.4.23.
+    #[test]
+    fn parses_member_list_and_status() {
+        let ml = r#"{"header":{"cluster_id":17237436991929493444,"member_id":9372538179322589801,"raft_term":2},"members":[{"ID":9372538179322589801,"name":"node01","peerURLs":["https://node01:2380"],"clientURLs":["https://node01:2379"]},{"ID":10501334649042878790,"peerURLs":["https://node02:2380"]}]}"#;
+        let m = parse_member_list(ml).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].name, "node01");
+        assert!(m[1].name.is_empty() && m[1].client_urls.is_empty());
+        let st = r#"[{"Endpoint":"https://node01:2379","Status":{"header":{"cluster_id":17237436991929493444,"member_id":9372538179322589801,"revision":1,"raft_term":2},"version":"3.4.23","dbSize":20480,"leader":9372538179322589801,"raftIndex":8,"raftTerm":2,"raftAppliedIndex":8,"dbSizeInUse":16384}}]"#;
+        let s = parse_endpoint_status(st).unwrap();
+        assert_eq!(s[0].status.leader, 9372538179322589801);
+        assert_eq!(s[0].status.header.member_id, s[0].status.leader);
+        assert!(parse_endpoint_status("Error: context deadline exceeded").is_err());
+    }
+
+    #[test]
+    fn parses_health_lines() {
+        let h = parse_health(
+            "https://node01:2379 is healthy: successfully committed proposal: took = 9.1ms\n\
+             https://node02:2379 is unhealthy: failed to commit proposal: context deadline exceeded\n\
+             Error: unhealthy cluster\n",
+        );
+        assert_eq!(
+            h,
+            vec![
+                ("https://node01:2379".to_owned(), true),
+                ("https://node02:2379".to_owned(), false)
+            ]
+        );
+    }
+}

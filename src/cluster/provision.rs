@@ -1,0 +1,420 @@
+//! S5: provisioning a netbooted node over SSH — partition and format its disk, install the
+//! cluster service, its config and certificates onto the disk, and enable the first-boot
+//! automation. The node is then restarted from the same netboot image with its disk attached;
+//! the image's boot hook finds the disk (ext2 label [`DISK_LABEL`]), mounts it and runs
+//! `boot.sh` from it, which starts etcd from the disk.
+//!
+//! Everything a node needs is checked ([`config::check_node`]) before the node is touched.
+
+use std::fs;
+use std::time::Duration;
+
+use super::config::{self, HOSTS_FILE, NodeConfig, SECRETS_DIR, StagedCluster};
+use super::error::ClusterError;
+use super::etcd::{self, RaftTiming, sh_quote};
+use super::tls::{CERT_MODE, KEY_MODE};
+use super::topology::GuestLayout;
+use super::transport::NodeShell;
+
+/// The file-system label the boot hook looks for.
+pub const DISK_LABEL: &str = "cluster";
+/// What `boot.sh` prints on the console once etcd is started (the lab waits for it).
+pub const BOOT_MARKER: &str = "cluster-boot: etcd started";
+/// What `boot.sh` prints when it cannot start the service.
+pub const BOOT_FAILED_MARKER: &str = "cluster-boot: FAILED";
+
+/// How to provision.
+#[derive(Debug, Clone)]
+pub struct ProvisionOptions {
+    /// The node's disk as the guest sees it; `None` picks the first of `/dev/vda`, `/dev/sda`.
+    pub disk: Option<String>,
+    /// Size of the cluster partition. The rest of the disk stays unallocated: formatting all of
+    /// a 100 GB sparse disk under TCG would write gigabytes of inode tables for nothing.
+    pub partition_mib: u32,
+    pub timing: RaftTiming,
+    pub step_timeout: Duration,
+}
+
+impl Default for ProvisionOptions {
+    fn default() -> Self {
+        Self {
+            disk: None,
+            partition_mib: 1024,
+            timing: RaftTiming::default(),
+            step_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The script that partitions and formats the disk and mounts it at the layout's mount point.
+/// It copies `etcd`/`etcdctl` from the netboot image onto the disk, so the service boots from the
+/// disk afterwards.
+pub fn disk_script(layout: &GuestLayout, opts: &ProvisionOptions) -> String {
+    let disk = match &opts.disk {
+        Some(d) => format!("DISK={}", sh_quote(d)),
+        None => {
+            "DISK=\nfor d in /dev/vda /dev/sda; do [ -b \"$d\" ] && { DISK=$d; break; }; done\n\
+                 [ -n \"$DISK\" ] || fail 20 \"no disk found (looked for /dev/vda, /dev/sda)\""
+                .to_owned()
+        }
+    };
+    format!(
+        r#"set -u
+fail() {{ code=$1; shift; echo "provision: $*" >&2; exit "$code"; }}
+{disk}
+[ -b "$DISK" ] || fail 20 "$DISK is not a block device"
+MNT={mnt}
+for b in etcd etcdctl; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the netboot image"; done
+modprobe ext4 >/dev/null 2>&1 || true
+umount "$MNT" >/dev/null 2>&1 || true
+# one primary partition for the cluster; the rest of the disk stays free
+printf 'o\nn\np\n1\n\n+{size}M\nw\n' | fdisk "$DISK" >/dev/null 2>&1
+case "$DISK" in *[0-9]) PART=${{DISK}}p1 ;; *) PART=${{DISK}}1 ;; esac
+i=0
+while [ ! -b "$PART" ] && [ $i -lt 50 ]; do i=$((i+1)); partprobe "$DISK" >/dev/null 2>&1; sleep 0.2; done
+[ -b "$PART" ] || fail 21 "partition $PART did not appear after partitioning $DISK"
+mke2fs -q -L {label} -i 65536 "$PART" >/dev/null || fail 23 "mke2fs $PART failed"
+mkdir -p "$MNT" && mount "$PART" "$MNT" || fail 24 "cannot mount $PART on $MNT"
+mkdir -p {bin} {etc} {secrets} "$MNT/log" {data} || fail 25 "cannot create directories on $MNT"
+chmod 700 {secrets} {data}
+cp "$(command -v etcd)" "$(command -v etcdctl)" {bin}/ || fail 26 "cannot copy etcd onto the disk"
+sync
+echo "provision: $PART formatted and mounted on $MNT"
+"#,
+        mnt = sh_quote(&layout.mount),
+        size = opts.partition_mib,
+        label = DISK_LABEL,
+        bin = sh_quote(&layout.bin_dir()),
+        etc = sh_quote(&layout.etc_dir()),
+        secrets = sh_quote(&layout.secrets_dir()),
+        data = sh_quote(&layout.data_dir()),
+    )
+}
+
+/// The first-boot automation, installed on the disk. Run by the image's boot hook on every
+/// boot; the first one bootstraps the member, later ones rejoin with the data on the disk.
+pub fn boot_script(cfg: &NodeConfig, layout: &GuestLayout, timing: RaftTiming) -> String {
+    let args = etcd::etcd_args(cfg, timing)
+        .iter()
+        .map(|a| format!("  {} \\\n", sh_quote(a)))
+        .collect::<String>();
+    let mnt = sh_quote(&layout.mount);
+    let checks = [&cfg.tls.ca_file, &cfg.tls.cert_file, &cfg.tls.key_file]
+        .iter()
+        .map(|f| {
+            format!(
+                "[ -r {q} ] || fail \"{f} is missing (named by cluster-config.json)\"\n",
+                q = sh_quote(f)
+            )
+        })
+        .collect::<String>();
+    format!(
+        r#"#!/bin/sh
+# Cluster first-boot automation for {node}, installed by provision-harness.
+set -u
+say() {{ echo "$*" > /dev/console 2>/dev/null; echo "$*"; }}
+fail() {{ say "{failed}: $*"; exit 1; }}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MNT={mnt}
+# the config names paths under $MNT: make the disk appear there whatever the hook mounted it on
+if [ "$HERE" != "$MNT" ]; then mkdir -p "$MNT" && mount -o bind "$HERE" "$MNT" || fail "cannot bind $HERE on $MNT"; fi
+cp {etc}/{hosts} /etc/hosts || fail "no hosts mapping on the disk"
+{checks}mkdir -p {data} "$MNT/log" && chmod 700 {data}
+if [ -d {data}/member ]; then say "cluster-boot: {node} rejoins with the data on its disk"
+else say "cluster-boot: {node} first boot, bootstrapping cluster {cluster}"; fi
+setsid {bin}/etcd \
+{args}  >> {log} 2>&1 < /dev/null &
+echo $! > /run/etcd.pid 2>/dev/null || true
+say "{marker} (pid $!)"
+"#,
+        node = cfg.node_id,
+        failed = BOOT_FAILED_MARKER,
+        marker = BOOT_MARKER,
+        cluster = cfg.cluster_name,
+        etc = sh_quote(&layout.etc_dir()),
+        hosts = HOSTS_FILE,
+        data = sh_quote(&cfg.data_dir),
+        bin = sh_quote(&layout.bin_dir()),
+        log = sh_quote(&layout.log_file()),
+    )
+}
+
+/// One file to put on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallFile {
+    pub remote: String,
+    pub contents: Vec<u8>,
+    pub mode: u32,
+}
+
+/// Every file S5 installs on one node (config, hosts, certificates, boot script), read from the
+/// staged directory after it passed its checks.
+pub fn install_files(
+    staged: &StagedCluster,
+    cfg: &NodeConfig,
+    timing: RaftTiming,
+) -> Result<Vec<InstallFile>, ClusterError> {
+    let layout = &staged.layout;
+    let dir = staged.node_dir(&cfg.node_id);
+    let read = |p: std::path::PathBuf| fs::read(&p).map_err(|e| ClusterError::io(&p, e));
+    let mut files = vec![
+        InstallFile {
+            remote: layout.config_file(),
+            contents: read(dir.join(config::CONFIG_FILE))?,
+            mode: 0o644,
+        },
+        InstallFile {
+            remote: format!("{}/{HOSTS_FILE}", layout.etc_dir()),
+            contents: read(dir.join(HOSTS_FILE))?,
+            mode: 0o644,
+        },
+    ];
+    for (path, mode) in [
+        (&cfg.tls.ca_file, CERT_MODE),
+        (&cfg.tls.cert_file, CERT_MODE),
+        (&cfg.tls.key_file, KEY_MODE),
+    ] {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        files.push(InstallFile {
+            remote: path.clone(),
+            contents: read(dir.join(SECRETS_DIR).join(base))?,
+            mode,
+        });
+    }
+    files.push(InstallFile {
+        remote: layout.boot_script(),
+        contents: boot_script(cfg, layout, timing).into_bytes(),
+        mode: 0o755,
+    });
+    Ok(files)
+}
+
+/// Provisions one node: checks its staged config, prepares its disk, installs every file and
+/// verifies what landed on the disk. The caller restarts the node afterwards.
+pub async fn provision_node<S: NodeShell>(
+    staged: &StagedCluster,
+    shell: &S,
+    opts: &ProvisionOptions,
+) -> Result<NodeConfig, ClusterError> {
+    let node = staged.spec.node(shell.node())?.clone();
+    let cfg = config::check_node(staged, &node)?;
+    let t = opts.step_timeout;
+    shell
+        .run(&disk_script(&staged.layout, opts), t)
+        .await?
+        .check(&node.name, "partition and format the disk")?;
+    let files = install_files(staged, &cfg, opts.timing)?;
+    for f in &files {
+        shell.write_file(&f.remote, &f.contents, f.mode, t).await?;
+    }
+    // Read back what the first boot will read: names and modes as the config expects.
+    let listing = files
+        .iter()
+        .map(|f| format!("stat -c '%a %n' {}", sh_quote(&f.remote)))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let out = shell
+        .run(&format!("{listing} && sync"), t)
+        .await?
+        .check(&node.name, "verify the installed files")?;
+    for f in &files {
+        let want = format!("{:o} {}", f.mode, f.remote);
+        if !out.stdout.lines().any(|l| l.trim() == want) {
+            return Err(ClusterError::Remote {
+                node: node.name.clone(),
+                step: "verify the installed files".into(),
+                code: 0,
+                detail: format!(
+                    "expected \"{want}\", the node reports: {}",
+                    out.stdout.trim()
+                ),
+            });
+        }
+    }
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::cluster::config::{StageOptions, stage};
+    use crate::cluster::tls;
+    use crate::cluster::topology::ClusterSpec;
+    use crate::cluster::transport::CommandOutput;
+
+    /// Records what the provisioner does and answers like a node would.
+    struct FakeNode {
+        name: String,
+        scripts: Mutex<Vec<String>>,
+        files: Mutex<Vec<(String, Vec<u8>, u32)>>,
+        fail_disk: bool,
+    }
+
+    impl FakeNode {
+        fn new(name: &str) -> Self {
+            Self {
+                name: name.into(),
+                scripts: Mutex::default(),
+                files: Mutex::default(),
+                fail_disk: false,
+            }
+        }
+    }
+
+    impl NodeShell for FakeNode {
+        fn node(&self) -> &str {
+            &self.name
+        }
+        async fn run(&self, script: &str, _t: Duration) -> Result<CommandOutput, ClusterError> {
+            self.scripts.lock().unwrap().push(script.to_owned());
+            if script.contains("mke2fs") && self.fail_disk {
+                return Ok(CommandOutput {
+                    code: 21,
+                    stderr: "provision: partition /dev/vda1 did not appear".into(),
+                    ..Default::default()
+                });
+            }
+            let stdout = if script.starts_with("stat") {
+                self.files
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|(p, _, m)| format!("{m:o} {p}\n"))
+                    .collect()
+            } else {
+                String::new()
+            };
+            Ok(CommandOutput {
+                code: 0,
+                stdout,
+                stderr: String::new(),
+            })
+        }
+        async fn write_file(
+            &self,
+            path: &str,
+            contents: &[u8],
+            mode: u32,
+            _t: Duration,
+        ) -> Result<(), ClusterError> {
+            self.files
+                .lock()
+                .unwrap()
+                .push((path.into(), contents.to_vec(), mode));
+            Ok(())
+        }
+    }
+
+    fn staged(opts: StageOptions) -> (tempfile::TempDir, StagedCluster) {
+        let spec = ClusterSpec::seed_t036();
+        let t = tls::generate(&spec).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let s = stage(&spec, &GuestLayout::default(), &t, d.path(), opts).unwrap();
+        (d, s)
+    }
+
+    #[tokio::test]
+    async fn provisions_disk_then_files_with_the_expected_names_and_modes() {
+        let (_d, s) = staged(StageOptions::default());
+        let node = FakeNode::new("node02");
+        let cfg = provision_node(&s, &node, &ProvisionOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(cfg.node_id, "node02");
+        let scripts = node.scripts.lock().unwrap();
+        assert!(
+            scripts[0].contains("mke2fs -q -L cluster"),
+            "{}",
+            scripts[0]
+        );
+        let files = node.files.lock().unwrap();
+        let modes: Vec<(String, u32)> = files.iter().map(|(p, _, m)| (p.clone(), *m)).collect();
+        assert_eq!(
+            modes,
+            vec![
+                ("/cluster/etc/cluster-config.json".into(), 0o644),
+                ("/cluster/etc/hosts".into(), 0o644),
+                ("/cluster/secrets/ca.crt".into(), 0o644),
+                ("/cluster/secrets/node02.crt".into(), 0o644),
+                ("/cluster/secrets/node02.key".into(), 0o400),
+                ("/cluster/boot.sh".into(), 0o755),
+            ]
+        );
+        let hosts = String::from_utf8(files[1].1.clone()).unwrap();
+        assert!(hosts.contains("192.168.100.13 node03"), "{hosts}");
+        let boot = String::from_utf8(files[5].1.clone()).unwrap();
+        assert!(boot.contains("--name=node02"), "{boot}");
+        assert!(boot.contains(BOOT_MARKER));
+    }
+
+    #[tokio::test]
+    async fn misnamed_certificates_stop_before_the_node_is_touched() {
+        let (_d, s) = staged(StageOptions {
+            seed_original_cert_names: true,
+            ..Default::default()
+        });
+        let node = FakeNode::new("node01");
+        let e = provision_node(&s, &node, &ProvisionOptions::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("node01: TLS files: ") && e.contains("ca.crt does not exist"),
+            "{e}"
+        );
+        assert!(node.scripts.lock().unwrap().is_empty());
+        assert!(node.files.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failing_disk_step_names_node_and_step() {
+        let (_d, s) = staged(StageOptions::default());
+        let mut node = FakeNode::new("node03");
+        node.fail_disk = true;
+        let e = provision_node(&s, &node, &ProvisionOptions::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("node03: step partition and format the disk failed (exit 21)"),
+            "{e}"
+        );
+        assert!(node.files.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn boot_script_checks_the_files_the_config_names_and_binds_the_mount() {
+        let spec = ClusterSpec::seed_t036();
+        let cfg = config::node_config(&spec, &GuestLayout::default(), &spec.nodes[0]);
+        let b = boot_script(&cfg, &GuestLayout::default(), RaftTiming::default());
+        assert!(b.starts_with("#!/bin/sh\n"));
+        assert!(
+            b.contains("[ -r /cluster/secrets/node01.key ] || fail"),
+            "{b}"
+        );
+        assert!(b.contains("cp /cluster/etc/hosts /etc/hosts"), "{b}");
+        assert!(b.contains("mount -o bind"), "{b}");
+        assert!(
+            b.contains("setsid /cluster/bin/etcd \\\n  --name=node01 \\\n"),
+            "{b}"
+        );
+    }
+
+    #[test]
+    fn disk_script_uses_the_given_disk_and_partition_size() {
+        let s = disk_script(
+            &GuestLayout::default(),
+            &ProvisionOptions {
+                disk: Some("/dev/nvme0n1".into()),
+                partition_mib: 256,
+                ..Default::default()
+            },
+        );
+        assert!(s.contains("DISK=/dev/nvme0n1"), "{s}");
+        assert!(s.contains("+256M"), "{s}");
+        assert!(s.contains("*[0-9]) PART=${DISK}p1"), "{s}");
+    }
+}

@@ -1,0 +1,343 @@
+//! How the provisioner reaches a node: run a shell script, write a file. [`NodeShell`] is all the
+//! provisioner and the validation use, so they run against a recording fake in unit tests and
+//! against the lab over SSH ([`SshShell`]) for real.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt as _;
+use tokio::process::Command;
+
+use super::error::ClusterError;
+use super::etcd::sh_quote;
+
+/// The result of a script run on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommandOutput {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CommandOutput {
+    pub fn ok(&self) -> bool {
+        self.code == 0
+    }
+
+    /// Turns a non-zero exit into [`ClusterError::Remote`] naming the node and the step.
+    pub fn check(self, node: &str, step: &str) -> Result<Self, ClusterError> {
+        if self.ok() {
+            Ok(self)
+        } else {
+            let detail = last_lines(
+                if self.stderr.trim().is_empty() {
+                    &self.stdout
+                } else {
+                    &self.stderr
+                },
+                6,
+            );
+            Err(ClusterError::Remote {
+                node: node.to_owned(),
+                step: step.to_owned(),
+                code: self.code,
+                detail,
+            })
+        }
+    }
+}
+
+pub(crate) fn last_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.trim().lines().collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+/// A way to run commands on one node and put files on it.
+pub trait NodeShell: Send + Sync {
+    /// The node's name (used in every error).
+    fn node(&self) -> &str;
+
+    /// Runs `script` with `/bin/sh` on the node. A script that runs and exits non-zero is an
+    /// `Ok` with that code; only failing to reach the node is an error.
+    fn run(
+        &self,
+        script: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<CommandOutput, ClusterError>> + Send;
+
+    /// Writes `contents` to `path` on the node with `mode`, creating parent directories.
+    fn write_file(
+        &self,
+        path: &str,
+        contents: &[u8],
+        mode: u32,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+}
+
+/// How to reach a node's SSH server with the system `ssh` client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshTarget {
+    pub node: String,
+    /// Words put before `ssh` (e.g. `nsenter …` to enter the lab's network namespace); empty
+    /// when the address is reachable from the host as is.
+    pub prefix: Vec<String>,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub key: PathBuf,
+}
+
+impl SshTarget {
+    /// The full argv of `ssh` running `remote` on the node. Host keys are not checked: every
+    /// lab boot makes new ones, and the lab's network is private to its namespace.
+    pub fn argv(&self, remote: &str) -> Vec<String> {
+        let mut v = self.prefix.clone();
+        v.extend(
+            [
+                "ssh",
+                "-i",
+                &self.key.to_string_lossy(),
+                "-p",
+                &self.port.to_string(),
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-o",
+                "ConnectTimeout=10",
+                "-o",
+                "ServerAliveInterval=5",
+                "-o",
+                "ServerAliveCountMax=3",
+                &format!("{}@{}", self.user, self.host),
+                remote,
+            ]
+            .map(str::to_owned),
+        );
+        v
+    }
+
+    /// A shell command line a user's script can prefix to a remote command (the pluggable
+    /// provisioner gets this).
+    pub fn command_line(&self) -> String {
+        let mut argv = self.argv("");
+        argv.pop();
+        argv.iter()
+            .map(|a| sh_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// [`NodeShell`] over the system `ssh`.
+#[derive(Debug, Clone)]
+pub struct SshShell {
+    pub target: SshTarget,
+}
+
+impl SshShell {
+    pub fn new(target: SshTarget) -> Self {
+        Self { target }
+    }
+
+    async fn ssh(
+        &self,
+        remote: &str,
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<CommandOutput, ClusterError> {
+        let argv = self.target.argv(remote);
+        let (prog, args) = argv.split_first().ok_or_else(|| ClusterError::Transport {
+            node: self.target.node.clone(),
+            cause: "empty ssh command".into(),
+        })?;
+        let mut child = Command::new(prog)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ClusterError::Transport {
+                node: self.target.node.clone(),
+                cause: format!("cannot start {prog}: {e}"),
+            })?;
+        let mut input = child.stdin.take();
+        let body = stdin.to_vec();
+        let feed = async move {
+            if let Some(mut i) = input.take() {
+                // The remote side may exit before reading everything; that shows in its exit code.
+                let _ = i.write_all(&body).await;
+                let _ = i.shutdown().await;
+            }
+        };
+        let run = async {
+            let (_, out) = tokio::join!(feed, child.wait_with_output());
+            out
+        };
+        let out = tokio::time::timeout(timeout, run)
+            .await
+            .map_err(|_| ClusterError::Transport {
+                node: self.target.node.clone(),
+                cause: format!("no answer over SSH within {} s", timeout.as_secs()),
+            })?
+            .map_err(|e| ClusterError::Transport {
+                node: self.target.node.clone(),
+                cause: format!("ssh: {e}"),
+            })?;
+        let code = out.status.code().unwrap_or(-1);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        // ssh exits 255 for its own failures (refused, auth, unreachable): not the script's.
+        if code == 255 {
+            return Err(ClusterError::Transport {
+                node: self.target.node.clone(),
+                cause: format!(
+                    "ssh to {}@{}:{} failed: {}",
+                    self.target.user,
+                    self.target.host,
+                    self.target.port,
+                    last_lines(&stderr, 3)
+                ),
+            });
+        }
+        Ok(CommandOutput {
+            code,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr,
+        })
+    }
+}
+
+impl NodeShell for SshShell {
+    fn node(&self) -> &str {
+        &self.target.node
+    }
+
+    async fn run(&self, script: &str, timeout: Duration) -> Result<CommandOutput, ClusterError> {
+        self.ssh("sh -s", script.as_bytes(), timeout).await
+    }
+
+    async fn write_file(
+        &self,
+        path: &str,
+        contents: &[u8],
+        mode: u32,
+        timeout: Duration,
+    ) -> Result<(), ClusterError> {
+        let remote = write_file_command(path, mode);
+        self.ssh(&remote, contents, timeout)
+            .await?
+            .check(&self.target.node, &format!("write {path}"))
+            .map(|_| ())
+    }
+}
+
+/// The remote command that receives a file on stdin: written next to its place, moded, then
+/// renamed, so a reader never sees half a file or a key with a wide mode.
+pub fn write_file_command(path: &str, mode: u32) -> String {
+    let dir = match path.rsplit_once('/') {
+        Some(("", _)) => "/".to_owned(),
+        Some((d, _)) => d.to_owned(),
+        None => ".".to_owned(),
+    };
+    let tmp = format!("{path}.part");
+    format!(
+        "mkdir -p {d} && cat > {t} && chmod {mode:o} {t} && mv -f {t} {p}",
+        d = sh_quote(&dir),
+        t = sh_quote(&tmp),
+        p = sh_quote(path),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn target() -> SshTarget {
+        SshTarget {
+            node: "node01".into(),
+            prefix: vec!["nsenter".into(), "-t".into(), "42".into(), "-n".into()],
+            host: "192.168.100.11".into(),
+            port: 22,
+            user: "root".into(),
+            key: "/tmp/lab/id_ed25519".into(),
+        }
+    }
+
+    #[test]
+    fn argv_enters_the_prefix_and_uses_only_the_lab_key() {
+        let a = target().argv("sh -s");
+        assert_eq!(&a[..4], ["nsenter", "-t", "42", "-n"]);
+        assert_eq!(a[4], "ssh");
+        assert!(a.windows(2).any(|w| w == ["-i", "/tmp/lab/id_ed25519"]));
+        assert!(a.iter().any(|x| x == "BatchMode=yes"));
+        assert!(a.iter().any(|x| x == "IdentitiesOnly=yes"));
+        assert_eq!(a[a.len() - 2], "root@192.168.100.11");
+        assert_eq!(a[a.len() - 1], "sh -s");
+    }
+
+    #[test]
+    fn command_line_is_shell_ready_without_a_remote_command() {
+        let c = target().command_line();
+        assert!(
+            c.starts_with("nsenter -t 42 -n ssh -i /tmp/lab/id_ed25519 -p 22"),
+            "{c}"
+        );
+        assert!(c.ends_with("root@192.168.100.11"), "{c}");
+    }
+
+    #[test]
+    fn write_file_command_is_atomic_and_moded() {
+        assert_eq!(
+            write_file_command("/cluster/secrets/node01.key", 0o400),
+            "mkdir -p /cluster/secrets && cat > /cluster/secrets/node01.key.part && chmod 400 \
+             /cluster/secrets/node01.key.part && mv -f /cluster/secrets/node01.key.part \
+             /cluster/secrets/node01.key"
+        );
+    }
+
+    #[test]
+    fn failed_output_names_node_step_and_last_stderr() {
+        let e = CommandOutput {
+            code: 3,
+            stdout: String::new(),
+            stderr: "a\nb\nmke2fs: bad\n".into(),
+        }
+        .check("node02", "format disk")
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "node02: step format disk failed (exit 3): a | b | mke2fs: bad"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_node_is_a_transport_error() {
+        // A key that does not exist and a port nobody listens on: ssh itself fails (255).
+        let shell = SshShell::new(SshTarget {
+            node: "node09".into(),
+            prefix: vec![],
+            host: "127.0.0.1".into(),
+            port: 1,
+            user: "root".into(),
+            key: "/nonexistent/key".into(),
+        });
+        let e = shell
+            .run("true", Duration::from_secs(20))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ClusterError::Transport { .. }), "{e}");
+        assert!(e.to_string().starts_with("node09: transport:"), "{e}");
+    }
+}
