@@ -337,6 +337,13 @@ fn parse_property_string_resolves_aliases_and_booleans() {
     assert_eq!(ip["ip"], "10.0.0.5/24");
     assert_eq!(ip["gw"], "10.0.0.1");
 
+    // qemu-server: `gw` requires `ip`, `gw6` requires `ip6`.
+    let e = parse_property_string("ipconfig0", "gw=10.0.0.1").unwrap_err();
+    assert_eq!(
+        e["ipconfig0.ip"],
+        "missing property - 'ipconfig0.gw' requires this property"
+    );
+
     let ip = parse_property_string("pve-qm-ipconfig", "ip=dhcp").unwrap();
     assert_eq!(ip["ip"], "dhcp");
 
