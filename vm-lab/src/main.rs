@@ -1,3 +1,6 @@
-fn main() {
-    println!("vm-lab: see README.md");
+//! The `vm-lab` command line.
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
 }

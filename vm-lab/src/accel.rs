@@ -1,0 +1,216 @@
+//! Choosing the accelerator. `/dev/kvm` can exist, open, create VMs — and then hang the guest
+//! kernel forever (nested hosts without vmx/svm). So KVM is used only after a probe boot prints a
+//! kernel marker within a bounded time; the verdict is cached per host kernel and QEMU version.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::spec::AccelChoice;
+
+/// How long the probe waits for the kernel's first words under KVM.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(12);
+const PROBE_MARKERS: [&str; 2] = ["Linux version", "Decompressing Linux"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    /// Factor applied to every default timeout: emulation is several times slower.
+    pub fn timeout_scale(self) -> u32 {
+        match self {
+            Accel::Kvm => 1,
+            Accel::Tcg => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ProbeCache {
+    key: String,
+    kvm_works: bool,
+    detail: String,
+}
+
+/// Resolve the accelerator for a lab. `kernel` is any bzImage (the lab's own) for the probe.
+/// `Kvm` fails fast with the probe's finding; `Auto` falls back to TCG.
+pub async fn resolve(choice: AccelChoice, kernel: &Path, cache_dir: &Path) -> Result<Accel> {
+    match choice {
+        AccelChoice::Tcg => Ok(Accel::Tcg),
+        AccelChoice::Kvm => match kvm_verdict(kernel, cache_dir).await? {
+            (true, _) => Ok(Accel::Kvm),
+            (false, detail) => Err(Error::Accel(format!(
+                "--accel kvm was requested but KVM is not usable here: {detail}; use --accel tcg or auto"
+            ))),
+        },
+        AccelChoice::Auto => {
+            let (ok, detail) = kvm_verdict(kernel, cache_dir).await?;
+            if ok {
+                tracing::info!("accel: kvm ({detail})");
+                Ok(Accel::Kvm)
+            } else {
+                tracing::info!("accel: tcg, because {detail}");
+                Ok(Accel::Tcg)
+            }
+        }
+    }
+}
+
+/// (works, why) — from the cache when the host kernel and QEMU are unchanged.
+async fn kvm_verdict(kernel: &Path, cache_dir: &Path) -> Result<(bool, String)> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        return Ok((false, format!("/dev/kvm cannot be opened ({e})")));
+    }
+    let key = probe_key().await;
+    let cache_file = cache_dir.join("accel-probe.json");
+    if let Ok(text) = std::fs::read_to_string(&cache_file)
+        && let Ok(c) = serde_json::from_str::<ProbeCache>(&text)
+        && c.key == key
+    {
+        return Ok((c.kvm_works, format!("{} (cached)", c.detail)));
+    }
+    let (works, detail) = probe_boot(kernel, cache_dir).await?;
+    let entry = ProbeCache {
+        key,
+        kvm_works: works,
+        detail: detail.clone(),
+    };
+    std::fs::create_dir_all(cache_dir).map_err(|e| Error::io(cache_dir, e))?;
+    let text = serde_json::to_string_pretty(&entry).map_err(|e| Error::Accel(e.to_string()))?;
+    std::fs::write(&cache_file, text).map_err(|e| Error::io(&cache_file, e))?;
+    Ok((works, detail))
+}
+
+async fn probe_key() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let qemu = tokio::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .await
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default();
+    format!("{}|{}", release.trim(), qemu.trim())
+}
+
+/// Boot `kernel` under KVM with no devices and watch the serial log for the kernel's first
+/// words. The probe QEMU is always killed.
+async fn probe_boot(kernel: &Path, scratch: &Path) -> Result<(bool, String)> {
+    std::fs::create_dir_all(scratch).map_err(|e| Error::io(scratch, e))?;
+    let log = scratch.join(format!("accel-probe-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let mut child = tokio::process::Command::new("qemu-system-x86_64")
+        .args(probe_argv(kernel, &log))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::tool("qemu-system-x86_64", e.to_string()))?;
+    let start = Instant::now();
+    let verdict = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if PROBE_MARKERS.iter().any(|m| text.contains(m)) {
+            break (
+                true,
+                format!(
+                    "a probe boot printed the kernel banner in {:.1?}",
+                    start.elapsed()
+                ),
+            );
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            break (false, format!("the probe QEMU exited early ({status})"));
+        }
+        if start.elapsed() > PROBE_TIMEOUT {
+            break (
+                false,
+                format!(
+                    "a probe boot printed nothing within {PROBE_TIMEOUT:?} (KVM initialises but the guest hangs)"
+                ),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = child.kill().await;
+    let _ = std::fs::remove_file(&log);
+    Ok(verdict)
+}
+
+pub fn probe_argv(kernel: &Path, log: &Path) -> Vec<String> {
+    vec![
+        "-accel".into(),
+        "kvm".into(),
+        "-machine".into(),
+        "q35".into(),
+        "-cpu".into(),
+        "host".into(),
+        "-m".into(),
+        "256".into(),
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-display".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-serial".into(),
+        format!("file:{}", log.display()),
+        "-kernel".into(),
+        kernel.display().to_string(),
+        "-append".into(),
+        "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1".into(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcg_scales_timeouts() {
+        assert!(Accel::Tcg.timeout_scale() > Accel::Kvm.timeout_scale());
+    }
+
+    #[test]
+    fn probe_uses_kvm_and_serial_file() {
+        let v = probe_argv(Path::new("/k"), Path::new("/l"));
+        let j = v.join(" ");
+        assert!(j.contains("-accel kvm"));
+        assert!(j.contains("-serial file:/l"));
+        assert!(j.contains("earlyprintk=serial"));
+    }
+
+    #[tokio::test]
+    async fn forced_tcg_needs_no_probe() {
+        let a = resolve(
+            AccelChoice::Tcg,
+            Path::new("/nonexistent"),
+            Path::new("/nonexistent"),
+        )
+        .await
+        .expect("tcg");
+        assert_eq!(a, Accel::Tcg);
+    }
+}

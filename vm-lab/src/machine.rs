@@ -1,0 +1,807 @@
+//! A lab node and its verbs: wait for boot markers and the guest agent, run commands, move
+//! files, read interfaces, and the faults (link down/up, pause/resume, kill, restart).
+//! Every blocking verb is bounded; the `_timeout` variants take an explicit bound, the others
+//! use [`Timeouts`] (scaled for TCG). Timeouts carry the node's last serial lines.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qapi::{qga, qmp};
+use serde::{Deserialize, Serialize};
+
+use crate::accel::Accel;
+use crate::error::{Error, Result};
+use crate::namespace;
+use crate::qemu_args::{LAN_NIC_ID, NodePaths, READY_MARKER};
+use crate::spec::NodeSpec;
+use crate::{qga as qga_conn, qmp as qmp_conn};
+
+/// Serial lines attached to timeout errors.
+pub const SERIAL_TAIL_LINES: usize = 40;
+
+/// Default bounds, before scaling for the accelerator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Power-on to `VMLAB-READY` plus the guest agent answering.
+    pub boot: Duration,
+    /// One guest command (`exec`, `succeed`, file transfers).
+    pub command: Duration,
+    /// One QMP exchange.
+    pub qmp: Duration,
+}
+
+impl Timeouts {
+    pub fn for_accel(accel: Accel) -> Timeouts {
+        let s = accel.timeout_scale();
+        Timeouts {
+            boot: Duration::from_secs(60) * s,
+            command: Duration::from_secs(30) * s,
+            qmp: qmp_conn::QMP_TIMEOUT,
+        }
+    }
+}
+
+/// What the lab shares with its nodes.
+#[derive(Debug)]
+pub(crate) struct LabCtx {
+    pub name: String,
+    pub accel: Accel,
+    pub timeouts: Timeouts,
+    pub ns_init_pid: u32,
+    pub ssh_key: PathBuf,
+}
+
+/// Output of a guest command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    /// Exit code; a command killed by a signal reports 128 + signal.
+    pub code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ExecOutput {
+    pub fn success(&self) -> bool {
+        self.code == 0
+    }
+}
+
+/// A network interface as the guest agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interface {
+    pub name: String,
+    pub mac: Option<String>,
+    /// `ip/prefix` strings.
+    pub addresses: Vec<String>,
+}
+
+struct Running {
+    child: tokio::process::Child,
+    qemu_pid: u32,
+    serial_offset: u64,
+    events: tokio::task::JoinHandle<()>,
+}
+
+/// One VM of a lab.
+pub struct Node {
+    spec: NodeSpec,
+    paths: NodePaths,
+    argv: Vec<String>,
+    ssh_port: u16,
+    ctx: Arc<LabCtx>,
+    proc_: tokio::sync::Mutex<Option<Running>>,
+    qga_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.spec.name)
+            .field("dir", &self.paths.dir)
+            .finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(
+        spec: NodeSpec,
+        paths: NodePaths,
+        argv: Vec<String>,
+        ssh_port: u16,
+        ctx: Arc<LabCtx>,
+    ) -> Node {
+        Node {
+            spec,
+            paths,
+            argv,
+            ssh_port,
+            ctx,
+            proc_: tokio::sync::Mutex::new(None),
+            qga_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn spec(&self) -> &NodeSpec {
+        &self.spec
+    }
+
+    /// The node's address on the lab network.
+    pub fn ip(&self) -> std::net::Ipv4Addr {
+        self.spec.address.ip
+    }
+
+    pub fn paths(&self) -> &NodePaths {
+        &self.paths
+    }
+
+    /// The QEMU arguments the node runs with (also in `argv.json`).
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+
+    /// The port in the lab's namespace forwarded to the guest's SSH server.
+    pub fn ssh_port(&self) -> u16 {
+        self.ssh_port
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.ctx.timeouts
+    }
+
+    /// Host PID of the node's QEMU, if it runs.
+    pub async fn qemu_pid(&self) -> Option<u32> {
+        self.proc_.lock().await.as_ref().map(|r| r.qemu_pid)
+    }
+
+    /// Power on: start QEMU inside the lab's namespaces (the disk, MAC and boot are unchanged
+    /// from the previous run). Does not wait for boot; see [`Node::wait_ready`].
+    pub async fn start(&self) -> Result<()> {
+        let mut guard = self.proc_.lock().await;
+        if let Some(r) = guard.as_mut()
+            && r.child.try_wait().ok().flatten().is_none()
+        {
+            return Err(Error::Lab(format!(
+                "node {} is already running",
+                self.spec.name
+            )));
+        }
+        let serial_offset = std::fs::metadata(&self.paths.serial_log)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        for sock in [
+            &self.paths.qmp,
+            &self.paths.qmp_ctl,
+            &self.paths.qga,
+            &self.paths.serial_sock,
+        ] {
+            let _ = std::fs::remove_file(sock);
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.paths.stderr)
+            .map_err(|e| Error::io(&self.paths.stderr, e))?;
+        let mut cmd = tokio::process::Command::new("nsenter");
+        cmd.args(namespace::nsenter_argv(
+            self.ctx.ns_init_pid,
+            true,
+            "qemu-system-x86_64",
+        ))
+        .args(&self.argv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr))
+        .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::tool("nsenter", format!("cannot start QEMU: {e}")))?;
+        let nsenter_pid = child.id().unwrap_or(0);
+        let mut qemu_pid = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(p) = namespace::first_child(nsenter_pid, Duration::ZERO) {
+                qemu_pid = Some(p);
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(self.exited_error(status.to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let qemu_pid = qemu_pid
+            .ok_or_else(|| Error::Lab(format!("node {}: QEMU did not start", self.spec.name)))?;
+        std::fs::write(&self.paths.pid, format!("{qemu_pid}\n"))
+            .map_err(|e| Error::io(&self.paths.pid, e))?;
+        let events = qmp_conn::spawn_event_log(self.paths.qmp.clone(), self.paths.events.clone());
+        *guard = Some(Running {
+            child,
+            qemu_pid,
+            serial_offset,
+            events,
+        });
+        Ok(())
+    }
+
+    /// True while QEMU runs.
+    pub async fn is_running(&self) -> bool {
+        let mut guard = self.proc_.lock().await;
+        match guard.as_mut() {
+            Some(r) => r.child.try_wait().ok().flatten().is_none(),
+            None => false,
+        }
+    }
+
+    async fn ensure_running(&self) -> Result<()> {
+        let mut guard = self.proc_.lock().await;
+        match guard.as_mut() {
+            None => Err(Error::Lab(format!(
+                "node {} is not running",
+                self.spec.name
+            ))),
+            Some(r) => match r.child.try_wait() {
+                Ok(Some(status)) => Err(self.exited_error(status.to_string())),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn exited_error(&self, status: String) -> Error {
+        let stderr = std::fs::read_to_string(&self.paths.stderr).unwrap_or_default();
+        let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+        Error::QemuExited {
+            node: self.spec.name.clone(),
+            status,
+            stderr: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            serial: self.serial_tail(SERIAL_TAIL_LINES),
+        }
+    }
+
+    fn timeout_error(&self, what: impl Into<String>, after: Duration) -> Error {
+        Error::Timeout {
+            node: self.spec.name.clone(),
+            what: what.into(),
+            after,
+            serial: self.serial_tail(SERIAL_TAIL_LINES),
+        }
+    }
+
+    /// Everything the serial console printed (all boots of this node).
+    pub fn serial_log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.paths.serial_log).unwrap_or_default())
+            .into_owned()
+    }
+
+    /// The last `n` lines of the serial console.
+    pub fn serial_tail(&self, n: usize) -> String {
+        let log = self.serial_log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Wait until the serial console of the current boot prints `needle`.
+    pub async fn wait_for_serial(&self, needle: &str, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let offset = self
+                .proc_
+                .lock()
+                .await
+                .as_ref()
+                .map(|r| r.serial_offset)
+                .unwrap_or(0);
+            let bytes = std::fs::read(&self.paths.serial_log).unwrap_or_default();
+            let tail = bytes
+                .get(usize::try_from(offset).unwrap_or(0)..)
+                .unwrap_or(&[]);
+            if String::from_utf8_lossy(tail).contains(needle) {
+                return Ok(());
+            }
+            self.ensure_running().await?;
+            if start.elapsed() > timeout {
+                return Err(self.timeout_error(format!("serial output {needle:?}"), timeout));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Wait for the boot marker and for the guest agent to answer.
+    pub async fn wait_ready(&self) -> Result<()> {
+        self.wait_ready_timeout(self.ctx.timeouts.boot).await
+    }
+
+    pub async fn wait_ready_timeout(&self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        self.wait_for_serial(READY_MARKER, timeout).await?;
+        let rest = timeout.saturating_sub(start.elapsed());
+        let conn = self.qga_connect(rest).await?;
+        conn.execute(qga::guest_ping {}, qga_conn::ATTEMPT_TIMEOUT)
+            .await
+            .map_err(|e| self.control_error("guest agent", e))?;
+        Ok(())
+    }
+
+    fn control_error(&self, channel: &'static str, detail: String) -> Error {
+        Error::Control {
+            node: self.spec.name.clone(),
+            channel,
+            detail,
+        }
+    }
+
+    /// A synchronised guest-agent connection, retrying fresh connections until `timeout`.
+    async fn qga_connect(&self, timeout: Duration) -> Result<qga_conn::QgaConn> {
+        let start = Instant::now();
+        let mut last = String::new();
+        loop {
+            self.ensure_running().await?;
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(self.timeout_error(format!("the guest agent ({last})"), timeout));
+            }
+            match qga_conn::connect(&self.paths.qga, left.min(qga_conn::ATTEMPT_TIMEOUT)).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Run `sh -c command` in the guest through the agent and collect its output.
+    pub async fn exec(&self, command: &str) -> Result<ExecOutput> {
+        self.exec_timeout(command, self.ctx.timeouts.command).await
+    }
+
+    pub async fn exec_timeout(&self, command: &str, timeout: Duration) -> Result<ExecOutput> {
+        let _one_at_a_time = self.qga_lock.lock().await;
+        let start = Instant::now();
+        let conn = self.qga_connect(timeout).await?;
+        let pid = conn
+            .execute(
+                qga::guest_exec {
+                    path: "/bin/sh".into(),
+                    arg: Some(vec!["-c".into(), command.into()]),
+                    env: Some(vec![
+                        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+                        "HOME=/root".into(),
+                    ]),
+                    input_data: None,
+                    // qemu-ga < 8 rejects the `mode` form; the boolean works everywhere.
+                    capture_output: Some(qga::GuestExecCaptureOutput::flag(true)),
+                },
+                qga_conn::ATTEMPT_TIMEOUT,
+            )
+            .await
+            .map_err(|e| self.control_error("guest-exec", e))?
+            .pid;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let st = conn
+                .execute(qga::guest_exec_status { pid }, qga_conn::ATTEMPT_TIMEOUT)
+                .await
+                .map_err(|e| self.control_error("guest-exec-status", e))?;
+            if st.exited {
+                let code = match (st.exitcode, st.signal) {
+                    (Some(c), _) => c,
+                    (None, Some(s)) => 128 + s,
+                    (None, None) => -1,
+                };
+                return Ok(ExecOutput {
+                    code,
+                    stdout: String::from_utf8_lossy(&st.out_data.unwrap_or_default()).into_owned(),
+                    stderr: String::from_utf8_lossy(&st.err_data.unwrap_or_default()).into_owned(),
+                });
+            }
+            if start.elapsed() > timeout {
+                return Err(self.timeout_error(format!("`{command}` to finish"), timeout));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Run a command that must succeed; returns its stdout.
+    pub async fn succeed(&self, command: &str) -> Result<String> {
+        let out = self.exec(command).await?;
+        if out.success() {
+            Ok(out.stdout)
+        } else {
+            Err(Error::CommandFailed {
+                node: self.spec.name.clone(),
+                command: command.into(),
+                code: out.code,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            })
+        }
+    }
+
+    /// Run a command that must fail; returns its output.
+    pub async fn fail(&self, command: &str) -> Result<ExecOutput> {
+        let out = self.exec(command).await?;
+        if out.success() {
+            Err(Error::CommandFailed {
+                node: self.spec.name.clone(),
+                command: format!("{command} (expected to fail)"),
+                code: out.code,
+                stdout: out.stdout,
+                stderr: out.stderr,
+            })
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// Retry `command` until it exits 0, at most `timeout`.
+    pub async fn wait_until_succeeds(&self, command: &str, timeout: Duration) -> Result<String> {
+        self.wait_until(command, timeout, true)
+            .await
+            .map(|o| o.stdout)
+    }
+
+    /// Retry `command` until it exits non-zero, at most `timeout`.
+    pub async fn wait_until_fails(&self, command: &str, timeout: Duration) -> Result<ExecOutput> {
+        self.wait_until(command, timeout, false).await
+    }
+
+    async fn wait_until(
+        &self,
+        command: &str,
+        timeout: Duration,
+        want_ok: bool,
+    ) -> Result<ExecOutput> {
+        let start = Instant::now();
+        loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            let out = self
+                .exec_timeout(command, left.max(Duration::from_secs(1)))
+                .await?;
+            if out.success() == want_ok {
+                return Ok(out);
+            }
+            if start.elapsed() > timeout {
+                let what = if want_ok { "to succeed" } else { "to fail" };
+                return Err(self.timeout_error(
+                    format!(
+                        "`{command}` {what} (last exit {}: {}{})",
+                        out.code, out.stdout, out.stderr
+                    ),
+                    timeout,
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Read a whole file from the guest.
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let _one_at_a_time = self.qga_lock.lock().await;
+        let t = qga_conn::ATTEMPT_TIMEOUT;
+        let conn = self.qga_connect(self.ctx.timeouts.command).await?;
+        let h = conn
+            .execute(
+                qga::guest_file_open {
+                    path: path.into(),
+                    mode: Some("r".into()),
+                },
+                t,
+            )
+            .await
+            .map_err(|e| self.control_error("guest-file-open", format!("{path}: {e}")))?;
+        let mut out = Vec::new();
+        let res = loop {
+            match conn
+                .execute(
+                    qga::guest_file_read {
+                        handle: h,
+                        count: Some(1 << 20),
+                    },
+                    t,
+                )
+                .await
+            {
+                Ok(r) => {
+                    out.extend_from_slice(&r.buf_b64);
+                    if r.eof {
+                        break Ok(());
+                    }
+                }
+                Err(e) => break Err(self.control_error("guest-file-read", format!("{path}: {e}"))),
+            }
+        };
+        let _ = conn.execute(qga::guest_file_close { handle: h }, t).await;
+        res.map(|()| out)
+    }
+
+    /// Write (replace) a file in the guest.
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<()> {
+        let _one_at_a_time = self.qga_lock.lock().await;
+        let t = qga_conn::ATTEMPT_TIMEOUT;
+        let conn = self.qga_connect(self.ctx.timeouts.command).await?;
+        let h = conn
+            .execute(
+                qga::guest_file_open {
+                    path: path.into(),
+                    mode: Some("w".into()),
+                },
+                t,
+            )
+            .await
+            .map_err(|e| self.control_error("guest-file-open", format!("{path}: {e}")))?;
+        let mut res = Ok(());
+        for chunk in data.chunks(1 << 20) {
+            if let Err(e) = conn
+                .execute(
+                    qga::guest_file_write {
+                        handle: h,
+                        buf_b64: chunk.to_vec(),
+                        count: None,
+                    },
+                    t,
+                )
+                .await
+            {
+                res = Err(self.control_error("guest-file-write", format!("{path}: {e}")));
+                break;
+            }
+        }
+        let closed = conn.execute(qga::guest_file_close { handle: h }, t).await;
+        res?;
+        closed.map_err(|e| self.control_error("guest-file-close", format!("{path}: {e}")))?;
+        Ok(())
+    }
+
+    /// The guest's interfaces and addresses, as its agent reports them.
+    pub async fn interfaces(&self) -> Result<Vec<Interface>> {
+        let _one_at_a_time = self.qga_lock.lock().await;
+        let conn = self.qga_connect(self.ctx.timeouts.command).await?;
+        let list = conn
+            .execute(
+                qga::guest_network_get_interfaces {},
+                qga_conn::ATTEMPT_TIMEOUT,
+            )
+            .await
+            .map_err(|e| self.control_error("guest-network-get-interfaces", e))?;
+        Ok(list
+            .into_iter()
+            .map(|i| Interface {
+                name: i.name,
+                mac: i.hardware_address,
+                addresses: i
+                    .ip_addresses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| format!("{}/{}", a.ip_address, a.prefix))
+                    .collect(),
+            })
+            .collect())
+    }
+
+    async fn qmp<C>(&self, cmd: C) -> Result<C::Ok>
+    where
+        C: qmp::QmpCommand + 'static,
+    {
+        self.ensure_running().await?;
+        qmp_conn::execute(&self.paths.qmp_ctl, cmd, self.ctx.timeouts.qmp)
+            .await
+            .map_err(|e| self.control_error("qmp", e))
+    }
+
+    /// QEMU's run state (`running`, `paused`, …).
+    pub async fn run_state(&self) -> Result<String> {
+        let st = self.qmp(qmp::query_status {}).await?;
+        Ok(serde_json::to_value(st.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into()))
+    }
+
+    /// Unplug the lab NIC's cable (a network partition of this node).
+    pub async fn link_down(&self) -> Result<()> {
+        self.qmp(qmp::set_link {
+            name: LAN_NIC_ID.into(),
+            up: false,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Plug the lab NIC's cable back in.
+    pub async fn link_up(&self) -> Result<()> {
+        self.qmp(qmp::set_link {
+            name: LAN_NIC_ID.into(),
+            up: true,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Freeze the vCPUs.
+    pub async fn pause(&self) -> Result<()> {
+        self.qmp(qmp::stop {}).await.map(|_| ())
+    }
+
+    pub async fn resume(&self) -> Result<()> {
+        self.qmp(qmp::cont {}).await.map(|_| ())
+    }
+
+    /// Sudden power loss: SIGKILL the node's QEMU and wait until it is gone. The disk keeps
+    /// what the guest had flushed (`sync`).
+    pub async fn kill(&self) -> Result<()> {
+        let mut guard = self.proc_.lock().await;
+        if let Some(mut r) = guard.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(r.qemu_pid).unwrap_or(0)),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(10), r.child.wait()).await;
+            let _ = r.child.kill().await;
+            r.events.abort();
+            let _ = std::fs::remove_file(&self.paths.pid);
+        }
+        Ok(())
+    }
+
+    /// Orderly power-off through the guest agent; QEMU is killed if it has not exited within
+    /// `timeout`.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<()> {
+        {
+            let _one_at_a_time = self.qga_lock.lock().await;
+            if let Ok(conn) = self.qga_connect(qga_conn::ATTEMPT_TIMEOUT).await {
+                // The agent does not answer a shutdown it carries out; the reply is not awaited.
+                let _ = conn
+                    .execute(
+                        qga::guest_shutdown {
+                            mode: Some(qga::GuestShutdownMode::Powerdown),
+                        },
+                        Duration::from_secs(1),
+                    )
+                    .await;
+            }
+        }
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if !self.is_running().await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.kill().await
+    }
+
+    /// Hard reset: power off (kill) and boot again from the same netboot image with the same
+    /// disk and MACs, then wait until ready.
+    pub async fn restart(&self) -> Result<()> {
+        self.kill().await?;
+        self.start().await?;
+        self.wait_ready().await
+    }
+
+    /// A system `ssh` command reaching this node's SSH server with the lab key, run inside the
+    /// lab's network namespace (the host cannot route into it). `args` become the remote command.
+    pub fn ssh_command(&self, args: &[&str]) -> std::process::Command {
+        let mut c = std::process::Command::new("nsenter");
+        c.args(ssh_argv(
+            self.ctx.ns_init_pid,
+            &self.ctx.ssh_key,
+            self.ssh_port,
+            args,
+        ));
+        c
+    }
+
+    /// Run a command over SSH (system `ssh`, the lab key) and collect its output.
+    pub async fn ssh(&self, command: &str) -> Result<ExecOutput> {
+        let std_cmd = self.ssh_command(&[command]);
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdin(Stdio::null()).kill_on_drop(true);
+        let out = tokio::time::timeout(self.ctx.timeouts.command, cmd.output())
+            .await
+            .map_err(|_| self.timeout_error(format!("ssh `{command}`"), self.ctx.timeouts.command))?
+            .map_err(|e| Error::tool("ssh", e.to_string()))?;
+        Ok(ExecOutput {
+            code: i64::from(out.status.code().unwrap_or(-1)),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// SIGKILL QEMU without waiting (used when the lab is dropped).
+    pub(crate) fn kill_now(&self) {
+        if let Ok(mut guard) = self.proc_.try_lock()
+            && let Some(r) = guard.as_mut()
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(r.qemu_pid).unwrap_or(0)),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            r.events.abort();
+        }
+    }
+
+    pub fn lab_name(&self) -> &str {
+        &self.ctx.name
+    }
+}
+
+/// `nsenter` arguments running the system `ssh` client inside a lab's network namespace,
+/// against a node's forwarded SSH port, with the lab's key and no host-key bookkeeping.
+pub fn ssh_argv(ns_init_pid: u32, key: &Path, port: u16, remote: &[&str]) -> Vec<String> {
+    let mut v = namespace::nsenter_argv(ns_init_pid, false, "ssh");
+    v.extend(
+        [
+            "-F",
+            "/dev/null",
+            "-i",
+            &key.display().to_string(),
+            "-p",
+            &port.to_string(),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "GlobalKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=20",
+            "root@127.0.0.1",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    v.extend(remote.iter().map(|s| s.to_string()));
+    v
+}
+
+/// The port in the lab namespace forwarded to node `index`'s SSH server.
+pub fn ssh_port_for(index: usize) -> u16 {
+    2201 + u16::try_from(index).unwrap_or(0)
+}
+
+/// The exact QEMU program line for logs and `argv.json`.
+pub fn program_line(argv: &[String]) -> Vec<String> {
+    let mut v = vec!["qemu-system-x86_64".to_string()];
+    v.extend(argv.iter().cloned());
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcg_timeouts_are_longer() {
+        assert!(Timeouts::for_accel(Accel::Tcg).boot > Timeouts::for_accel(Accel::Kvm).boot);
+    }
+
+    #[test]
+    fn ssh_runs_the_system_client_in_the_namespace() {
+        let v = ssh_argv(7, Path::new("/k/id"), 2202, &["hostname"]);
+        let j = v.join(" ");
+        assert!(j.starts_with("--target 7 --user --net --preserve-credentials -- ssh"));
+        assert!(j.contains("-i /k/id -p 2202"));
+        assert!(j.ends_with("root@127.0.0.1 hostname"));
+    }
+
+    #[test]
+    fn ssh_ports_are_per_node() {
+        assert_eq!(ssh_port_for(0), 2201);
+        assert_eq!(ssh_port_for(2), 2203);
+    }
+
+    #[test]
+    fn program_line_starts_with_qemu() {
+        assert_eq!(program_line(&["-m".into()])[0], "qemu-system-x86_64");
+    }
+}

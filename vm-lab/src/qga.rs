@@ -1,0 +1,136 @@
+//! The guest agent through the `qapi` crate, with the handshake it needs in practice: qemu-ga
+//! answers the documented 0xFF flush byte with a JSON *error*, and its replies carry no ids, so
+//! `qapi`'s own `guest_sync` would take that error as the answer. Here the `0xFF` +
+//! `guest-sync-delimited` exchange runs on the raw socket, discarding everything until the
+//! 0xFF sentinel and the matching id; only then is the socket handed to `qapi`. A connection
+//! whose request timed out is never reused.
+
+use std::path::Path;
+use std::time::Duration;
+
+use qapi::futures::{QapiService, QgaStreamTokio};
+use qapi::qga::QgaCommand;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedWriteHalf;
+
+/// Bound on one handshake attempt (a guest that has not opened its port never answers).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Service = QapiService<QgaStreamTokio<OwnedWriteHalf>>;
+
+pub struct QgaConn {
+    service: Service,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for QgaConn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Connect and synchronise, bounded by `timeout`.
+pub async fn connect(sock: &Path, timeout: Duration) -> Result<QgaConn, String> {
+    let work = async {
+        let mut s = UnixStream::connect(sock)
+            .await
+            .map_err(|e| format!("connect {}: {e}", sock.display()))?;
+        let id = i64::from(rand::random::<u32>());
+        handshake(&mut s, id)
+            .await
+            .map_err(|e| format!("sync: {e}"))?;
+        let (r, w) = s.into_split();
+        let (service, task) = QgaStreamTokio::open_split(r, w).spawn_tokio();
+        Ok(QgaConn { service, task })
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("the guest agent did not answer within {timeout:?}")),
+    }
+}
+
+impl QgaConn {
+    pub async fn execute<C>(&self, cmd: C, timeout: Duration) -> Result<C::Ok, String>
+    where
+        C: QgaCommand + 'static,
+    {
+        match tokio::time::timeout(timeout, self.service.execute(cmd)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        }
+    }
+}
+
+pub async fn handshake(sock: &mut UnixStream, id: i64) -> std::io::Result<()> {
+    sock.write_all(&[0xFF]).await?;
+    sock.write_all(sync_request(id).as_bytes()).await?;
+    let mut line = Vec::new();
+    let mut armed = false;
+    let mut b = [0u8; 1];
+    loop {
+        sock.read_exact(&mut b).await?;
+        match b[0] {
+            0xFF => {
+                armed = true;
+                line.clear();
+            }
+            b'\n' if armed => {
+                if sync_reply_matches(&line, id) {
+                    return Ok(());
+                }
+                armed = false;
+                line.clear();
+            }
+            c if armed => line.push(c),
+            _ => {}
+        }
+    }
+}
+
+pub fn sync_request(id: i64) -> String {
+    format!("{{\"execute\":\"guest-sync-delimited\",\"arguments\":{{\"id\":{id}}}}}\n")
+}
+
+pub fn sync_reply_matches(line: &[u8], id: i64) -> bool {
+    serde_json::from_slice::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("return").and_then(|r| r.as_i64()))
+        == Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn sync_reply_must_match_id() {
+        assert!(sync_reply_matches(br#"{"return": 7}"#, 7));
+        assert!(!sync_reply_matches(br#"{"return": 8}"#, 7));
+        assert!(!sync_reply_matches(
+            br#"{"error":{"class":"GenericError"}}"#,
+            7
+        ));
+    }
+
+    #[tokio::test]
+    async fn handshake_skips_the_error_reply_to_the_flush_byte() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let agent = tokio::spawn(async move {
+            let mut buf = [0u8; 256];
+            let _ = b.read(&mut buf).await.unwrap();
+            // What qemu-ga 7.2 does: an error for the stray 0xFF, then the delimited sync reply.
+            b.write_all(b"{\"error\":{\"class\":\"GenericError\",\"desc\":\"stray\"}}\n")
+                .await
+                .unwrap();
+            b.write_all(b"\xff{\"return\": 1234}\n").await.unwrap();
+            b
+        });
+        tokio::time::timeout(Duration::from_secs(5), handshake(&mut a, 1234))
+            .await
+            .unwrap()
+            .unwrap();
+        agent.await.unwrap();
+    }
+}
