@@ -1,0 +1,2 @@
+//! Rehearse benchmark (being written by the deployer helper).
+fn main() {}

@@ -1,0 +1,477 @@
+//! A rollout: manifests → validated plans → waves in the seed's order, VMs inside a wave with
+//! bounded concurrency (and `dependsOn` respected), each VM retried with backoff while its error
+//! is retryable, cleaned up when it finally fails after this rollout created it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde::Serialize;
+use tokio::sync::{Semaphore, watch};
+
+use crate::config::Provider;
+use crate::errors::StepError;
+use crate::manifest::{ManifestSet, Unreadable};
+use crate::order::order;
+use crate::pipeline::{Pipeline, PipelineOptions, StepSink, VmJob};
+use crate::retry::Backoff;
+use crate::site::{SiteCtx, connect};
+use crate::state::{Condition, ErrorRecord, Stage, StateStore, VmRecord, key};
+use crate::validate::{VmPlan, validate};
+
+/// Called when a VM finishes: (name, ok).
+pub type DoneHook = Arc<dyn Fn(&str, bool) + Send + Sync>;
+
+type Signal = (watch::Sender<Option<bool>>, watch::Receiver<Option<bool>>);
+type Signals = BTreeMap<String, Signal>;
+
+#[derive(Clone)]
+pub struct DeployOptions {
+    /// VMs in flight at once within a wave.
+    pub concurrency: usize,
+    pub backoff: Backoff,
+    pub pipeline: PipelineOptions,
+    /// Per HTTP call.
+    pub http_timeout: Duration,
+    /// Where the rollout's state lives; `None` keeps it in memory.
+    pub state_path: Option<PathBuf>,
+    pub on_step: Option<StepSink>,
+    /// Called when a VM finishes (name, ok).
+    pub on_done: Option<DoneHook>,
+}
+
+impl Default for DeployOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            backoff: Backoff::default(),
+            pipeline: PipelineOptions::default(),
+            http_timeout: Duration::from_secs(30),
+            state_path: None,
+            on_step: None,
+            on_done: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ready,
+    Failed,
+    Skipped,
+    Destroyed,
+    Absent,
+}
+
+/// One VM's result — the status contract (`--json`), also for external deployer commands.
+#[derive(Debug, Clone, Serialize)]
+pub struct VmOutcome {
+    pub name: String,
+    pub site: String,
+    pub node: String,
+    pub manifest: String,
+    pub wave: String,
+    pub outcome: Outcome,
+    pub vmid: Option<u32>,
+    pub state: Option<String>,
+    pub ip: Option<String>,
+    pub attempts: u32,
+    pub conditions: Vec<Condition>,
+    pub error: Option<ErrorRecord>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub total: usize,
+    pub ready: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub unreadable: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RolloutResult {
+    pub vms: Vec<VmOutcome>,
+    pub unreadable: Vec<Unreadable>,
+    pub summary: Summary,
+    pub elapsed_ms: u128,
+}
+
+impl RolloutResult {
+    pub fn all_ready(&self) -> bool {
+        self.summary.failed == 0 && self.summary.skipped == 0 && self.summary.unreadable == 0
+    }
+
+    pub(crate) fn finish(
+        vms: Vec<VmOutcome>,
+        unreadable: Vec<Unreadable>,
+        started: Instant,
+    ) -> Self {
+        let count = |o: Outcome| vms.iter().filter(|v| v.outcome == o).count();
+        let summary = Summary {
+            total: vms.len() + unreadable.len(),
+            ready: count(Outcome::Ready),
+            failed: count(Outcome::Failed),
+            skipped: count(Outcome::Skipped),
+            unreadable: unreadable.len(),
+        };
+        Self {
+            vms,
+            unreadable,
+            summary,
+            elapsed_ms: started.elapsed().as_millis(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+}
+
+pub struct Deployer {
+    provider: Provider,
+    options: DeployOptions,
+    state: StateStore,
+}
+
+struct Item {
+    key: String,
+    manifest: String,
+    wave: String,
+    plan: Result<VmPlan, StepError>,
+    depends_on: Vec<String>,
+}
+
+impl Deployer {
+    pub fn new(provider: Provider, options: DeployOptions) -> Result<Self, DeployError> {
+        let state = StateStore::open(options.state_path.as_deref())?;
+        Ok(Self {
+            provider,
+            options,
+            state,
+        })
+    }
+
+    pub fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    pub(crate) fn task_wait(&self) -> crate::pve::tasks::TaskWait {
+        self.options.pipeline.task_wait
+    }
+
+    /// Connects every site a manifest names; a site that cannot be reached or refuses the
+    /// credentials becomes the error of each of its VMs.
+    pub(crate) async fn connect_sites(
+        &self,
+        names: impl Iterator<Item = String>,
+    ) -> BTreeMap<String, Result<Arc<SiteCtx>, StepError>> {
+        let mut wanted: Vec<String> = names.collect();
+        wanted.sort();
+        wanted.dedup();
+        let futs = wanted.iter().map(|name| async move {
+            let r = match self.provider.site(name) {
+                None => Err(StepError::SiteUnknown(name.clone())),
+                Some(site) => connect(site, &self.provider.credentials, self.options.http_timeout)
+                    .await
+                    .map(Arc::new),
+            };
+            (name.clone(), r)
+        });
+        join_all(futs).await.into_iter().collect()
+    }
+
+    fn items(&self, set: &ManifestSet) -> (Vec<Item>, Vec<Vec<usize>>) {
+        let ord = order(&set.vms);
+        let mut items: Vec<Item> = set
+            .vms
+            .iter()
+            .map(|l| {
+                let fp = &l.vm.spec.for_provider;
+                Item {
+                    key: key(&fp.site, &fp.name),
+                    manifest: l.path.clone(),
+                    wave: String::new(),
+                    plan: validate(fp).map_err(|e| StepError::InvalidSpec(e.to_string())),
+                    depends_on: l.vm.spec.deployment.depends_on.clone(),
+                }
+            })
+            .collect();
+        for (i, why) in &ord.invalid {
+            items[*i].plan = Err(StepError::InvalidSpec(why.clone()));
+        }
+        let mut waves = Vec::new();
+        for w in &ord.waves {
+            for &m in &w.members {
+                items[m].wave = w.label();
+            }
+            waves.push(w.members.clone());
+        }
+        (items, waves)
+    }
+
+    /// Deploys every readable manifest. Unreadable ones are reported, never guessed at.
+    pub async fn deploy(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
+        let started = Instant::now();
+        let (items, waves) = self.items(set);
+        let sites = self
+            .connect_sites(
+                items
+                    .iter()
+                    .filter_map(|i| i.plan.as_ref().ok().map(|p| p.site.clone())),
+            )
+            .await;
+        // One "done" signal per VM name, for dependsOn.
+        let mut signals: Signals = BTreeMap::new();
+        for it in &items {
+            if let Ok(p) = &it.plan {
+                signals.insert(p.name.clone(), watch::channel(None));
+            }
+        }
+        let semaphore = Arc::new(Semaphore::new(self.options.concurrency.max(1)));
+        for wave in waves {
+            let futs = wave.into_iter().map(|i| {
+                let it = &items[i];
+                let sem = Arc::clone(&semaphore);
+                let sites = &sites;
+                let signals = &signals;
+                async move {
+                    let ok = self.run_item(it, sites, signals, &sem).await;
+                    if let Ok(p) = &it.plan
+                        && let Some((tx, _)) = signals.get(&p.name)
+                    {
+                        let _ = tx.send(Some(ok));
+                    }
+                    if let Some(f) = &self.options.on_done {
+                        f(
+                            it.plan
+                                .as_ref()
+                                .map(|p| p.name.as_str())
+                                .unwrap_or(&it.manifest),
+                            ok,
+                        );
+                    }
+                }
+            });
+            join_all(futs).await;
+        }
+        self.state.persist().await?;
+        let outcomes = items.iter().map(|it| self.outcome(it)).collect();
+        Ok(RolloutResult::finish(
+            outcomes,
+            set.unreadable.clone(),
+            started,
+        ))
+    }
+
+    async fn run_item(
+        &self,
+        it: &Item,
+        sites: &BTreeMap<String, Result<Arc<SiteCtx>, StepError>>,
+        signals: &Signals,
+        sem: &Semaphore,
+    ) -> bool {
+        let plan = match &it.plan {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(it, None, e, 0);
+                return false;
+            }
+        };
+        for dep in &it.depends_on {
+            if let Some((_, rx)) = signals.get(dep) {
+                let mut rx = rx.clone();
+                let ok = match rx.wait_for(|v| v.is_some()).await {
+                    Ok(v) => v.unwrap_or(false),
+                    Err(_) => false,
+                };
+                if !ok {
+                    self.fail(it, Some(plan), &StepError::DependencyFailed(dep.clone()), 0);
+                    return false;
+                }
+            }
+        }
+        let site = match sites.get(&plan.site) {
+            Some(Ok(s)) => Arc::clone(s),
+            Some(Err(e)) => {
+                self.fail(it, Some(plan), e, 0);
+                return false;
+            }
+            None => {
+                self.fail(
+                    it,
+                    Some(plan),
+                    &StepError::SiteUnknown(plan.site.clone()),
+                    0,
+                );
+                return false;
+            }
+        };
+        let Ok(_permit) = sem.acquire().await else {
+            return false;
+        };
+        let pipeline = Pipeline {
+            site: &site,
+            state: &self.state,
+            options: &self.options.pipeline,
+            sink: self.options.on_step.as_ref(),
+        };
+        let job = VmJob {
+            key: it.key.clone(),
+            manifest: &it.manifest,
+            plan,
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.state.update(
+                &it.key,
+                || blank(it, plan),
+                |r| {
+                    r.attempts = attempt;
+                    r.manifest = it.manifest.clone();
+                    if r.stage >= Stage::Failed {
+                        r.stage = Stage::Pending;
+                    }
+                },
+            );
+            match pipeline.run(&job).await {
+                Ok(()) => return true,
+                Err(e) if e.is_retryable() && attempt < self.options.backoff.max_attempts => {
+                    let delay = self.options.backoff.delay(attempt);
+                    tracing::warn!(vm = %plan.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
+                    self.state.update(
+                        &it.key,
+                        || blank(it, plan),
+                        |r| {
+                            r.set_condition(Condition::new(
+                                "Ready",
+                                false,
+                                e.reason(),
+                                format!("attempt {attempt}: {e}"),
+                            ));
+                        },
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => {
+                    tracing::error!(vm = %plan.name, attempt, error = %e, "failed");
+                    self.cleanup(&site, it, plan).await;
+                    self.fail(it, Some(plan), &e, attempt);
+                    let _ = self.state.persist().await;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Deletes (purge) a VM this rollout created and could not finish.
+    async fn cleanup(&self, site: &SiteCtx, it: &Item, plan: &VmPlan) {
+        let Some(rec) = self.state.get(&it.key) else {
+            return;
+        };
+        let (Some(vmid), true) = (rec.vmid, rec.created_here) else {
+            return;
+        };
+        let c = &site.client;
+        let wait = self.options.pipeline.task_wait;
+        if let Ok(cur) = c.vm_current(&plan.node, vmid).await
+            && cur.status == "running"
+            && let Ok(upid) = c.stop_vm(&plan.node, vmid).await
+        {
+            let _ = c.await_task(&upid, wait).await;
+        }
+        match c.destroy_vm(&plan.node, vmid).await {
+            Ok(upid) => match c.await_task(&upid, wait).await {
+                Ok(_) => {
+                    tracing::info!(vm = %plan.name, vmid, "cleaned up");
+                    self.state.update(
+                        &it.key,
+                        || blank(it, plan),
+                        |r| {
+                            r.vmid = None;
+                            r.created_here = false;
+                            r.set_condition(Condition::new(
+                                "CleanedUp",
+                                true,
+                                "Deleted",
+                                format!("VM {vmid} deleted (purge) after the failure"),
+                            ));
+                        },
+                    );
+                }
+                Err(e) => tracing::warn!(vm = %plan.name, vmid, error = %e, "cleanup task failed"),
+            },
+            Err(e) if e.text().contains("does not exist") => {
+                self.state
+                    .update(&it.key, || blank(it, plan), |r| r.vmid = None);
+            }
+            Err(e) => tracing::warn!(vm = %plan.name, vmid, error = %e, "cleanup failed"),
+        }
+    }
+
+    fn fail(&self, it: &Item, plan: Option<&VmPlan>, e: &StepError, attempts: u32) {
+        let init = || match plan {
+            Some(p) => blank(it, p),
+            None => VmRecord {
+                name: it.key.rsplit('/').next().unwrap_or(&it.key).to_string(),
+                site: it.key.split('/').next().unwrap_or("").to_string(),
+                manifest: it.manifest.clone(),
+                ..VmRecord::default()
+            },
+        };
+        self.state.update(&it.key, init, |r| {
+            r.stage = Stage::Failed;
+            r.attempts = attempts;
+            r.error = Some(ErrorRecord {
+                reason: e.reason().to_string(),
+                message: e.to_string(),
+                retryable: e.is_retryable(),
+            });
+            r.set_condition(Condition::new("Ready", false, e.reason(), e.to_string()));
+        });
+    }
+
+    fn outcome(&self, it: &Item) -> VmOutcome {
+        let rec = self.state.get(&it.key).unwrap_or_default();
+        let outcome = match rec.stage {
+            Stage::Ready => Outcome::Ready,
+            Stage::Failed => Outcome::Failed,
+            Stage::Destroyed => Outcome::Destroyed,
+            _ => Outcome::Skipped,
+        };
+        to_outcome(&rec, &it.wave, outcome)
+    }
+}
+
+fn blank(it: &Item, p: &VmPlan) -> VmRecord {
+    VmRecord {
+        name: p.name.clone(),
+        site: p.site.clone(),
+        node: p.node.clone(),
+        manifest: it.manifest.clone(),
+        ..VmRecord::default()
+    }
+}
+
+pub(crate) fn to_outcome(rec: &VmRecord, wave: &str, outcome: Outcome) -> VmOutcome {
+    VmOutcome {
+        name: rec.name.clone(),
+        site: rec.site.clone(),
+        node: rec.node.clone(),
+        manifest: rec.manifest.clone(),
+        wave: wave.to_string(),
+        outcome,
+        vmid: rec.vmid,
+        state: rec.state.clone(),
+        ip: rec.ip.clone(),
+        attempts: rec.attempts,
+        conditions: rec.conditions.clone(),
+        error: rec.error.clone(),
+    }
+}

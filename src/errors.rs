@@ -1,0 +1,260 @@
+//! Why a VM's rollout failed, and whether trying again can help.
+//!
+//! Retryable: the node is unreachable, the image is not there yet, resources are busy or short,
+//! the VM is locked. Fail fast: the spec is invalid, the bridge or storage is missing or wrong,
+//! the credentials are refused, the PVE version cannot import disks.
+
+use serde::Serialize;
+
+use crate::pve::PveError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorClass {
+    Retryable,
+    FailFast,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepError {
+    #[error("{0}")]
+    InvalidSpec(String),
+    #[error("authentication refused by {site}: {detail}")]
+    AuthRefused { site: String, detail: String },
+    #[error("site '{0}' is not in the provider config")]
+    SiteUnknown(String),
+    #[error("node {node} is not part of {site} (nodes there: {known})")]
+    NodeUnknown {
+        site: String,
+        node: String,
+        known: String,
+    },
+    #[error("node {node} is not reachable or unhealthy: {detail}")]
+    NodeUnreachable { node: String, detail: String },
+    #[error("network bridge '{bridge}' does not exist on node {node} (bridges there: {known})")]
+    BridgeMissing {
+        node: String,
+        bridge: String,
+        known: String,
+    },
+    #[error("storage '{storage}' does not exist on node {node}")]
+    StorageMissing { node: String, storage: String },
+    #[error(
+        "storage '{storage}' on node {node} is type {kind} with content [{content}]: it cannot hold VM disks (needs 'images'{hint})"
+    )]
+    StorageNotForImages {
+        node: String,
+        storage: String,
+        kind: String,
+        content: String,
+        hint: String,
+    },
+    #[error("storage '{storage}' on node {node} is full: {detail}")]
+    StorageFull {
+        node: String,
+        storage: String,
+        detail: String,
+    },
+    #[error("image '{image}' not usable on node {node}: {detail}")]
+    ImageMissing {
+        image: String,
+        node: String,
+        detail: String,
+    },
+    #[error("disk import not supported: {detail}")]
+    ImportNotSupported { detail: String },
+    #[error("insufficient resources: {0}")]
+    Insufficient(String),
+    #[error("node {node} has {threads} CPU threads; a VM with {cores} vCPUs cannot start there")]
+    TooManyVcpus {
+        node: String,
+        cores: u32,
+        threads: u64,
+    },
+    #[error("VM is locked: {0}")]
+    Locked(String),
+    #[error("dependency '{0}' did not become ready")]
+    DependencyFailed(String),
+    #[error("{0}")]
+    Api(String),
+    #[error("{0} (transient)")]
+    Transient(String),
+}
+
+impl StepError {
+    pub fn class(&self) -> ErrorClass {
+        use StepError::*;
+        match self {
+            NodeUnreachable { .. }
+            | StorageFull { .. }
+            | ImageMissing { .. }
+            | Insufficient(_)
+            | Locked(_)
+            | Transient(_) => ErrorClass::Retryable,
+            InvalidSpec(_)
+            | AuthRefused { .. }
+            | SiteUnknown(_)
+            | NodeUnknown { .. }
+            | BridgeMissing { .. }
+            | StorageMissing { .. }
+            | StorageNotForImages { .. }
+            | ImportNotSupported { .. }
+            | TooManyVcpus { .. }
+            | DependencyFailed(_)
+            | Api(_) => ErrorClass::FailFast,
+        }
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        self.class() == ErrorClass::Retryable
+    }
+
+    /// A short machine-readable reason (the condition's `reason`).
+    pub fn reason(&self) -> &'static str {
+        use StepError::*;
+        match self {
+            InvalidSpec(_) => "InvalidSpec",
+            AuthRefused { .. } => "AuthRefused",
+            SiteUnknown(_) => "SiteUnknown",
+            NodeUnknown { .. } => "NodeUnknown",
+            NodeUnreachable { .. } => "NodeUnreachable",
+            BridgeMissing { .. } => "BridgeMissing",
+            StorageMissing { .. } => "StorageMissing",
+            StorageNotForImages { .. } => "StorageNotForImages",
+            StorageFull { .. } => "StorageFull",
+            ImageMissing { .. } => "ImageMissing",
+            ImportNotSupported { .. } => "ImportNotSupported",
+            Insufficient(_) => "InsufficientResources",
+            TooManyVcpus { .. } => "TooManyVcpus",
+            Locked(_) => "Locked",
+            DependencyFailed(_) => "DependencyFailed",
+            Api(_) => "ApiError",
+            Transient(_) => "Transient",
+        }
+    }
+}
+
+/// What went wrong talking to PVE, classified by status and PVE's own wording.
+pub fn classify(site: &str, node: &str, storage: Option<&str>, err: &PveError) -> StepError {
+    let text = err.text();
+    let lower = text.to_lowercase();
+    if let PveError::Transport { .. } = err {
+        return StepError::NodeUnreachable {
+            node: node.to_string(),
+            detail: err.to_string(),
+        };
+    }
+    if let PveError::TaskTimeout { .. } = err {
+        return StepError::Transient(err.to_string());
+    }
+    match err.status() {
+        Some(401) | Some(403) => {
+            return StepError::AuthRefused {
+                site: site.to_string(),
+                detail: err.to_string(),
+            };
+        }
+        Some(595 | 596 | 502 | 503 | 504) => {
+            return StepError::NodeUnreachable {
+                node: node.to_string(),
+                detail: err.to_string(),
+            };
+        }
+        _ => {}
+    }
+    if lower.contains("does not support vm images") {
+        return StepError::StorageNotForImages {
+            node: node.to_string(),
+            storage: storage.unwrap_or("?").to_string(),
+            kind: "?".into(),
+            content: "?".into(),
+            hint: String::new(),
+        };
+    }
+    if lower.contains("insufficient free space")
+        || lower.contains("no space left")
+        || lower.contains("not enough free space")
+        || lower.contains("storage full")
+        || lower.contains("out of space")
+    {
+        return StepError::StorageFull {
+            node: node.to_string(),
+            storage: storage.unwrap_or("?").to_string(),
+            detail: text.trim().to_string(),
+        };
+    }
+    if lower.contains("vm is locked")
+        || lower.contains("can't lock file")
+        || lower.contains("got timeout")
+    {
+        return StepError::Locked(text.trim().to_string());
+    }
+    if lower.contains("insufficient")
+        || lower.contains("cannot allocate memory")
+        || lower.contains("out of memory")
+        || lower.contains("not enough")
+    {
+        return StepError::Insufficient(text.trim().to_string());
+    }
+    if lower.contains("vcpus allowed per vm") {
+        // The VM is larger than the node: waiting will not change that.
+        return StepError::InvalidSpec(format!("node {node}: {}", text.trim()));
+    }
+    if lower.contains("node is offline")
+        || lower.contains("no route to host")
+        || lower.contains("connection refused")
+        || lower.contains("hostname lookup")
+    {
+        return StepError::NodeUnreachable {
+            node: node.to_string(),
+            detail: text.trim().to_string(),
+        };
+    }
+    StepError::Api(err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn http(status: u16, reason: &str) -> PveError {
+        PveError::Http {
+            method: "POST".into(),
+            path: "/nodes/n/qemu".into(),
+            status,
+            reason: reason.into(),
+            message: None,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn classes_follow_the_seed() {
+        let c = |e: &PveError| classify("site-1", "n", Some("local-lvm"), e);
+        assert_eq!(
+            c(&http(401, "Authentication failed!")).reason(),
+            "AuthRefused"
+        );
+        assert!(!c(&http(401, "No ticket")).is_retryable());
+        assert!(c(&http(595, "Connection refused")).is_retryable());
+        assert!(c(&http(500, "VM is locked (create)")).is_retryable());
+        let full = c(&PveError::Task {
+            upid: "u".into(),
+            exitstatus: "unable to create VM 100 - lvcreate 'pve/vm-100-disk-0' error:   Volume group \"pve\" has insufficient free space (10 extents): 20 required.".into(),
+            log: vec![],
+        });
+        assert_eq!(full.reason(), "StorageFull");
+        assert!(full.to_string().contains("local-lvm"));
+        assert!(full.is_retryable());
+        assert!(!c(&http(500, "something odd")).is_retryable());
+        let transport = PveError::Transport {
+            method: "GET".into(),
+            path: "/".into(),
+            detail: "connect refused".into(),
+            timeout: false,
+        };
+        assert_eq!(c(&transport).reason(), "NodeUnreachable");
+    }
+}

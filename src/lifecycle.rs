@@ -1,0 +1,227 @@
+//! `status` (read-only: what each manifest's VM is right now) and `destroy` (delete, with purge,
+//! the VMs this rollout created — never adopted ones).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::deploy::{DeployError, Deployer, Outcome, RolloutResult, to_outcome};
+use crate::errors::StepError;
+use crate::manifest::ManifestSet;
+use crate::site::SiteCtx;
+use crate::state::{Condition, Stage, VmRecord, key};
+use crate::validate::validate;
+
+impl Deployer {
+    async fn sites_for(
+        &self,
+        set: &ManifestSet,
+    ) -> BTreeMap<String, Result<Arc<SiteCtx>, StepError>> {
+        let recorded: Vec<String> = self
+            .state()
+            .snapshot()
+            .vms
+            .values()
+            .map(|r| r.site.clone())
+            .collect();
+        let names = set
+            .vms
+            .iter()
+            .map(|l| l.vm.spec.for_provider.site.clone())
+            .chain(recorded);
+        self.connect_sites(names).await
+    }
+
+    /// What exists for each manifest, from the live API (the state file only supplies VMIDs).
+    pub async fn status(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
+        let started = Instant::now();
+        let sites = self.sites_for(set).await;
+        let mut out = Vec::new();
+        for l in &set.vms {
+            let fp = &l.vm.spec.for_provider;
+            let k = key(&fp.site, &fp.name);
+            let mut rec = self.state().get(&k).unwrap_or_else(|| VmRecord {
+                name: fp.name.clone(),
+                site: fp.site.clone(),
+                node: fp.node.clone(),
+                manifest: l.path.clone(),
+                ..VmRecord::default()
+            });
+            let outcome = match validate(fp) {
+                Err(e) => {
+                    rec.set_condition(Condition::new("Valid", false, "InvalidSpec", e.to_string()));
+                    Outcome::Failed
+                }
+                Ok(_) => match sites.get(&fp.site) {
+                    Some(Ok(site)) => live(site, &mut rec).await,
+                    Some(Err(e)) => {
+                        rec.set_condition(Condition::new(
+                            "Reachable",
+                            false,
+                            e.reason(),
+                            e.to_string(),
+                        ));
+                        Outcome::Failed
+                    }
+                    None => {
+                        let e = StepError::SiteUnknown(fp.site.clone());
+                        rec.set_condition(Condition::new(
+                            "Reachable",
+                            false,
+                            e.reason(),
+                            e.to_string(),
+                        ));
+                        Outcome::Failed
+                    }
+                },
+            };
+            out.push(to_outcome(&rec, "", outcome));
+        }
+        Ok(RolloutResult::finish(out, set.unreadable.clone(), started))
+    }
+
+    /// Deletes, with purge, every VM the state says this rollout created.
+    pub async fn destroy(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
+        let started = Instant::now();
+        let sites = self.sites_for(set).await;
+        let records: Vec<(String, VmRecord)> = self.state().snapshot().vms.into_iter().collect();
+        let mut out = Vec::new();
+        for (k, mut rec) in records {
+            let outcome = match (rec.vmid, rec.created_here, sites.get(&rec.site)) {
+                (None, _, _) => Outcome::Absent,
+                (Some(_), false, _) => {
+                    rec.set_condition(Condition::new(
+                        "Destroyed",
+                        false,
+                        "Adopted",
+                        "not created by this rollout; left alone",
+                    ));
+                    Outcome::Skipped
+                }
+                (Some(vmid), true, Some(Ok(site))) => {
+                    match destroy_one(site, &rec.node, vmid, &rec.name, self).await {
+                        Ok(()) => {
+                            rec.vmid = None;
+                            rec.stage = Stage::Destroyed;
+                            rec.state = None;
+                            rec.ip = None;
+                            rec.set_condition(Condition::new(
+                                "Destroyed",
+                                true,
+                                "Deleted",
+                                format!("VM {vmid} deleted with purge"),
+                            ));
+                            Outcome::Destroyed
+                        }
+                        Err(e) => {
+                            rec.set_condition(Condition::new(
+                                "Destroyed",
+                                false,
+                                e.reason(),
+                                e.to_string(),
+                            ));
+                            Outcome::Failed
+                        }
+                    }
+                }
+                (Some(_), true, _) => {
+                    rec.set_condition(Condition::new(
+                        "Destroyed",
+                        false,
+                        "SiteUnavailable",
+                        "site not reachable",
+                    ));
+                    Outcome::Failed
+                }
+            };
+            let r2 = rec.clone();
+            self.state().update(&k, || r2.clone(), |r| *r = r2.clone());
+            out.push(to_outcome(&rec, "", outcome));
+        }
+        self.state().persist().await?;
+        Ok(RolloutResult::finish(out, set.unreadable.clone(), started))
+    }
+}
+
+async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
+    let c = &site.client;
+    let resources = match c.vm_resources().await {
+        Ok(r) => r,
+        Err(e) => {
+            rec.set_condition(Condition::new(
+                "Reachable",
+                false,
+                "ApiError",
+                e.to_string(),
+            ));
+            return Outcome::Failed;
+        }
+    };
+    let found = resources
+        .iter()
+        .filter(|r| r.kind == "qemu" && r.name.as_deref() == Some(rec.name.as_str()))
+        .min_by_key(|r| (r.vmid.map(|v| Some(v as u32) != rec.vmid), r.vmid));
+    let Some(found) = found else {
+        rec.vmid = None;
+        rec.state = None;
+        rec.ip = None;
+        return Outcome::Absent;
+    };
+    let vmid = found.vmid.and_then(|v| u32::try_from(v).ok());
+    rec.vmid = vmid;
+    rec.state = found.status.clone();
+    if let (Some(vmid), Some(node)) = (vmid, found.node.as_deref()) {
+        rec.node = node.to_string();
+        if found.status.as_deref() == Some("running")
+            && let Ok(ifs) = c.agent_interfaces(node, vmid).await
+        {
+            rec.ip = ifs.primary_ipv4();
+        }
+    }
+    let running = rec.state.as_deref() == Some("running");
+    rec.set_condition(Condition::new(
+        "Ready",
+        running,
+        if running { "Running" } else { "NotRunning" },
+        format!(
+            "VM {} is {}",
+            vmid.unwrap_or(0),
+            rec.state.clone().unwrap_or_default()
+        ),
+    ));
+    if running {
+        Outcome::Ready
+    } else {
+        Outcome::Failed
+    }
+}
+
+async fn destroy_one(
+    site: &SiteCtx,
+    node: &str,
+    vmid: u32,
+    name: &str,
+    d: &Deployer,
+) -> Result<(), StepError> {
+    let c = &site.client;
+    let wait = d.task_wait();
+    let err = |e: &crate::pve::PveError| crate::errors::classify(&site.name, node, None, e);
+    let cur = match c.vm_current(node, vmid).await {
+        Ok(cur) => cur,
+        Err(e) if e.text().contains("does not exist") => return Ok(()),
+        Err(e) => return Err(err(&e)),
+    };
+    if cur.name.as_deref().is_some_and(|n| n != name) {
+        return Err(StepError::Api(format!(
+            "VM {vmid} is now named {:?}, not {name}; not deleting it",
+            cur.name
+        )));
+    }
+    if cur.status == "running" {
+        let upid = c.stop_vm(node, vmid).await.map_err(|e| err(&e))?;
+        c.await_task(&upid, wait).await.map_err(|e| err(&e))?;
+    }
+    let upid = c.destroy_vm(node, vmid).await.map_err(|e| err(&e))?;
+    c.await_task(&upid, wait).await.map_err(|e| err(&e))?;
+    Ok(())
+}

@@ -1,0 +1,768 @@
+//! The per-VM pipeline: the seed's steps, done the way real PVE needs them. Every step first looks
+//! at what exists, so running it again (a retry, a re-run, a resumed run) changes nothing that is
+//! already right.
+
+use std::time::{Duration, Instant};
+
+use crate::errors::{StepError, classify};
+use crate::image::{self, StorageView};
+use crate::pve::api::{ClusterResource, StorageInfo, disk_size_mib};
+use crate::pve::tasks::TaskWait;
+use crate::pve::{PveClient, PveError};
+use crate::site::SiteCtx;
+use crate::state::{Condition, Stage, StateStore, VmRecord};
+use crate::validate::VmPlan;
+
+/// Knobs of one run that the pipeline needs.
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    pub task_wait: TaskWait,
+    /// How long to wait for the guest agent to report an address after start.
+    pub ip_wait: Duration,
+    pub ip_poll: Duration,
+    /// How many fresh VMIDs to try when another creator takes ours.
+    pub nextid_retries: u32,
+    pub start: bool,
+    /// `ciuser` for cloud-init (the seed's `admin`).
+    pub ci_user: String,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        Self {
+            task_wait: TaskWait::default(),
+            ip_wait: Duration::from_secs(120),
+            ip_poll: Duration::from_secs(2),
+            nextid_retries: 5,
+            start: true,
+            ci_user: "admin".into(),
+        }
+    }
+}
+
+/// Observes pipeline progress (steps as they start).
+pub type StepSink = std::sync::Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+pub struct VmJob<'a> {
+    pub key: String,
+    pub manifest: &'a str,
+    pub plan: &'a VmPlan,
+}
+
+pub struct Pipeline<'a> {
+    pub site: &'a SiteCtx,
+    pub state: &'a StateStore,
+    pub options: &'a PipelineOptions,
+    pub sink: Option<&'a StepSink>,
+}
+
+impl Pipeline<'_> {
+    fn client(&self) -> &PveClient {
+        &self.site.client
+    }
+
+    fn step(&self, job: &VmJob<'_>, step: &str) {
+        tracing::debug!(vm = %job.plan.name, step, "step");
+        if let Some(s) = self.sink {
+            s(&job.plan.name, step);
+        }
+    }
+
+    fn err(&self, job: &VmJob<'_>, e: &PveError) -> StepError {
+        classify(&self.site.name, &job.plan.node, Some(&job.plan.storage), e)
+    }
+
+    fn record(&self, job: &VmJob<'_>, f: impl FnOnce(&mut VmRecord)) {
+        let plan = job.plan;
+        self.state.update(
+            &job.key,
+            || VmRecord {
+                name: plan.name.clone(),
+                site: plan.site.clone(),
+                node: plan.node.clone(),
+                manifest: job.manifest.to_string(),
+                ..VmRecord::default()
+            },
+            f,
+        );
+    }
+
+    async fn persist(&self) -> Result<(), StepError> {
+        self.state
+            .persist()
+            .await
+            .map_err(|e| StepError::Api(format!("cannot save state: {e}")))
+    }
+
+    async fn wait(&self, job: &VmJob<'_>, upid: &str) -> Result<(), StepError> {
+        self.client()
+            .await_task(upid, self.options.task_wait)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err(job, &e))
+    }
+
+    /// Runs every step; `Ok` means the VM exists, is configured, and (unless disabled) runs.
+    pub async fn run(&self, job: &VmJob<'_>) -> Result<(), StepError> {
+        let plan = job.plan;
+        let node = plan.node.as_str();
+        self.step(job, "node-health");
+        let status = match self.client().node_status(node).await {
+            Ok(s) => s,
+            Err(e) => return Err(self.node_problem(job, &e).await),
+        };
+        if let Some(threads) = status.cpuinfo.cpus
+            && u64::from(plan.cores) > threads
+        {
+            return Err(StepError::TooManyVcpus {
+                node: node.to_string(),
+                cores: plan.cores,
+                threads,
+            });
+        }
+
+        self.step(job, "bridge");
+        let ifaces = self
+            .client()
+            .network(node)
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        let bridges: Vec<&str> = ifaces
+            .iter()
+            .filter(|i| i.kind.to_lowercase().contains("bridge") || i.kind == "vnet")
+            .map(|i| i.iface.as_str())
+            .collect();
+        if !bridges.contains(&plan.bridge.as_str()) {
+            return Err(StepError::BridgeMissing {
+                node: node.to_string(),
+                bridge: plan.bridge.clone(),
+                known: if bridges.is_empty() {
+                    "none".into()
+                } else {
+                    bridges.join(", ")
+                },
+            });
+        }
+
+        self.step(job, "storage");
+        let storages = self
+            .client()
+            .storages(node)
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        let target = storages
+            .iter()
+            .find(|s| s.storage == plan.storage)
+            .ok_or_else(|| StepError::StorageMissing {
+                node: node.to_string(),
+                storage: plan.storage.clone(),
+            })?;
+        check_vm_storage(node, target)?;
+
+        self.step(job, "adopt");
+        let mut vmid = self.find_existing(job).await?;
+        if let Some(id) = vmid
+            && !self.settle_existing(job, id).await?
+        {
+            vmid = None;
+        }
+        let vmid = match vmid {
+            Some(id) => id,
+            None => {
+                check_free_space(node, target, plan.disk_gib)?;
+                self.create(job, &storages).await?
+            }
+        };
+
+        self.step(job, "resize");
+        self.resize_and_configure(job, vmid).await?;
+
+        if self.options.start {
+            self.step(job, "start");
+            let cur = self
+                .client()
+                .vm_current(node, vmid)
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            if cur.status != "running" {
+                let upid = self
+                    .client()
+                    .start_vm(node, vmid)
+                    .await
+                    .map_err(|e| self.err(job, &e))?;
+                self.wait(job, &upid).await?;
+            }
+            self.record(job, |r| r.stage = r.stage.max(Stage::Started));
+            self.step(job, "monitor");
+            self.monitor(job, vmid).await?;
+        } else {
+            self.record(job, |r| {
+                r.state = Some("stopped".into());
+                r.stage = Stage::Ready;
+            });
+        }
+        self.persist().await
+    }
+
+    /// Tells an unknown node (fail fast) from an unreachable one (retry).
+    async fn node_problem(&self, job: &VmJob<'_>, e: &PveError) -> StepError {
+        let node = job.plan.node.as_str();
+        let first = self.err(job, e);
+        if matches!(first, StepError::AuthRefused { .. }) {
+            return first;
+        }
+        match self.client().nodes().await {
+            Ok(nodes) if !nodes.iter().any(|n| n.node == node) => StepError::NodeUnknown {
+                site: self.site.name.clone(),
+                node: node.to_string(),
+                known: nodes
+                    .iter()
+                    .map(|n| n.node.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+            Ok(nodes) => {
+                let st = nodes
+                    .iter()
+                    .find(|n| n.node == node)
+                    .and_then(|n| n.status.clone())
+                    .unwrap_or_else(|| "unknown".into());
+                StepError::NodeUnreachable {
+                    node: node.to_string(),
+                    detail: format!("node status '{st}': {e}"),
+                }
+            }
+            Err(_) => StepError::NodeUnreachable {
+                node: node.to_string(),
+                detail: e.to_string(),
+            },
+        }
+    }
+
+    /// The VM this manifest already has: the recorded VMID if it still carries the name, else
+    /// the lowest VMID with that name (adoption). Never a VM of another name.
+    async fn find_existing(&self, job: &VmJob<'_>) -> Result<Option<u32>, StepError> {
+        let plan = job.plan;
+        let resources = self
+            .client()
+            .vm_resources()
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        let named: Vec<&ClusterResource> = resources
+            .iter()
+            .filter(|r| r.kind == "qemu" && !r.template)
+            .filter(|r| r.name.as_deref() == Some(plan.name.as_str()))
+            .collect();
+        let rec = self.state.get(&job.key);
+        let recorded = rec.as_ref().and_then(|r| r.vmid);
+        let pick = named
+            .iter()
+            .find(|r| r.vmid.is_some() && r.vmid.map(|v| v as u32) == recorded)
+            .or_else(|| named.iter().min_by_key(|r| r.vmid))
+            .copied();
+        let Some(found) = pick else {
+            return Ok(None);
+        };
+        let Some(vmid) = found.vmid.and_then(|v| u32::try_from(v).ok()) else {
+            return Ok(None);
+        };
+        let on = found.node.clone().unwrap_or_default();
+        if on != plan.node {
+            return Err(StepError::Api(format!(
+                "a VM named '{}' already exists as {vmid} on node {on}, but the manifest places it on {}; refusing to create a duplicate",
+                plan.name, plan.node
+            )));
+        }
+        let ours = recorded == Some(vmid) && rec.as_ref().is_some_and(|r| r.created_here);
+        let duplicates = named.len();
+        self.record(job, |r| {
+            r.vmid = Some(vmid);
+            r.created_here = ours || (recorded == Some(vmid) && r.stage >= Stage::Creating);
+            r.stage = r.stage.max(Stage::Creating);
+            let how = if r.created_here { "Resumed" } else { "Adopted" };
+            r.set_condition(Condition::new(
+                "Synced",
+                true,
+                how,
+                format!("VM {vmid} named {} found on {on}", plan.name),
+            ));
+            if duplicates > 1 {
+                r.set_condition(Condition::new(
+                    "UniqueName",
+                    false,
+                    "DuplicateName",
+                    format!("{duplicates} VMs are named {}; using {vmid}", plan.name),
+                ));
+            }
+        });
+        Ok(Some(vmid))
+    }
+
+    /// Waits out a create still running from an earlier run; removes a half-made VM (no boot
+    /// disk) that this rollout created. `Ok(false)` means the VM is gone and must be created.
+    async fn settle_existing(&self, job: &VmJob<'_>, vmid: u32) -> Result<bool, StepError> {
+        let node = job.plan.node.as_str();
+        let started = Instant::now();
+        loop {
+            let cur = self
+                .client()
+                .vm_current(node, vmid)
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            match cur.lock.as_deref() {
+                None | Some("") => break,
+                Some("create") if started.elapsed() < self.options.task_wait.timeout => {
+                    tokio::time::sleep(self.options.task_wait.poll).await;
+                }
+                Some(other) => {
+                    return Err(StepError::Locked(format!("VM {vmid} holds lock '{other}'")));
+                }
+            }
+        }
+        let cfg = match self.client().vm_config(node, vmid).await {
+            Ok(c) => c,
+            // The earlier create failed and PVE removed the VM while we waited.
+            Err(e) if e.text().contains("does not exist") => return Ok(false),
+            Err(e) => return Err(self.err(job, &e)),
+        };
+        let has_disk = cfg
+            .get("scsi0")
+            .and_then(|v| v.as_str())
+            .is_some_and(|v| !v.starts_with("none"));
+        if has_disk {
+            return Ok(true);
+        }
+        let ours = self.state.get(&job.key).is_some_and(|r| r.created_here);
+        if !ours {
+            return Err(StepError::Api(format!(
+                "VM {vmid} named {} exists without a boot disk and was not created by this rollout; not touching it",
+                job.plan.name
+            )));
+        }
+        tracing::warn!(vm = %job.plan.name, vmid, "removing half-created VM");
+        let upid = self
+            .client()
+            .destroy_vm(node, vmid)
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        self.wait(job, &upid).await?;
+        self.record(job, |r| {
+            r.vmid = None;
+            r.stage = Stage::Pending;
+        });
+        self.persist().await?;
+        Ok(false)
+    }
+
+    async fn create(&self, job: &VmJob<'_>, storages: &[StorageInfo]) -> Result<u32, StepError> {
+        let plan = job.plan;
+        let node = plan.node.as_str();
+        self.step(job, "image");
+        let mut views = Vec::new();
+        for s in image::storages_to_list(&plan.image, storages) {
+            let content = self
+                .client()
+                .storage_content(node, &s.storage)
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            views.push(StorageView {
+                info: s.clone(),
+                content,
+            });
+        }
+        let resolved = image::resolve(&plan.image, node, &views, self.site.version_pair())?;
+        let snippet = find_user_snippet(&views, &plan.name);
+        self.record(job, |r| {
+            if let Some(n) = &resolved.note {
+                r.set_condition(Condition::new("ImageResolved", true, "ImportVolume", n.clone()));
+            }
+            r.set_condition(match (&plan.user_data, &snippet) {
+                (None, _) => Condition::new("UserData", true, "NotRequested", "no userData in the manifest"),
+                (Some(_), Some(v)) => Condition::new("UserData", true, "Snippet", format!("cicustom user={v}")),
+                (Some(_), None) => Condition::new(
+                    "UserData",
+                    false,
+                    "SnippetMissing",
+                    format!(
+                        "PVE's API cannot upload snippets: place the userData at <snippets storage>:snippets/{}-user.yaml; only ciuser and ipconfig0 were applied",
+                        plan.name
+                    ),
+                ),
+            });
+        });
+
+        self.step(job, "create");
+        let mut last_race = String::new();
+        for _ in 0..self.options.nextid_retries.max(1) {
+            let guard = self.site.create_lock.lock().await;
+            let vmid = self
+                .client()
+                .next_id()
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            // Recorded before the create call: a run killed right after it finds the VM by this id.
+            self.record(job, |r| {
+                r.vmid = Some(vmid);
+                r.stage = Stage::Creating;
+                r.created_here = true;
+            });
+            self.persist().await?;
+            let params = create_params(
+                plan,
+                vmid,
+                &resolved.volid,
+                snippet.as_deref(),
+                &self.options.ci_user,
+            );
+            match self.client().create_vm(node, &params).await {
+                Ok(upid) => {
+                    drop(guard);
+                    if let Err(e) = self
+                        .client()
+                        .await_task(&upid, self.options.task_wait)
+                        .await
+                    {
+                        return Err(self.create_failed(job, vmid, &e).await);
+                    }
+                    self.record(job, |r| {
+                        r.stage = Stage::Created;
+                        r.set_condition(Condition::new(
+                            "Synced",
+                            true,
+                            "Created",
+                            format!("VM {vmid} created on {node} from {}", resolved.volid),
+                        ));
+                    });
+                    self.persist().await?;
+                    return Ok(vmid);
+                }
+                Err(e) if e.text().contains("already exists") => {
+                    tracing::info!(vm = %plan.name, vmid, "VMID taken by another creator; asking nextid again");
+                    last_race = e.to_string();
+                    self.record(job, |r| r.vmid = None);
+                    continue;
+                }
+                Err(e) => {
+                    self.record(job, |r| r.vmid = None);
+                    return Err(create_refused(node, plan, &e).unwrap_or_else(|| self.err(job, &e)));
+                }
+            }
+        }
+        Err(StepError::Locked(format!(
+            "every VMID tried was taken concurrently: {last_race}"
+        )))
+    }
+
+    /// PVE frees what a failed create allocated; make sure nothing is left anyway.
+    async fn create_failed(&self, job: &VmJob<'_>, vmid: u32, e: &PveError) -> StepError {
+        let node = job.plan.node.as_str();
+        let mapped = create_refused(node, job.plan, e).unwrap_or_else(|| self.err(job, e));
+        if self.client().vm_config(node, vmid).await.is_ok()
+            && let Ok(upid) = self.client().destroy_vm(node, vmid).await
+        {
+            let _ = self
+                .client()
+                .await_task(&upid, self.options.task_wait)
+                .await;
+        }
+        self.record(job, |r| {
+            r.vmid = None;
+            r.stage = Stage::Pending;
+        });
+        mapped
+    }
+
+    async fn resize_and_configure(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
+        let plan = job.plan;
+        let node = plan.node.as_str();
+        let cfg = self
+            .client()
+            .vm_config(node, vmid)
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        let want_mib = plan.disk_gib * 1024;
+        let current = cfg
+            .get("scsi0")
+            .and_then(|v| v.as_str())
+            .and_then(disk_size_mib);
+        match current {
+            Some(cur) if cur > want_mib => self.record(job, |r| {
+                r.set_condition(Condition::new(
+                    "DiskSize",
+                    false,
+                    "LargerThanRequested",
+                    format!("the imported disk is {cur} MiB, more than the {want_mib} MiB requested; PVE cannot shrink disks"),
+                ))
+            }),
+            Some(cur) if cur == want_mib => {}
+            _ => {
+                let upid = self
+                    .client()
+                    .resize(node, vmid, "scsi0", &format!("{}G", plan.disk_gib))
+                    .await
+                    .map_err(|e| self.err(job, &e))?;
+                // PVE < 8.0 resizes synchronously and answers null.
+                if let Some(upid) = upid {
+                    self.wait(job, &upid).await?;
+                }
+            }
+        }
+        let has_cloudinit = cfg
+            .values()
+            .filter_map(|v| v.as_str())
+            .any(|v| v.contains("cloudinit"));
+        if !has_cloudinit {
+            self.step(job, "cloud-init");
+            let params = vec![
+                ("ide2", format!("{}:cloudinit", plan.storage)),
+                ("ciuser", self.options.ci_user.clone()),
+                ("ipconfig0", "ip=dhcp".to_string()),
+            ];
+            if let Some(upid) = self
+                .client()
+                .update_config(node, vmid, &params)
+                .await
+                .map_err(|e| self.err(job, &e))?
+            {
+                self.wait(job, &upid).await?;
+            }
+        }
+        self.record(job, |r| r.stage = r.stage.max(Stage::Configured));
+        self.persist().await
+    }
+
+    async fn monitor(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
+        let node = job.plan.node.as_str();
+        let cur = self
+            .client()
+            .vm_current(node, vmid)
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        let started = Instant::now();
+        let mut ip = None;
+        let mut last = String::new();
+        let running = cur.status == "running";
+        while running && ip.is_none() {
+            match self.client().agent_interfaces(node, vmid).await {
+                Ok(ifs) => {
+                    ip = ifs.primary_ipv4();
+                    if ip.is_some() {
+                        break;
+                    }
+                    last = "the agent reports no IPv4 address yet".into();
+                }
+                Err(e) => {
+                    let text = e.text();
+                    last = text.trim().to_string();
+                    let waiting = text.contains("not running") || text.contains("got timeout");
+                    if !waiting {
+                        break;
+                    }
+                }
+            }
+            if started.elapsed() >= self.options.ip_wait {
+                break;
+            }
+            tokio::time::sleep(self.options.ip_poll).await;
+        }
+        self.record(job, |r| {
+            r.state = Some(cur.status.clone());
+            r.ip = ip.clone();
+            r.stage = Stage::Ready;
+            r.error = None;
+            r.set_condition(Condition::new(
+                "Ready",
+                running,
+                if running { "Running" } else { "NotRunning" },
+                format!("VM {vmid} is {}", cur.status),
+            ));
+            r.set_condition(match &ip {
+                Some(ip) => Condition::new("IPAssigned", true, "GuestAgent", ip.clone()),
+                None => Condition::new("IPAssigned", false, "NoAddress", last.clone()),
+            });
+        });
+        Ok(())
+    }
+}
+
+/// Storage checks that no wait can fix.
+pub fn check_vm_storage(node: &str, s: &StorageInfo) -> Result<(), StepError> {
+    if !s.has_content("images") {
+        let hint = if s.kind == "cephfs" {
+            "; CephFS stores files, not VM disks — use an RBD storage for disks on Ceph".to_string()
+        } else {
+            String::new()
+        };
+        return Err(StepError::StorageNotForImages {
+            node: node.to_string(),
+            storage: s.storage.clone(),
+            kind: s.kind.clone(),
+            content: s.content.clone(),
+            hint,
+        });
+    }
+    if !s.enabled {
+        return Err(StepError::StorageMissing {
+            node: node.to_string(),
+            storage: format!("{} (disabled)", s.storage),
+        });
+    }
+    Ok(())
+}
+
+/// Thick storages need the whole disk free; thin ones need *some* room to start with.
+pub fn check_free_space(node: &str, s: &StorageInfo, disk_gib: u64) -> Result<(), StepError> {
+    let Some(avail) = s.avail else {
+        return Ok(());
+    };
+    let need = disk_gib * 1024 * 1024 * 1024;
+    let full = if s.is_thin() {
+        avail == 0
+    } else {
+        avail < need
+    };
+    if full {
+        return Err(StepError::StorageFull {
+            node: node.to_string(),
+            storage: s.storage.clone(),
+            detail: format!(
+                "{} GiB free, {} GiB requested ({} storage)",
+                avail / (1024 * 1024 * 1024),
+                disk_gib,
+                if s.is_thin() { "thin" } else { "thick" }
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A user-data snippet already placed for this VM (`<storage>:snippets/<name>-user.yaml`).
+fn find_user_snippet(views: &[StorageView], name: &str) -> Option<String> {
+    let wanted = [
+        format!("snippets/{name}-user.yaml"),
+        format!("snippets/{name}-user.yml"),
+    ];
+    views
+        .iter()
+        .filter(|v| v.info.has_content("snippets"))
+        .flat_map(|v| &v.content)
+        .find(|c| wanted.iter().any(|w| c.volid.ends_with(&format!(":{w}"))))
+        .map(|c| c.volid.clone())
+}
+
+/// The create call: disk imported with `import-from` (size 0, no format: lvm-thin is raw-only and
+/// PVE picks each storage's default), cloud-init drive on the same storage.
+pub fn create_params(
+    plan: &VmPlan,
+    vmid: u32,
+    import_from: &str,
+    snippet: Option<&str>,
+    ci_user: &str,
+) -> Vec<(&'static str, String)> {
+    let mut p = vec![
+        ("vmid", vmid.to_string()),
+        ("name", plan.name.clone()),
+        ("cores", plan.cores.to_string()),
+        ("memory", plan.memory_mib.to_string()),
+        ("ostype", "l26".to_string()),
+        ("agent", "1".to_string()),
+        ("scsihw", "virtio-scsi-single".to_string()),
+        ("net0", format!("virtio,bridge={}", plan.bridge)),
+        (
+            "scsi0",
+            format!("{}:0,import-from={import_from}", plan.storage),
+        ),
+        ("ide2", format!("{}:cloudinit", plan.storage)),
+        ("boot", "order=scsi0".to_string()),
+        ("ciuser", ci_user.to_string()),
+        ("ipconfig0", "ip=dhcp".to_string()),
+        ("serial0", "socket".to_string()),
+    ];
+    if let Some(s) = snippet {
+        p.push(("cicustom", format!("user={s}")));
+    }
+    p
+}
+
+/// Create refusals that mean "this PVE cannot import" or "this is not an importable image".
+fn create_refused(node: &str, plan: &VmPlan, e: &PveError) -> Option<StepError> {
+    let text = e.text();
+    if text.contains("import-from")
+        && (text.contains("not defined in schema") || text.contains("unknown"))
+    {
+        return Some(StepError::ImportNotSupported {
+            detail: format!("the node refused `import-from`: {}", text.trim()),
+        });
+    }
+    if text.contains("wrong type") || text.contains("needs to be 'images' or 'import'") {
+        return Some(StepError::ImageMissing {
+            image: plan.image.to_string(),
+            node: node.to_string(),
+            detail: text.trim().to_string(),
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::ImageSpec;
+
+    fn plan() -> VmPlan {
+        VmPlan {
+            name: "nginx-proxy-vm".into(),
+            site: "site-1".into(),
+            node: "ml110-01".into(),
+            cores: 2,
+            memory_mib: 4096,
+            disk_gib: 20,
+            storage: "local-lvm".into(),
+            bridge: "vmbr0".into(),
+            image: ImageSpec::Name {
+                name: "u.qcow2".into(),
+            },
+            user_data: None,
+        }
+    }
+
+    #[test]
+    fn create_params_are_what_pve_needs() {
+        let p = create_params(&plan(), 104, "local:import/u.qcow2", None, "admin");
+        let get = |k: &str| p.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("scsi0"),
+            Some("local-lvm:0,import-from=local:import/u.qcow2")
+        );
+        assert_eq!(get("ide2"), Some("local-lvm:cloudinit"));
+        assert_eq!(get("memory"), Some("4096"));
+        assert_eq!(get("net0"), Some("virtio,bridge=vmbr0"));
+        assert!(p.iter().all(|(_, v)| !v.contains("format=qcow2")));
+    }
+
+    #[test]
+    fn cephfs_is_refused_with_a_hint() {
+        let s: StorageInfo = serde_json::from_value(serde_json::json!({
+            "storage": "ceph-fs", "type": "cephfs", "content": "iso,vztmpl,backup,snippets", "active": 1
+        }))
+        .expect("storage");
+        let e = check_vm_storage("r630-01", &s).expect_err("no images");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("RBD"), "{e}");
+    }
+
+    #[test]
+    fn free_space_thin_vs_thick() {
+        let mk = |kind: &str, avail: u64| -> StorageInfo {
+            serde_json::from_value(serde_json::json!({
+                "storage": "s", "type": kind, "content": "images", "avail": avail
+            }))
+            .expect("storage")
+        };
+        let gib = 1024u64 * 1024 * 1024;
+        assert!(check_free_space("n", &mk("lvmthin", 5 * gib), 20).is_ok());
+        assert!(check_free_space("n", &mk("lvmthin", 0), 20).is_err());
+        assert!(check_free_space("n", &mk("lvm", 5 * gib), 20).is_err());
+        assert!(check_free_space("n", &mk("lvm", 50 * gib), 20).is_ok());
+    }
+}
