@@ -361,47 +361,17 @@ impl Node {
         let _one_at_a_time = self.qga_lock.lock().await;
         let start = Instant::now();
         let conn = self.qga_connect(timeout).await?;
-        let pid = conn
-            .execute(
-                qga::guest_exec {
-                    path: "/bin/sh".into(),
-                    arg: Some(vec!["-c".into(), command.into()]),
-                    env: Some(vec![
-                        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-                        "HOME=/root".into(),
-                    ]),
-                    input_data: None,
-                    // qemu-ga < 8 rejects the `mode` form; the boolean works everywhere.
-                    capture_output: Some(qga::GuestExecCaptureOutput::flag(true)),
-                },
-                qga_conn::ATTEMPT_TIMEOUT,
-            )
+        let left = timeout.saturating_sub(start.elapsed());
+        match qga_conn::exec(&conn, command, left)
             .await
-            .map_err(|e| self.control_error("guest-exec", e))?
-            .pid;
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let st = conn
-                .execute(qga::guest_exec_status { pid }, qga_conn::ATTEMPT_TIMEOUT)
-                .await
-                .map_err(|e| self.control_error("guest-exec-status", e))?;
-            if st.exited {
-                let code = match (st.exitcode, st.signal) {
-                    (Some(c), _) => c,
-                    (None, Some(s)) => 128 + s,
-                    (None, None) => -1,
-                };
-                return Ok(ExecOutput {
-                    code,
-                    stdout: String::from_utf8_lossy(&st.out_data.unwrap_or_default()).into_owned(),
-                    stderr: String::from_utf8_lossy(&st.err_data.unwrap_or_default()).into_owned(),
-                });
-            }
-            if start.elapsed() > timeout {
-                return Err(self.timeout_error(format!("`{command}` to finish"), timeout));
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
+            .map_err(|e| self.control_error("guest agent", e))?
+        {
+            Some((code, out, err)) => Ok(ExecOutput {
+                code,
+                stdout: String::from_utf8_lossy(&out).into_owned(),
+                stderr: String::from_utf8_lossy(&err).into_owned(),
+            }),
+            None => Err(self.timeout_error(format!("`{command}` to finish"), timeout)),
         }
     }
 

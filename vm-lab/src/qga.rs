@@ -62,6 +62,61 @@ impl QgaConn {
     }
 }
 
+/// Output of a guest command: exit code (128 + signal when killed), stdout, stderr.
+pub type Exec = (i64, Vec<u8>, Vec<u8>);
+
+/// `sh -c command` through `guest-exec`, polling `guest-exec-status` with backoff until it
+/// exits; `Ok(None)` when it has not finished within `timeout`.
+pub async fn exec(
+    conn: &QgaConn,
+    command: &str,
+    timeout: Duration,
+) -> Result<Option<Exec>, String> {
+    let start = std::time::Instant::now();
+    let pid = conn
+        .execute(
+            qapi::qga::guest_exec {
+                path: "/bin/sh".into(),
+                arg: Some(vec!["-c".into(), command.into()]),
+                env: Some(vec![
+                    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+                    "HOME=/root".into(),
+                ]),
+                input_data: None,
+                // qemu-ga < 8 rejects the `mode` form; the boolean works everywhere.
+                capture_output: Some(qapi::qga::GuestExecCaptureOutput::flag(true)),
+            },
+            ATTEMPT_TIMEOUT,
+        )
+        .await
+        .map_err(|e| format!("guest-exec: {e}"))?
+        .pid;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let st = conn
+            .execute(qapi::qga::guest_exec_status { pid }, ATTEMPT_TIMEOUT)
+            .await
+            .map_err(|e| format!("guest-exec-status: {e}"))?;
+        if st.exited {
+            let code = match (st.exitcode, st.signal) {
+                (Some(c), _) => c,
+                (None, Some(s)) => 128 + s,
+                (None, None) => -1,
+            };
+            return Ok(Some((
+                code,
+                st.out_data.unwrap_or_default(),
+                st.err_data.unwrap_or_default(),
+            )));
+        }
+        if start.elapsed() > timeout {
+            return Ok(None);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
 pub async fn handshake(sock: &mut UnixStream, id: i64) -> std::io::Result<()> {
     sock.write_all(&[0xFF]).await?;
     sock.write_all(sync_request(id).as_bytes()).await?;
