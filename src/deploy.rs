@@ -261,7 +261,21 @@ impl Deployer {
             join_all(futs).await;
         }
         self.state.persist().await?;
-        let outcomes = items.iter().map(|it| self.outcome(it)).collect();
+        // Report in rollout order: wave by wave, by name inside a wave.
+        let mut rank = BTreeMap::new();
+        for (w, members) in self.items(set).1.iter().enumerate() {
+            for &m in members {
+                rank.insert(m, w);
+            }
+        }
+        let mut idx: Vec<usize> = (0..items.len()).collect();
+        idx.sort_by_key(|i| {
+            (
+                rank.get(i).copied().unwrap_or(usize::MAX),
+                items[*i].key.clone(),
+            )
+        });
+        let outcomes = idx.iter().map(|&i| self.outcome(&items[i])).collect();
         Ok(RolloutResult::finish(
             outcomes,
             set.unreadable.clone(),
@@ -344,7 +358,7 @@ impl Deployer {
                 Ok(()) => return true,
                 Err(e) if e.is_retryable() && attempt < self.options.backoff.max_attempts => {
                     let delay = self.options.backoff.delay(attempt);
-                    tracing::warn!(vm = %plan.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
+                    tracing::info!(vm = %plan.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
                     self.state.update(
                         &it.key,
                         || blank(it, plan),
@@ -360,7 +374,7 @@ impl Deployer {
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => {
-                    tracing::error!(vm = %plan.name, attempt, error = %e, "failed");
+                    tracing::info!(vm = %plan.name, attempt, error = %e, "failed");
                     self.cleanup(&site, it, plan).await;
                     self.fail(it, Some(plan), &e, attempt);
                     let _ = self.state.persist().await;

@@ -143,6 +143,10 @@ pub fn parse_manifest(path: &str, text: &str) -> Result<Option<ProxmoxVm>, Unrea
         serde_norway::from_str(text).map_err(|e| unreadable(path, &e))?;
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
     if kind != "ProxmoxVM" {
+        // Not a Kubernetes object at all (a fake-proxmox scenario, a lab spec): not ours to judge.
+        if value.get("apiVersion").is_none() && value.get("spec").is_none() {
+            return Ok(None);
+        }
         if kind.is_empty() {
             return Err(Unreadable {
                 path: path.to_string(),
