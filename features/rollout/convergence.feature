@@ -1,0 +1,68 @@
+@fake @convergence
+Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitoring and destroy
+  A controller reconciles again and again. Running the deployer a second time must change nothing;
+  a run killed half-way must resume without creating a second VM; VMIDs from nextid are not
+  reservations, so concurrent creators must survive the race; monitoring follows the VM's state
+  and its IP from the guest agent; destroy removes what the rollout created.
+
+  Background:
+    Given a Proxmox test cluster with the seed's two sites
+    And the deployer authenticates with the API token "root@pam!harness"
+    And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
+
+  Scenario: a re-run changes nothing
+    Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    And a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"
+    And the deployer has run once and every VM is ready
+    When the deployer runs again
+    Then every VM is ready with the same VMID as before
+    And no mutating request reached Proxmox during the last run
+    And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
+
+  Scenario: a run killed right after the create call resumes with no duplicate
+    Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    When the deployer is killed right after it sends "POST" "/nodes/ml110-01/qemu"
+    And the deployer runs again
+    Then VM "nginx-proxy-vm" is ready with a VMID
+    And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
+    And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
+
+  Scenario: a run killed while the disk is being imported resumes with no duplicate
+    Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    When the deployer is killed right after it sends "GET" "/nodes/ml110-01/tasks/*/status"
+    And the deployer runs again
+    Then VM "nginx-proxy-vm" is ready with a VMID
+    And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
+    And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
+
+  Scenario: two deployers racing for the same VMID both succeed with distinct VMIDs
+    Given a VM manifest "sentry-01" on node "ml110-01" at "site-1"
+    And a second deployer with its own state and a VM manifest "sentry-02" on node "ml110-01" at "site-1"
+    And every create call on "ml110-01" takes 300 ms to arrive
+    When both deployers run at the same time
+    Then VM "sentry-01" is ready with a VMID
+    And VM "sentry-02" of the second deployer is ready with a VMID
+    And the two VMs have distinct VMIDs
+    And the journal shows at least 1 "POST" "/nodes/ml110-01/qemu" refused because the VMID already exists
+    And the fake holds exactly one VM named "sentry-01" on "ml110-01" with a 20 GiB disk
+    And the fake holds exactly one VM named "sentry-02" on "ml110-01" with a 20 GiB disk
+
+  Scenario: monitoring follows the VM's state and reads its IP from the guest agent
+    Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    And the deployer has run once and every VM is ready
+    Then VM "nginx-proxy-vm" is "running" with an IP address from the guest agent
+    And the IP address of VM "nginx-proxy-vm" is the one the fake's guest agent reports
+    When VM "nginx-proxy-vm" is stopped outside the deployer
+    And the deployer checks the status
+    Then VM "nginx-proxy-vm" is in state "stopped"
+    And no mutating request reached Proxmox during the last run
+
+  Scenario: destroy removes what the rollout created, disks included
+    Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    And a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"
+    And the deployer has run once and every VM is ready
+    When the deployer destroys the rollout
+    Then the fake holds no VM named "nginx-proxy-vm"
+    And the fake holds no VM named "cloudflare-tunnel-vm"
+    And every VM delete request asked to purge
+    And the fake holds no disk volume of the destroyed VMs
