@@ -1,3 +1,132 @@
-fn main() {
-    println!("fake-proxmox: see README.md");
+//! `fake-proxmox serve` / `fake-proxmox scenario dump`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
+
+#[derive(Parser)]
+#[command(
+    name = "fake-proxmox",
+    version,
+    about = "A stateful, faithful Proxmox VE API simulator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve every site of the scenario on its own listener.
+    Serve {
+        /// Scenario YAML (default: the embedded seed scenario).
+        #[arg(long)]
+        scenario: Option<PathBuf>,
+        /// `SITE=ADDR:PORT`, repeatable (default: 127.0.0.1 with a free port per site).
+        #[arg(long = "listen", value_parser = parse_listen)]
+        listen: Vec<(String, SocketAddr)>,
+        /// Serve plain HTTP instead of HTTPS.
+        #[arg(long)]
+        plain_http: bool,
+        /// Do not delay authentication failures by 3 s.
+        #[arg(long)]
+        no_auth_delay: bool,
+        /// `real`, `scaled:N` or `stepped`.
+        #[arg(long, default_value = "real", value_parser = ClockMode::parse)]
+        clock: ClockMode,
+        /// Where to write cert.pem, fingerprint and the site URLs.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Scenario utilities.
+    Scenario {
+        #[command(subcommand)]
+        cmd: ScenarioCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ScenarioCmd {
+    /// Print the embedded default scenario YAML.
+    Dump,
+    /// Check a scenario file.
+    Check { file: PathBuf },
+}
+
+fn parse_listen(s: &str) -> Result<(String, SocketAddr), String> {
+    let (site, addr) = s.split_once('=').ok_or("expected SITE=ADDR:PORT")?;
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|e| format!("bad address '{addr}': {e}"))?;
+    Ok((site.to_string(), addr))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Scenario {
+            cmd: ScenarioCmd::Dump,
+        } => {
+            print!("{}", Scenario::default_yaml());
+        }
+        Cmd::Scenario {
+            cmd: ScenarioCmd::Check { file },
+        } => {
+            let s = Scenario::from_yaml_file(&file)?;
+            println!("ok: {} site(s)", s.sites.len());
+        }
+        Cmd::Serve {
+            scenario,
+            listen,
+            plain_http,
+            no_auth_delay,
+            clock,
+            state_dir,
+        } => {
+            let sc = match scenario {
+                Some(p) => Scenario::from_yaml_file(&p)
+                    .with_context(|| format!("loading {}", p.display()))?,
+                None => Scenario::embedded_default(),
+            };
+            let mut b = FakeProxmox::builder()
+                .scenario(sc)
+                .tls(!plain_http)
+                .auth_failure_delay(!no_auth_delay)
+                .clock(clock);
+            for (site, addr) in listen {
+                b = b.listen(&site, addr);
+            }
+            if let Some(d) = state_dir {
+                b = b.state_dir(d);
+            }
+            let fake = b.start().await?;
+            for s in fake.sites() {
+                println!(
+                    "ready site={} url={} fingerprint={}",
+                    s.name(),
+                    s.url(),
+                    s.fingerprint()
+                );
+            }
+            if fake.sites().next().is_none() {
+                bail!("no sites to serve");
+            }
+            tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?;
+            fake.shutdown().await;
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,184 @@
+//! `/cluster`, `/cluster/nextid`, `/cluster/resources`, `/cluster/status`.
+
+use serde_json::{Value, json};
+
+use crate::nodes::routes::{node_cpu, node_mem_used};
+use crate::router::{Ctx, Route, route};
+use crate::wire::{PveError, Reply, b};
+
+pub fn routes() -> Vec<Route> {
+    vec![
+        route("GET", "/cluster", index),
+        route("GET", "/cluster/nextid", nextid),
+        route("GET", "/cluster/resources", resources),
+        route("GET", "/cluster/status", status),
+    ]
+}
+
+fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
+    let dirs = [
+        "acme",
+        "backup",
+        "backup-info",
+        "bulk-action",
+        "ceph",
+        "config",
+        "firewall",
+        "ha",
+        "jobs",
+        "log",
+        "mapping",
+        "metrics",
+        "nextid",
+        "notifications",
+        "options",
+        "replication",
+        "resources",
+        "sdn",
+        "status",
+        "tasks",
+    ];
+    Ok(Reply::data(Value::Array(
+        dirs.iter().map(|d| json!({"name": d})).collect(),
+    )))
+}
+
+/// Lowest free VMID; nothing is reserved, so concurrent callers get the same answer.
+fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {
+    if let Some(v) = c.p.int("vmid") {
+        let v = u32::try_from(v).unwrap_or(0);
+        if c.site.vms.contains_key(&v) {
+            return Err(PveError::param("vmid", format!("VM {v} already exists")));
+        }
+        return Ok(Reply::data(json!(v.to_string())));
+    }
+    let id = (100u32..1_000_000)
+        .find(|i| !c.site.vms.contains_key(i))
+        .ok_or_else(|| PveError::die("unable to get any free VMID in range [100, 1000000)"))?;
+    Ok(Reply::data(json!(id.to_string())))
+}
+
+fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
+    let ty = c.p.str("type");
+    let site = &*c.site;
+    let mut out = Vec::new();
+    let want = |t: &str| ty.as_deref().is_none_or(|x| x == t);
+    if want("vm") {
+        for vm in site.vms.values() {
+            if !site
+                .access
+                .has(&c.who, &format!("/vms/{}", vm.vmid), "VM.Audit")
+            {
+                continue;
+            }
+            let online = site.node(&vm.node).is_some_and(|n| n.online);
+            let mut m = vm.vmstatus(c.now);
+            m.insert("id".into(), json!(format!("qemu/{}", vm.vmid)));
+            m.insert("type".into(), json!("qemu"));
+            m.insert("node".into(), json!(vm.node));
+            m.insert("template".into(), b(vm.is_template()));
+            m.insert("maxcpu".into(), json!(vm.cpus()));
+            m.remove("cpus");
+            if !online {
+                m.insert("status".into(), json!("unknown"));
+            }
+            out.push(Value::Object(m));
+        }
+    }
+    if want("node") {
+        for n in site.nodes.values() {
+            if !site
+                .access
+                .has(&c.who, &format!("/nodes/{}", n.name), "Sys.Audit")
+            {
+                continue;
+            }
+            let mut v = json!({
+                "id": format!("node/{}", n.name),
+                "type": "node",
+                "node": n.name,
+                "status": if n.online { "online" } else { "offline" },
+                "level": "",
+                "cgroup-mode": 2,
+            });
+            if n.online {
+                v["cpu"] = json!(node_cpu(site, n));
+                v["maxcpu"] = json!(n.threads);
+                v["mem"] = json!(node_mem_used(site, n));
+                v["maxmem"] = json!(n.memory);
+                v["disk"] = json!(8u64 << 30);
+                v["maxdisk"] = json!(100u64 << 30);
+                v["uptime"] = json!((c.now - n.booted_at) as u64);
+            }
+            out.push(v);
+        }
+    }
+    if want("storage") {
+        for n in site.nodes.values() {
+            for s in n.storages.values() {
+                let path = format!("/storage/{}", s.name);
+                if !(site.access.has(&c.who, &path, "Datastore.Audit")
+                    || site.access.has(&c.who, &path, "Datastore.AllocateSpace"))
+                {
+                    continue;
+                }
+                let mut v = json!({
+                    "id": format!("storage/{}/{}", n.name, s.name),
+                    "type": "storage",
+                    "storage": s.name,
+                    "node": n.name,
+                    "plugintype": s.kind.as_str(),
+                    "shared": b(s.shared),
+                    "content": s.content_string(),
+                    "status": if n.online { "available" } else { "unknown" },
+                });
+                if n.online {
+                    v["disk"] = json!(s.used());
+                    v["maxdisk"] = json!(s.total);
+                }
+                out.push(v);
+            }
+        }
+    }
+    if want("sdn") {
+        for n in site.nodes.values() {
+            out.push(json!({
+                "id": format!("sdn/{}/localnetwork", n.name),
+                "type": "sdn",
+                "sdn": "localnetwork",
+                "node": n.name,
+                "status": "ok",
+            }));
+        }
+    }
+    Ok(Reply::data(Value::Array(out)))
+}
+
+fn status(c: &mut Ctx) -> Result<Reply, PveError> {
+    let site = &*c.site;
+    let mut out = Vec::new();
+    let online = site.nodes.values().filter(|n| n.online).count();
+    if let Some(name) = &site.cluster_name {
+        out.push(json!({
+            "type": "cluster",
+            "id": "cluster",
+            "name": name,
+            "nodes": site.nodes.len(),
+            "quorate": b(online * 2 > site.nodes.len()),
+            "version": site.nodes.len() + 1,
+        }));
+    }
+    for (i, n) in site.nodes.values().enumerate() {
+        out.push(json!({
+            "type": "node",
+            "id": format!("node/{}", n.name),
+            "name": n.name,
+            "nodeid": i + 1,
+            "ip": n.ip,
+            "local": b(i == 0),
+            "online": b(n.online),
+            "level": "",
+        }));
+    }
+    Ok(Reply::data(Value::Array(out)))
+}

@@ -1,0 +1,220 @@
+//! `ControlClient`: a typed client for the `/_fake/...` control plane.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::clock::ClockMode;
+use crate::faults::FaultRule;
+use crate::journal::JournalEntry;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("control request failed: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("control plane answered {status}: {message}")]
+    Refused { status: u16, message: String },
+    #[error("bad certificate: {0}")]
+    Cert(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct ControlClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl ControlClient {
+    /// `base_url` is the site URL (`https://127.0.0.1:PORT`); `cert_pem` the fake's
+    /// certificate to trust, or `None` to accept any certificate (or for plain HTTP).
+    pub fn new(base_url: &str, cert_pem: Option<&str>) -> ControlClient {
+        let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        match cert_pem.map(|p| reqwest::Certificate::from_pem(p.as_bytes())) {
+            Some(Ok(cert)) => b = b.add_root_certificate(cert),
+            _ => b = b.danger_accept_invalid_certs(true),
+        }
+        ControlClient {
+            base: base_url.trim_end_matches('/').to_string(),
+            http: b.build().unwrap_or_default(),
+        }
+    }
+
+    fn url(&self, p: &str) -> String {
+        format!("{}/_fake{p}", self.base)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ControlError> {
+        let resp = req.send().await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            let message = body["error"]
+                .as_str()
+                .unwrap_or("unknown error")
+                .to_string();
+            return Err(ControlError::Refused {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        Ok(resp.json().await?)
+    }
+
+    async fn post(&self, p: &str, body: Value) -> Result<Value, ControlError> {
+        self.send(self.http.post(self.url(p)).json(&body)).await
+    }
+
+    async fn put(&self, p: &str, body: Value) -> Result<Value, ControlError> {
+        self.send(self.http.put(self.url(p)).json(&body)).await
+    }
+
+    /// Back to the loaded scenario; faults and journal cleared.
+    pub async fn reset(&self) -> Result<(), ControlError> {
+        self.post("/reset", json!({})).await.map(|_| ())
+    }
+
+    pub async fn load_scenario_yaml(&self, yaml: &str) -> Result<(), ControlError> {
+        self.send::<Value>(self.http.post(self.url("/scenario")).body(yaml.to_string()))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn snapshot(&self) -> Result<String, ControlError> {
+        let v = self.post("/snapshot", json!({})).await?;
+        Ok(v["id"].as_str().unwrap_or_default().to_string())
+    }
+
+    pub async fn restore(&self, id: &str) -> Result<(), ControlError> {
+        self.post(&format!("/restore/{id}"), json!({}))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn set_clock(&self, mode: ClockMode) -> Result<(), ControlError> {
+        self.put("/clock", json!(mode)).await.map(|_| ())
+    }
+
+    /// Advance the simulated clock; returns the new simulated time.
+    pub async fn advance_clock(&self, by: Duration) -> Result<f64, ControlError> {
+        let v = self
+            .post("/clock/advance", json!({"seconds": by.as_secs_f64()}))
+            .await?;
+        Ok(v["now"].as_f64().unwrap_or_default())
+    }
+
+    pub async fn add_fault(&self, rule: FaultRule) -> Result<u64, ControlError> {
+        let v = self.post("/faults", json!(rule)).await?;
+        Ok(v["id"].as_u64().unwrap_or_default())
+    }
+
+    pub async fn faults(&self) -> Result<Vec<FaultRule>, ControlError> {
+        self.send(self.http.get(self.url("/faults"))).await
+    }
+
+    pub async fn clear_faults(&self) -> Result<(), ControlError> {
+        self.send::<Value>(self.http.delete(self.url("/faults")))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn set_node_online(&self, node: &str, online: bool) -> Result<(), ControlError> {
+        self.put(&format!("/nodes/{node}/online"), json!({"online": online}))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn set_storage_full(
+        &self,
+        node: &str,
+        storage: &str,
+        full: bool,
+    ) -> Result<(), ControlError> {
+        self.put(
+            &format!("/nodes/{node}/storage/{storage}/full"),
+            json!({"full": full}),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn set_storage_capacity(
+        &self,
+        node: &str,
+        storage: &str,
+        total_bytes: u64,
+    ) -> Result<(), ControlError> {
+        self.put(
+            &format!("/nodes/{node}/storage/{storage}/capacity"),
+            json!({"total_bytes": total_bytes}),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The next task of `task_type` (e.g. `qmcreate`, `qmstart`) on `node` fails with `exitstatus`.
+    pub async fn fail_next_task(
+        &self,
+        node: &str,
+        task_type: &str,
+        exitstatus: &str,
+    ) -> Result<(), ControlError> {
+        self.post(
+            &format!("/nodes/{node}/fail-next-task"),
+            json!({"task_type": task_type, "exitstatus": exitstatus}),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Place a file on a storage (test setup), e.g. `iso/ubuntu-22.04-cloud.img`. Returns the volid.
+    pub async fn upload_volume(
+        &self,
+        node: &str,
+        storage: &str,
+        volname: &str,
+        size_bytes: u64,
+    ) -> Result<String, ControlError> {
+        let v = self
+            .post(
+                &format!("/nodes/{node}/storage/{storage}/volumes"),
+                json!({"volname": volname, "size_bytes": size_bytes}),
+            )
+            .await?;
+        Ok(v["volid"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Remove a file from a storage (`volid` or volume name).
+    pub async fn delete_volume(
+        &self,
+        node: &str,
+        storage: &str,
+        volid: &str,
+    ) -> Result<(), ControlError> {
+        self.send::<Value>(
+            self.http
+                .delete(self.url(&format!("/nodes/{node}/storage/{storage}/volumes")))
+                .query(&[("volume", volid)]),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn journal(&self) -> Result<Vec<JournalEntry>, ControlError> {
+        self.send(self.http.get(self.url("/journal"))).await
+    }
+
+    pub async fn clear_journal(&self) -> Result<(), ControlError> {
+        self.send::<Value>(self.http.delete(self.url("/journal")))
+            .await
+            .map(|_| ())
+    }
+
+    /// VMs, volumes, tasks per node, for assertions.
+    pub async fn state(&self) -> Result<Value, ControlError> {
+        self.send(self.http.get(self.url("/state"))).await
+    }
+}

@@ -1,0 +1,414 @@
+//! Control-plane HTTP handlers.
+
+// Errors are ready-made responses; their size does not matter on this cold path.
+#![allow(clippy::result_large_err)]
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::clock::ClockMode;
+use crate::faults::FaultRule;
+use crate::scenario::Scenario;
+use crate::server::state::SiteCtx;
+use crate::storage::model::Volume;
+use crate::storage::volid::{parse_volid, parse_volname};
+use crate::world::{ArmedFailure, World};
+
+pub fn router() -> Router<SiteCtx> {
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"ok": true})) }))
+        .route("/reset", post(reset))
+        .route("/scenario", get(scenario_get).post(scenario_load))
+        .route("/snapshot", post(snapshot))
+        .route("/restore/{id}", post(restore))
+        .route("/clock", get(clock_get).put(clock_set))
+        .route("/clock/advance", post(clock_advance))
+        .route(
+            "/faults",
+            get(faults_list).post(faults_add).delete(faults_clear),
+        )
+        .route("/nodes/{node}/online", put(node_online))
+        .route("/nodes/{node}/fail-next-task", post(fail_next_task))
+        .route("/nodes/{node}/storage/{storage}/full", put(storage_full))
+        .route(
+            "/nodes/{node}/storage/{storage}/capacity",
+            put(storage_capacity),
+        )
+        .route(
+            "/nodes/{node}/storage/{storage}/volumes",
+            post(volume_add).delete(volume_delete),
+        )
+        .route("/journal", get(journal).delete(journal_clear))
+        .route("/state", get(state))
+}
+
+type Res = Result<Response, Response>;
+
+fn err(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(json!({"error": msg.into()}))).into_response()
+}
+
+fn ok(v: Value) -> Res {
+    Ok(Json(v).into_response())
+}
+
+async fn reset(State(ctx): State<SiteCtx>) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    let now = inner.clock.now();
+    let scenario = inner.world.scenario.clone();
+    inner.world = World::from_scenario(&scenario, now);
+    inner.faults = crate::faults::Faults::new(scenario.seed);
+    inner.journal.clear();
+    ok(json!({}))
+}
+
+async fn scenario_get(State(ctx): State<SiteCtx>) -> Res {
+    let inner = ctx.shared.inner.lock();
+    Ok(inner.world.scenario.to_yaml().into_response())
+}
+
+async fn scenario_load(State(ctx): State<SiteCtx>, body: String) -> Res {
+    let sc =
+        Scenario::from_yaml_str(&body).map_err(|e| err(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let mut inner = ctx.shared.inner.lock();
+    // Listeners are bound per site: a scenario must keep this process's site names.
+    let have: Vec<String> = inner.world.sites.iter().map(|s| s.name.clone()).collect();
+    let want: Vec<String> = sc.sites.iter().map(|s| s.name.clone()).collect();
+    if have != want {
+        return Err(err(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "scenario sites {want:?} differ from the served sites {have:?}; restart the fake to change sites"
+            ),
+        ));
+    }
+    let now = inner.clock.now();
+    inner.world = World::from_scenario(&sc, now);
+    inner.faults = crate::faults::Faults::new(sc.seed);
+    inner.journal.clear();
+    ok(json!({}))
+}
+
+async fn snapshot(State(ctx): State<SiteCtx>) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    let id = inner.next_snapshot.to_string();
+    inner.next_snapshot += 1;
+    let w = inner.world.clone();
+    inner.snapshots.insert(id.clone(), w);
+    ok(json!({"id": id}))
+}
+
+async fn restore(State(ctx): State<SiteCtx>, Path(id): Path<String>) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    let w = inner
+        .snapshots
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no snapshot '{id}'")))?;
+    inner.world = w;
+    ok(json!({}))
+}
+
+async fn clock_get(State(ctx): State<SiteCtx>) -> Res {
+    let inner = ctx.shared.inner.lock();
+    ok(json!({"clock": inner.clock.mode(), "now": inner.clock.now()}))
+}
+
+async fn clock_set(State(ctx): State<SiteCtx>, Json(mode): Json<ClockMode>) -> Res {
+    if let ClockMode::Scaled { factor } = mode
+        && !(factor.is_finite() && factor > 0.0)
+    {
+        return Err(err(
+            StatusCode::BAD_REQUEST,
+            "scaled clock needs a factor > 0",
+        ));
+    }
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    inner.clock.set_mode(mode);
+    ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct Advance {
+    seconds: f64,
+}
+
+async fn clock_advance(State(ctx): State<SiteCtx>, Json(a): Json<Advance>) -> Res {
+    if !(a.seconds.is_finite() && a.seconds >= 0.0) {
+        return Err(err(StatusCode::BAD_REQUEST, "seconds must be >= 0"));
+    }
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    inner.clock.advance(Duration::from_secs_f64(a.seconds));
+    let now = inner.now();
+    ok(json!({"now": now}))
+}
+
+async fn faults_list(State(ctx): State<SiteCtx>) -> Res {
+    let inner = ctx.shared.inner.lock();
+    ok(json!(inner.faults.list()))
+}
+
+async fn faults_add(State(ctx): State<SiteCtx>, Json(rule): Json<FaultRule>) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    let id = inner
+        .faults
+        .add(rule)
+        .map_err(|e| err(StatusCode::BAD_REQUEST, e))?;
+    ok(json!({"id": id}))
+}
+
+async fn faults_clear(State(ctx): State<SiteCtx>) -> Res {
+    ctx.shared.inner.lock().faults.clear();
+    ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct Online {
+    online: bool,
+}
+
+async fn node_online(
+    State(ctx): State<SiteCtx>,
+    Path(node): Path<String>,
+    Json(o): Json<Online>,
+) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    let site = inner
+        .world
+        .site_of_node_mut(&node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    if let Some(n) = site.nodes.get_mut(&node) {
+        n.online = o.online;
+    }
+    ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct FailNext {
+    task_type: String,
+    exitstatus: String,
+}
+
+async fn fail_next_task(
+    State(ctx): State<SiteCtx>,
+    Path(node): Path<String>,
+    Json(f): Json<FailNext>,
+) -> Res {
+    if f.exitstatus.is_empty() || f.exitstatus == "OK" {
+        return Err(err(
+            StatusCode::BAD_REQUEST,
+            "exitstatus must be an error text (not OK)",
+        ));
+    }
+    let mut inner = ctx.shared.inner.lock();
+    let site = inner
+        .world
+        .site_of_node_mut(&node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    if let Some(n) = site.nodes.get_mut(&node) {
+        n.armed_failures.push(ArmedFailure {
+            task_type: f.task_type,
+            exitstatus: f.exitstatus,
+        });
+    }
+    ok(json!({}))
+}
+
+fn with_storage<T>(
+    ctx: &SiteCtx,
+    node: &str,
+    storage: &str,
+    f: impl FnOnce(&mut crate::storage::model::Storage, f64) -> Result<T, Response>,
+) -> Result<T, Response> {
+    let mut inner = ctx.shared.inner.lock();
+    let now = inner.now();
+    let site = inner
+        .world
+        .site_of_node_mut(node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let s = site
+        .nodes
+        .get_mut(node)
+        .and_then(|n| n.storages.get_mut(storage))
+        .ok_or_else(|| {
+            err(
+                StatusCode::NOT_FOUND,
+                format!("no storage '{storage}' on node '{node}'"),
+            )
+        })?;
+    f(s, now)
+}
+
+#[derive(Deserialize)]
+struct Full {
+    full: bool,
+}
+
+async fn storage_full(
+    State(ctx): State<SiteCtx>,
+    Path((node, storage)): Path<(String, String)>,
+    Json(b): Json<Full>,
+) -> Res {
+    with_storage(&ctx, &node, &storage, |s, _| {
+        s.full = b.full;
+        Ok(())
+    })?;
+    ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct Capacity {
+    total_bytes: u64,
+}
+
+async fn storage_capacity(
+    State(ctx): State<SiteCtx>,
+    Path((node, storage)): Path<(String, String)>,
+    Json(c): Json<Capacity>,
+) -> Res {
+    with_storage(&ctx, &node, &storage, |s, _| {
+        s.total = c.total_bytes;
+        Ok(())
+    })?;
+    ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct NewVolume {
+    volname: String,
+    size_bytes: u64,
+    #[serde(default)]
+    used_bytes: Option<u64>,
+}
+
+async fn volume_add(
+    State(ctx): State<SiteCtx>,
+    Path((node, storage)): Path<(String, String)>,
+    Json(v): Json<NewVolume>,
+) -> Res {
+    let volid = with_storage(&ctx, &node, &storage, |s, now| {
+        let (vtype, vmid, format) = parse_volname(s.kind, &v.volname).ok_or_else(|| {
+            err(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "'{}' is not a valid volume name on a {} storage",
+                    v.volname,
+                    s.kind.as_str()
+                ),
+            )
+        })?;
+        let used = v.used_bytes.unwrap_or(v.size_bytes);
+        if used > s.avail() {
+            return Err(err(
+                StatusCode::CONFLICT,
+                format!("storage '{}' has only {} bytes free", s.name, s.avail()),
+            ));
+        }
+        s.volumes.insert(
+            v.volname.clone(),
+            Volume {
+                volname: v.volname.clone(),
+                vtype,
+                format,
+                size: v.size_bytes,
+                used,
+                vmid,
+                ctime: now as u64,
+            },
+        );
+        Ok(s.volid(&v.volname))
+    })?;
+    ok(json!({"volid": volid}))
+}
+
+#[derive(Deserialize)]
+struct VolQuery {
+    volume: String,
+}
+
+async fn volume_delete(
+    State(ctx): State<SiteCtx>,
+    Path((node, storage)): Path<(String, String)>,
+    Query(q): Query<VolQuery>,
+) -> Res {
+    with_storage(&ctx, &node, &storage, |s, _| {
+        let volname = match parse_volid(&q.volume) {
+            Some((_, n)) => n.to_string(),
+            None => q.volume.clone(),
+        };
+        s.volumes.remove(&volname).map(|_| ()).ok_or_else(|| {
+            err(
+                StatusCode::NOT_FOUND,
+                format!("no volume '{volname}' on '{}'", s.name),
+            )
+        })
+    })?;
+    ok(json!({}))
+}
+
+async fn journal(State(ctx): State<SiteCtx>) -> Res {
+    let inner = ctx.shared.inner.lock();
+    ok(json!(inner.journal.entries()))
+}
+
+async fn journal_clear(State(ctx): State<SiteCtx>) -> Res {
+    ctx.shared.inner.lock().journal.clear();
+    ok(json!({}))
+}
+
+async fn state(State(ctx): State<SiteCtx>) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    let now = inner.now();
+    let sites: Vec<Value> = inner
+        .world
+        .sites
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "version": s.version,
+                "nodes": s.nodes.values().map(|n| json!({
+                    "name": n.name,
+                    "online": n.online,
+                    "threads": n.threads,
+                    "memory": n.memory,
+                    "storages": n.storages.values().map(|st| json!({
+                        "name": st.name,
+                        "type": st.kind,
+                        "content": st.content_string(),
+                        "total": st.total,
+                        "used": st.used(),
+                        "full": st.full,
+                        "volumes": st.volumes.values().map(|v| json!({
+                            "volid": st.volid(&v.volname), "size": v.size, "used": v.used,
+                            "vmid": v.vmid, "format": v.format, "content": v.vtype,
+                        })).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "vms": s.vms.values().map(|v| json!({
+                    "vmid": v.vmid,
+                    "node": v.node,
+                    "power": v.power,
+                    "lock": v.lock,
+                    "config": v.config,
+                    "agent_ready": v.agent_ready_at.is_some_and(|t| t <= now),
+                    "leases": v.leases,
+                })).collect::<Vec<_>>(),
+                "tasks": s.tasks.iter().map(|t| t.status_json()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    ok(json!({"now": now, "sites": sites}))
+}

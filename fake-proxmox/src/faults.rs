@@ -1,0 +1,244 @@
+//! Data-driven fault injection: rules matched against every emulated API request.
+//!
+//! A rule matches on method, path pattern (glob: `*` within a segment, `**` across
+//! segments), node and site; fires with a probability drawn from a seeded RNG, at most
+//! `count` times; and adds latency and/or answers with a status and message.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::wire::PveError;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultRule {
+    /// Assigned when the rule is added.
+    #[serde(default)]
+    pub id: Option<u64>,
+    #[serde(default)]
+    pub site: Option<String>,
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Glob over the path below `/api2/json`, e.g. `/nodes/*/qemu/*/status/start`.
+    #[serde(default)]
+    pub path_pattern: Option<String>,
+    #[serde(default)]
+    pub node: Option<String>,
+    /// 0.0..=1.0; default 1.0.
+    #[serde(default)]
+    pub probability: Option<f64>,
+    /// How many times it may fire; default unlimited.
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Answer with this status (and `message`) instead of handling the request.
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub latency_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct Compiled {
+    rule: FaultRule,
+    path: Option<Regex>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Faults {
+    rules: Vec<Compiled>,
+    rng: ChaCha8Rng,
+    next_id: u64,
+}
+
+/// What the fault layer decided for one request.
+#[derive(Debug, Default)]
+pub struct FaultHit {
+    pub latency_ms: u64,
+    pub error: Option<PveError>,
+}
+
+pub fn glob_to_regex(glob: &str) -> Result<Regex, regex::Error> {
+    let mut re = String::from("^");
+    let mut chars = glob.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                re.push_str(".*");
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' => re.push_str("[^/]"),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    re.push('$');
+    Regex::new(&re)
+}
+
+impl Faults {
+    pub fn new(seed: u64) -> Faults {
+        Faults {
+            rules: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_fa17),
+            next_id: 1,
+        }
+    }
+
+    pub fn add(&mut self, mut rule: FaultRule) -> Result<u64, String> {
+        if let Some(p) = rule.probability
+            && !(0.0..=1.0).contains(&p)
+        {
+            return Err(format!("probability {p} is outside 0..1"));
+        }
+        if let Some(s) = rule.status
+            && !(100..=999).contains(&s)
+        {
+            return Err(format!("status {s} is not an HTTP status"));
+        }
+        if rule.status.is_none() && rule.latency_ms.is_none() {
+            return Err("a fault rule needs a status or a latency_ms".into());
+        }
+        let path = match &rule.path_pattern {
+            Some(p) => Some(glob_to_regex(p).map_err(|e| format!("bad path_pattern: {e}"))?),
+            None => None,
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        rule.id = Some(id);
+        self.rules.push(Compiled { rule, path });
+        Ok(id)
+    }
+
+    pub fn clear(&mut self) {
+        self.rules.clear();
+    }
+
+    pub fn list(&self) -> Vec<FaultRule> {
+        self.rules.iter().map(|c| c.rule.clone()).collect()
+    }
+
+    /// Decide the faults for one request.
+    pub fn check(&mut self, site: &str, method: &str, path: &str, node: Option<&str>) -> FaultHit {
+        let mut hit = FaultHit::default();
+        for c in &mut self.rules {
+            let r = &c.rule;
+            if r.site.as_deref().is_some_and(|s| s != site)
+                || r.method
+                    .as_deref()
+                    .is_some_and(|m| !m.eq_ignore_ascii_case(method))
+                || c.path.as_ref().is_some_and(|re| !re.is_match(path))
+                || r.node.as_deref().is_some_and(|n| Some(n) != node)
+                || r.count == Some(0)
+            {
+                continue;
+            }
+            let p = r.probability.unwrap_or(1.0);
+            if p < 1.0 && self.rng.random::<f64>() >= p {
+                continue;
+            }
+            if let Some(n) = &mut c.rule.count {
+                *n -= 1;
+            }
+            let r = &c.rule;
+            hit.latency_ms += r.latency_ms.unwrap_or(0);
+            if hit.error.is_none()
+                && let Some(status) = r.status
+            {
+                let msg = r.message.clone().unwrap_or_else(|| "injected fault".into());
+                hit.error = Some(if status >= 595 || status == 401 {
+                    PveError::bare(status, msg)
+                } else {
+                    PveError::new(
+                        status,
+                        if msg.ends_with('\n') {
+                            msg
+                        } else {
+                            format!("{msg}\n")
+                        },
+                    )
+                });
+            }
+        }
+        hit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn globs() {
+        let r = glob_to_regex("/nodes/*/qemu/*/status/start").unwrap();
+        assert!(r.is_match("/nodes/r630-01/qemu/100/status/start"));
+        assert!(!r.is_match("/nodes/r630-01/qemu/100/status/stop"));
+        let r = glob_to_regex("/nodes/**").unwrap();
+        assert!(r.is_match("/nodes/a/b/c"));
+    }
+
+    #[test]
+    fn count_limits_firing() {
+        let mut f = Faults::new(1);
+        f.add(FaultRule {
+            method: Some("POST".into()),
+            path_pattern: Some("/nodes/*/qemu".into()),
+            status: Some(500),
+            message: Some("boom".into()),
+            count: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+        let fire = |f: &mut Faults| {
+            f.check("s", "POST", "/nodes/n/qemu", Some("n"))
+                .error
+                .is_some()
+        };
+        assert!(fire(&mut f));
+        assert!(fire(&mut f));
+        assert!(!fire(&mut f));
+        assert!(
+            f.check("s", "GET", "/nodes/n/qemu", Some("n"))
+                .error
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn probability_is_seeded() {
+        let run = || {
+            let mut f = Faults::new(42);
+            f.add(FaultRule {
+                probability: Some(0.5),
+                status: Some(500),
+                ..Default::default()
+            })
+            .unwrap();
+            (0..64)
+                .map(|_| f.check("s", "GET", "/version", None).error.is_some())
+                .collect::<Vec<_>>()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        let fired = a.iter().filter(|x| **x).count();
+        assert!((16..=48).contains(&fired), "{fired}");
+    }
+
+    #[test]
+    fn rules_need_an_effect() {
+        let mut f = Faults::new(1);
+        assert!(f.add(FaultRule::default()).is_err());
+        assert!(
+            f.add(FaultRule {
+                probability: Some(2.0),
+                status: Some(500),
+                ..Default::default()
+            })
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! The request journal: what clients sent (secrets redacted), how they authenticated, and
+//! what they got back — so tests can assert on what a deployer actually did.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// How a request tried to authenticate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum AuthKind {
+    /// No credentials at all.
+    None,
+    /// A valid ticket (cookie or `Authorization: PVEAuthCookie=`).
+    Ticket { userid: String },
+    /// A valid `Authorization: PVEAPIToken=` header.
+    ApiToken { tokenid: String },
+    /// An API token (`user@realm!name=secret`) sent where a ticket belongs — the
+    /// `PVEAuthCookie` cookie. PVE treats it as a (bad) ticket.
+    TokenInCookie { tokenid: String },
+    /// A ticket that did not verify (forged, expired, unknown user).
+    InvalidTicket,
+    /// A token header that did not verify.
+    InvalidToken { tokenid: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub seq: u64,
+    /// Simulated UNIX time of the request.
+    pub time: f64,
+    pub site: String,
+    pub method: String,
+    /// Path below `/api2/json` (or the full path when it is not under it).
+    pub path: String,
+    pub params: BTreeMap<String, String>,
+    pub auth: AuthKind,
+    pub status: u16,
+    pub status_text: String,
+    pub node: Option<String>,
+}
+
+const SECRET_KEYS: &[&str] = &[
+    "password",
+    "new-password",
+    "cipassword",
+    "secret",
+    "token",
+    "value",
+    "otp",
+    "tfa-challenge",
+    "CSRFPreventionToken",
+];
+
+pub fn redact(params: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            if SECRET_KEYS.contains(&k.as_str()) {
+                (k.clone(), "<redacted>".to_string())
+            } else {
+                (k.clone(), v.clone())
+            }
+        })
+        .collect()
+}
+
+const MAX_ENTRIES: usize = 100_000;
+
+#[derive(Clone, Debug, Default)]
+pub struct Journal {
+    entries: VecDeque<JournalEntry>,
+    next_seq: u64,
+}
+
+impl Journal {
+    pub fn record(&mut self, mut e: JournalEntry) {
+        self.next_seq += 1;
+        e.seq = self.next_seq;
+        e.params = redact(&e.params);
+        if self.entries.len() >= MAX_ENTRIES {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(e);
+    }
+
+    pub fn entries(&self) -> Vec<JournalEntry> {
+        self.entries.iter().cloned().collect()
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted() {
+        let mut j = Journal::default();
+        let mut params = BTreeMap::new();
+        params.insert("password".to_string(), "harness".to_string());
+        params.insert("cipassword".to_string(), "pw".to_string());
+        params.insert("username".to_string(), "root@pam".to_string());
+        j.record(JournalEntry {
+            seq: 0,
+            time: 0.0,
+            site: "site-1".into(),
+            method: "POST".into(),
+            path: "/access/ticket".into(),
+            params,
+            auth: AuthKind::None,
+            status: 200,
+            status_text: "OK".into(),
+            node: None,
+        });
+        let e = &j.entries()[0];
+        assert_eq!(e.seq, 1);
+        assert_eq!(e.params["password"], "<redacted>");
+        assert_eq!(e.params["cipassword"], "<redacted>");
+        assert_eq!(e.params["username"], "root@pam");
+    }
+}

@@ -1,0 +1,505 @@
+//! VM state and the VM config grammar: drives, NICs, typed config rendering, digests.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::storage::model::format_size;
+use crate::version::PveVersion;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Power {
+    Stopped,
+    Running,
+    Paused,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Vm {
+    pub vmid: u32,
+    pub node: String,
+    /// The config file, values as text exactly as PVE writes them.
+    pub config: BTreeMap<String, String>,
+    pub lock: Option<String>,
+    pub power: Power,
+    pub started_at: f64,
+    pub pid: Option<u32>,
+    /// When the guest agent starts answering (simulated boot).
+    pub agent_ready_at: Option<f64>,
+    /// DHCP leases per NIC key (`net0`), from the bridge's simulated pool.
+    pub leases: BTreeMap<String, Ipv4Addr>,
+}
+
+/// A disk to allocate (or import) inside a task.
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskPlan {
+    pub key: String,
+    pub storage: String,
+    /// The volume name chosen at plan time (unique: it carries the vmid).
+    pub volname: String,
+    pub format: String,
+    pub size: u64,
+    /// Source volume of an import: (storage, volname) and the bytes it will write.
+    pub import_from: Option<(String, String)>,
+    pub data_bytes: u64,
+    /// Drive options kept in the config (`cache=`, `discard=`, ...), without file/size.
+    pub opts: Vec<(String, String)>,
+    pub cloudinit: bool,
+}
+
+static DISK_KEY: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"^(?:scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])|sata[0-5]|ide[0-3]|efidisk0|tpmstate0)$").ok()
+});
+static NEW_DISK: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"^(?:([^/:\s]+):)?(\d+(?:\.\d+)?)$").ok());
+
+pub fn is_disk_key(k: &str) -> bool {
+    DISK_KEY.as_ref().is_some_and(|r| r.is_match(k))
+}
+
+fn indexed(k: &str, prefix: &str, max: u32) -> bool {
+    match k.strip_prefix(prefix) {
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            (n == "0" || !n.starts_with('0')) && n.parse::<u32>().is_ok_and(|i| i <= max)
+        }
+        _ => false,
+    }
+}
+
+pub fn is_net_key(k: &str) -> bool {
+    indexed(k, "net", 31)
+}
+
+pub fn is_unused_key(k: &str) -> bool {
+    indexed(k, "unused", 255)
+}
+
+pub fn is_ipconfig_key(k: &str) -> bool {
+    indexed(k, "ipconfig", 31)
+}
+
+/// Split a property string into ordered key/value pairs; a bare first value goes to `default_key`.
+pub fn split_props(s: &str, default_key: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, part) in s.split(',').enumerate() {
+        if part.is_empty() {
+            continue;
+        }
+        match part.split_once('=') {
+            Some((k, v)) => out.push((k.trim().to_string(), v.to_string())),
+            None if i == 0 => out.push((default_key.to_string(), part.to_string())),
+            None => out.push((part.trim().to_string(), "1".to_string())),
+        }
+    }
+    out
+}
+
+pub fn prop<'a>(props: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    props
+        .iter()
+        .find(|(kk, _)| kk == k)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A drive value: `file` first, then the other options sorted (PVE's print order).
+pub fn print_drive(file: &str, opts: &[(String, String)]) -> String {
+    let mut o: Vec<&(String, String)> = opts.iter().filter(|(k, _)| k != "file").collect();
+    o.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut s = file.to_string();
+    for (k, v) in o {
+        s.push(',');
+        s.push_str(k);
+        s.push('=');
+        s.push_str(v);
+    }
+    s
+}
+
+pub const NIC_MODELS: &[&str] = &[
+    "e1000",
+    "e1000-82540em",
+    "e1000-82544gc",
+    "e1000-82545em",
+    "e1000e",
+    "i82551",
+    "i82557b",
+    "i82559er",
+    "ne2k_isa",
+    "ne2k_pci",
+    "pcnet",
+    "rtl8139",
+    "virtio",
+    "vmxnet3",
+];
+
+/// A parsed NIC: model, MAC (if any) and the other options in order.
+pub struct Nic {
+    pub model: String,
+    pub mac: Option<String>,
+    pub opts: Vec<(String, String)>,
+}
+
+impl Nic {
+    pub fn parse(s: &str) -> Nic {
+        let mut model = "virtio".to_string();
+        let mut mac = None;
+        let mut opts = Vec::new();
+        for (k, v) in split_props(s, "model") {
+            if k == "model" {
+                model = v;
+            } else if k == "macaddr" {
+                mac = Some(v.to_ascii_uppercase());
+            } else if NIC_MODELS.contains(&k.as_str()) {
+                model = k;
+                mac = Some(v.to_ascii_uppercase());
+            } else {
+                opts.push((k, v));
+            }
+        }
+        Nic { model, mac, opts }
+    }
+
+    pub fn bridge(&self) -> Option<&str> {
+        prop(&self.opts, "bridge")
+    }
+
+    /// `model=MAC,bridge=..,rest` as `print_net` writes it.
+    pub fn print(&self) -> String {
+        let mut s = match &self.mac {
+            Some(m) => format!("{}={m}", self.model),
+            None => self.model.clone(),
+        };
+        let mut rest: Vec<&(String, String)> = self.opts.iter().collect();
+        rest.sort_by_key(|(k, _)| (k != "bridge", k.clone()));
+        for (k, v) in rest {
+            s.push(',');
+            s.push_str(k);
+            s.push('=');
+            s.push_str(v);
+        }
+        s
+    }
+}
+
+/// How a drive's `file` part is to be handled.
+#[derive(Debug, PartialEq)]
+pub enum DriveFile {
+    /// `STORAGE:SIZE` (size in GiB, may be fractional); storage may come from `storage=`.
+    New { storage: Option<String>, gib: f64 },
+    /// `STORAGE:cloudinit`
+    CloudInit { storage: String },
+    /// An existing volume id or `none`/`cdrom`/path.
+    Existing(String),
+}
+
+pub fn classify_file(file: &str) -> DriveFile {
+    if let Some(c) = NEW_DISK.as_ref().and_then(|r| r.captures(file)) {
+        let gib = c
+            .get(2)
+            .and_then(|g| g.as_str().parse().ok())
+            .unwrap_or(0.0);
+        return DriveFile::New {
+            storage: c.get(1).map(|s| s.as_str().to_string()),
+            gib,
+        };
+    }
+    if let Some(s) = file.strip_suffix(":cloudinit") {
+        return DriveFile::CloudInit {
+            storage: s.to_string(),
+        };
+    }
+    DriveFile::Existing(file.to_string())
+}
+
+/// Config keys whose schema type is integer or boolean: emitted as JSON numbers.
+const NUMERIC_KEYS: &[&str] = &[
+    "acpi",
+    "autostart",
+    "balloon",
+    "ciupgrade",
+    "cores",
+    "cpuunits",
+    "freeze",
+    "keephugepages",
+    "kvm",
+    "localtime",
+    "migrate_speed",
+    "numa",
+    "onboot",
+    "protection",
+    "reboot",
+    "shares",
+    "sockets",
+    "tablet",
+    "template",
+    "vcpus",
+];
+
+impl Vm {
+    pub fn is_agent_enabled(&self) -> bool {
+        self.config.get("agent").is_some_and(|a| {
+            let p = split_props(a, "enabled");
+            prop(&p, "enabled").is_some_and(|v| matches!(v, "1" | "on" | "yes" | "true"))
+        })
+    }
+
+    pub fn memory_mib(&self) -> u64 {
+        self.config
+            .get("memory")
+            .map(|m| {
+                let p = split_props(m, "current");
+                prop(&p, "current")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(512)
+            })
+            .unwrap_or(512)
+    }
+
+    pub fn cpus(&self) -> u32 {
+        let get = |k: &str, d: u32| self.config.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
+        let total = get("sockets", 1) * get("cores", 1);
+        self.config
+            .get("vcpus")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(total)
+    }
+
+    pub fn name(&self) -> String {
+        self.config
+            .get("name")
+            .cloned()
+            .unwrap_or_else(|| format!("VM {}", self.vmid))
+    }
+
+    pub fn is_template(&self) -> bool {
+        self.config.get("template").is_some_and(|v| v == "1")
+    }
+
+    /// `(key, volid, size)` of every disk in the config (not cdroms, not `none`).
+    pub fn disks(&self) -> Vec<(String, String, u64)> {
+        self.config
+            .iter()
+            .filter(|(k, _)| is_disk_key(k))
+            .filter_map(|(k, v)| {
+                let p = split_props(v, "file");
+                let file = prop(&p, "file")?;
+                if prop(&p, "media") == Some("cdrom") || file == "none" || file == "cdrom" {
+                    return None;
+                }
+                let size = prop(&p, "size")
+                    .and_then(crate::storage::model::parse_size)
+                    .unwrap_or(0);
+                Some((k.clone(), file.to_string(), size))
+            })
+            .collect()
+    }
+
+    /// Every volume id the config references (disks, cdroms on storages, unused).
+    pub fn referenced_volumes(&self) -> Vec<String> {
+        self.config
+            .iter()
+            .filter(|(k, _)| is_disk_key(k) || is_unused_key(k))
+            .filter_map(|(_, v)| {
+                let p = split_props(v, "file");
+                prop(&p, "file")
+                    .filter(|f| crate::storage::volid::parse_volid(f).is_some())
+                    .map(str::to_string)
+            })
+            .collect()
+    }
+
+    pub fn maxdisk(&self) -> u64 {
+        self.disks().iter().map(|d| d.2).sum::<u64>()
+    }
+
+    /// The config file text (what `digest` is computed over).
+    pub fn conf_text(&self) -> String {
+        let mut s = String::new();
+        if let Some(l) = &self.lock {
+            s.push_str(&format!("lock: {l}\n"));
+        }
+        for (k, v) in &self.config {
+            s.push_str(&format!("{k}: {v}\n"));
+        }
+        s
+    }
+
+    pub fn digest(&self) -> String {
+        hex::encode(Sha1::digest(self.conf_text().as_bytes()))
+    }
+
+    /// `GET .../config`: typed as PVE types it, `cipassword` masked, plus `digest`.
+    pub fn config_json(&self, version: PveVersion) -> Value {
+        let mut m = Map::new();
+        for (k, v) in &self.config {
+            let val = if k == "cipassword" {
+                json!("**********")
+            } else if NUMERIC_KEYS.contains(&k.as_str())
+                || (k == "memory" && !version.memory_is_string())
+            {
+                v.parse::<i64>()
+                    .map(Value::from)
+                    .unwrap_or_else(|_| json!(v))
+            } else {
+                json!(v)
+            };
+            m.insert(k.clone(), val);
+        }
+        if let Some(l) = &self.lock {
+            m.insert("lock".into(), json!(l));
+        }
+        m.insert("digest".into(), json!(self.digest()));
+        Value::Object(m)
+    }
+
+    pub fn uptime(&self, now: f64) -> u64 {
+        match self.power {
+            Power::Stopped => 0,
+            _ => (now - self.started_at).max(0.0) as u64,
+        }
+    }
+
+    pub fn status_str(&self) -> &'static str {
+        match self.power {
+            Power::Stopped => "stopped",
+            _ => "running",
+        }
+    }
+
+    /// The vmstatus fields shared by the VM list, status/current and cluster resources.
+    pub fn vmstatus(&self, now: f64) -> Map<String, Value> {
+        let running = self.power != Power::Stopped;
+        let maxmem = self.memory_mib() * 1024 * 1024;
+        let up = self.uptime(now);
+        let mut m = Map::new();
+        m.insert("vmid".into(), json!(self.vmid));
+        m.insert("name".into(), json!(self.name()));
+        m.insert("status".into(), json!(self.status_str()));
+        m.insert("cpus".into(), json!(self.cpus()));
+        m.insert("maxmem".into(), json!(maxmem));
+        m.insert("maxdisk".into(), json!(self.maxdisk()));
+        m.insert("mem".into(), json!(if running { maxmem / 3 } else { 0 }));
+        m.insert("cpu".into(), if running { json!(0.013) } else { json!(0) });
+        m.insert("uptime".into(), json!(up));
+        m.insert("disk".into(), json!(0));
+        m.insert("netin".into(), json!(if running { up * 1800 } else { 0 }));
+        m.insert("netout".into(), json!(if running { up * 900 } else { 0 }));
+        m.insert(
+            "diskread".into(),
+            json!(if running { up * 40_000 } else { 0 }),
+        );
+        m.insert(
+            "diskwrite".into(),
+            json!(if running { up * 12_000 } else { 0 }),
+        );
+        if let (true, Some(pid)) = (running, self.pid) {
+            m.insert("pid".into(), json!(pid));
+        }
+        if self.is_template() {
+            m.insert("template".into(), json!(1));
+        }
+        if let Some(l) = &self.lock {
+            m.insert("lock".into(), json!(l));
+        }
+        if let Some(t) = self.config.get("tags") {
+            m.insert("tags".into(), json!(t));
+        }
+        m
+    }
+}
+
+/// The disk's config value after allocation: `storage:volname,opts...,size=NG`.
+pub fn allocated_drive(volid: &str, opts: &[(String, String)], size: u64) -> String {
+    let mut o: Vec<(String, String)> = opts
+        .iter()
+        .filter(|(k, _)| k != "size" && k != "import-from" && k != "format")
+        .cloned()
+        .collect();
+    o.push(("size".into(), format_size(size)));
+    print_drive(volid, &o)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn nic_gains_printed_mac() {
+        let mut n = Nic::parse("virtio,bridge=vmbr0,firewall=1");
+        assert!(n.mac.is_none());
+        n.mac = Some("BC:24:11:00:11:22".into());
+        assert_eq!(
+            n.print(),
+            "virtio=BC:24:11:00:11:22,bridge=vmbr0,firewall=1"
+        );
+        let n = Nic::parse("model=e1000,macaddr=bc:24:11:aa:bb:cc,bridge=vmbr1");
+        assert_eq!(n.print(), "e1000=BC:24:11:AA:BB:CC,bridge=vmbr1");
+    }
+
+    #[test]
+    fn drive_files() {
+        assert_eq!(
+            classify_file("local-lvm:32"),
+            DriveFile::New {
+                storage: Some("local-lvm".into()),
+                gib: 32.0
+            }
+        );
+        assert_eq!(
+            classify_file("0.001"),
+            DriveFile::New {
+                storage: None,
+                gib: 0.001
+            }
+        );
+        assert_eq!(
+            classify_file("local-lvm:cloudinit"),
+            DriveFile::CloudInit {
+                storage: "local-lvm".into()
+            }
+        );
+        assert!(matches!(
+            classify_file("local:iso/x.iso"),
+            DriveFile::Existing(_)
+        ));
+        assert_eq!(
+            allocated_drive(
+                "local-lvm:vm-100-disk-0",
+                &[
+                    ("iothread".into(), "1".into()),
+                    ("format".into(), "raw".into())
+                ],
+                32 << 30
+            ),
+            "local-lvm:vm-100-disk-0,iothread=1,size=32G"
+        );
+    }
+
+    #[test]
+    fn keys() {
+        assert!(is_disk_key("scsi30") && !is_disk_key("scsi31") && is_disk_key("efidisk0"));
+        assert!(
+            is_net_key("net0")
+                && is_net_key("net31")
+                && !is_net_key("net32")
+                && !is_net_key("net01")
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn property_strings_never_panic(s in "\\PC{0,60}") {
+            let _ = split_props(&s, "file");
+            let _ = Nic::parse(&s).print();
+            let _ = classify_file(&s);
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! Power verbs: start (with the start-time admission checks), stop, shutdown, reboot,
+//! reset, suspend, resume. All but reboot's "not running" check fail inside the task.
+
+use std::net::Ipv4Addr;
+
+use crate::qemu::create::Caller;
+use crate::qemu::model::{Nic, Power};
+use crate::tasks::model::{TaskPlan, Work};
+use crate::wire::{Params, PveError};
+use crate::world::Site;
+
+/// What `start` would do now: the task error and its log lines, or fine.
+pub struct StartCheck {
+    pub lines: Vec<String>,
+    pub error: Option<String>,
+}
+
+impl Site {
+    pub fn check_start(&self, node: &str, vmid: u32) -> StartCheck {
+        let fail = |e: String| StartCheck {
+            lines: Vec::new(),
+            error: Some(e),
+        };
+        let Some(vm) = self.vms.get(&vmid).filter(|v| v.node == node) else {
+            return fail(format!(
+                "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            ));
+        };
+        if let Some(l) = &vm.lock {
+            return fail(format!("VM is locked ({l})"));
+        }
+        if vm.power != Power::Stopped {
+            return fail(format!("VM {vmid} already running"));
+        }
+        if vm.is_template() {
+            return fail("you can't start a vm if it's a template".into());
+        }
+        let Some(n) = self.nodes.get(node) else {
+            return fail(format!("node '{node}' does not exist"));
+        };
+        if vm.cpus() > n.threads {
+            return fail(format!(
+                "MAX {} vcpus allowed per VM on this node",
+                n.threads
+            ));
+        }
+        for (k, v) in vm
+            .config
+            .iter()
+            .filter(|(k, _)| crate::qemu::model::is_net_key(k))
+        {
+            let nic = Nic::parse(v);
+            if let Some(b) = nic.bridge()
+                && n.bridge(b).is_none()
+            {
+                let idx = &k[3..];
+                return StartCheck {
+                    lines: vec![
+                        format!("bridge '{b}' does not exist"),
+                        format!(
+                            "kvm: -netdev type=tap,id={k},ifname=tap{vmid}i{idx},script=/var/lib/qemu-server/pve-bridge,downscript=/var/lib/qemu-server/pve-bridgedown,vhost=on: network script /var/lib/qemu-server/pve-bridge failed with status 512"
+                        ),
+                    ],
+                    error: Some("start failed: QEMU exited with code 1".into()),
+                };
+            }
+        }
+        let mem = vm.memory_mib() * 1024 * 1024;
+        if mem > n.memory {
+            return StartCheck {
+                lines: vec![
+                    "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory".into(),
+                ],
+                error: Some("start failed: QEMU exited with code 1".into()),
+            };
+        }
+        StartCheck {
+            lines: Vec::new(),
+            error: None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn power_task(
+        &mut self,
+        ttype: &'static str,
+        node: &str,
+        vmid: u32,
+        user: &str,
+        work: Work,
+        dur: f64,
+        err: Option<String>,
+        now: f64,
+    ) -> String {
+        let mut plan = TaskPlan::new(ttype, vmid.to_string(), node, user, work);
+        plan.duration = if err.is_some() { 0.1 } else { dur };
+        plan.planned_error = err;
+        self.start_task(plan, now)
+    }
+
+    pub fn start_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        now: f64,
+    ) -> Result<String, PveError> {
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
+        Ok(self.spawn_start(node, vmid, &caller.who.task_user(), now))
+    }
+
+    pub fn spawn_start(&mut self, node: &str, vmid: u32, user: &str, now: f64) -> String {
+        let check = self.check_start(node, vmid);
+        let mut plan = TaskPlan::new(
+            "qmstart",
+            vmid.to_string(),
+            node,
+            user,
+            Work::Start { vmid },
+        );
+        for l in check.lines {
+            plan.line(0.05, l);
+        }
+        plan.duration = if check.error.is_some() { 0.2 } else { 1.0 };
+        plan.planned_error = check.error;
+        self.start_task(plan, now)
+    }
+
+    /// Complete a start: the VM runs, the agent answers after the boot delay.
+    pub fn finish_start(&mut self, node: &str, vmid: u32, now: f64) -> Result<Vec<String>, String> {
+        if let Some(e) = self.check_start(node, vmid).error {
+            return Err(e);
+        }
+        use rand::Rng;
+        let pid = self.rng.random_range(2_000..4_000_000);
+        let boot = self.boot_delay_secs;
+        self.assign_leases(vmid);
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.power = Power::Running;
+            vm.started_at = now;
+            vm.pid = Some(pid);
+            vm.agent_ready_at = Some(now + boot);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Give every NIC of the VM an address from its bridge's DHCP pool (kept across restarts).
+    fn assign_leases(&mut self, vmid: u32) {
+        let Some(vm) = self.vms.get(&vmid) else {
+            return;
+        };
+        let Some(node) = self.nodes.get(&vm.node) else {
+            return;
+        };
+        let mut new = Vec::new();
+        for (k, v) in vm
+            .config
+            .iter()
+            .filter(|(k, _)| crate::qemu::model::is_net_key(k))
+        {
+            if vm.leases.contains_key(k) {
+                continue;
+            }
+            let nic = Nic::parse(v);
+            let Some((lo, hi)) = nic
+                .bridge()
+                .and_then(|b| node.bridge(b))
+                .and_then(|b| b.dhcp)
+            else {
+                continue;
+            };
+            let used: std::collections::BTreeSet<Ipv4Addr> = self
+                .vms
+                .values()
+                .filter(|o| o.node == vm.node)
+                .flat_map(|o| o.leases.values().copied())
+                .chain(new.iter().map(|(_, ip)| *ip))
+                .collect();
+            if let Some(ip) = (u32::from(lo)..=u32::from(hi))
+                .map(Ipv4Addr::from)
+                .find(|ip| !used.contains(ip))
+            {
+                new.push((k.clone(), ip));
+            }
+        }
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.leases.extend(new);
+        }
+    }
+
+    pub fn stop_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
+        let err = self.lock_error(node, vmid, p);
+        Ok(self.power_task(
+            "qmstop",
+            node,
+            vmid,
+            &caller.who.task_user(),
+            Work::Stop { vmid },
+            0.5,
+            err,
+            now,
+        ))
+    }
+
+    pub fn shutdown_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
+        let vm = self.vm_on(node, vmid)?;
+        if vm.power == Power::Paused {
+            return Err(PveError::die("VM is paused - cannot shutdown"));
+        }
+        let dur = if vm.is_agent_enabled() && vm.agent_ready_at.is_some_and(|t| t <= now) {
+            3.0
+        } else {
+            5.0
+        };
+        let err = self.lock_error(node, vmid, p);
+        Ok(self.power_task(
+            "qmshutdown",
+            node,
+            vmid,
+            &caller.who.task_user(),
+            Work::Shutdown { vmid },
+            dur,
+            err,
+            now,
+        ))
+    }
+
+    pub fn reboot_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
+        let vm = self.vm_on(node, vmid)?;
+        if vm.power == Power::Stopped {
+            return Err(PveError::die(format!("VM {vmid} not running")));
+        }
+        let err = self.lock_error(node, vmid, p);
+        Ok(self.power_task(
+            "qmreboot",
+            node,
+            vmid,
+            &caller.who.task_user(),
+            Work::Reboot { vmid },
+            4.0,
+            err,
+            now,
+        ))
+    }
+
+    pub fn simple_power(
+        &mut self,
+        ttype: &'static str,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
+        let vm = self.vm_on(node, vmid)?;
+        let mut err = self.lock_error(node, vmid, p);
+        let work = match ttype {
+            "qmreset" => Work::Reset { vmid },
+            "qmsuspend" => Work::Suspend { vmid },
+            _ => Work::Resume { vmid },
+        };
+        if err.is_none() && vm.power == Power::Stopped {
+            err = Some(format!("VM {vmid} not running"));
+        }
+        Ok(self.power_task(
+            ttype,
+            node,
+            vmid,
+            &caller.who.task_user(),
+            work,
+            0.5,
+            err,
+            now,
+        ))
+    }
+
+    fn lock_error(&self, node: &str, vmid: u32, p: &Params) -> Option<String> {
+        match self.vms.get(&vmid).filter(|v| v.node == node) {
+            None => Some(format!(
+                "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            )),
+            Some(vm) => match &vm.lock {
+                Some(l) if !p.flag("skiplock") => Some(format!("VM is locked ({l})")),
+                _ => None,
+            },
+        }
+    }
+
+    /// Apply a finished power task.
+    pub fn finish_power(
+        &mut self,
+        work: &crate::tasks::model::Work,
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        use crate::tasks::model::Work::*;
+        let boot = self.boot_delay_secs;
+        let vmid = match work {
+            Stop { vmid }
+            | Shutdown { vmid }
+            | Reboot { vmid }
+            | Reset { vmid }
+            | Suspend { vmid }
+            | Resume { vmid } => *vmid,
+            _ => return Ok(Vec::new()),
+        };
+        let Some(vm) = self.vms.get_mut(&vmid) else {
+            return Err(format!("VM {vmid} does not exist"));
+        };
+        match work {
+            Stop { .. } | Shutdown { .. } => {
+                vm.power = Power::Stopped;
+                vm.pid = None;
+                vm.agent_ready_at = None;
+            }
+            Reboot { .. } | Reset { .. } => {
+                if vm.power == Power::Stopped {
+                    return Err(format!("VM {vmid} not running"));
+                }
+                vm.power = Power::Running;
+                vm.agent_ready_at = Some(now + boot);
+            }
+            Suspend { .. } => {
+                if vm.power == Power::Stopped {
+                    return Err(format!("VM {vmid} not running"));
+                }
+                vm.power = Power::Paused;
+            }
+            Resume { .. } => {
+                if vm.power == Power::Stopped {
+                    return Err(format!("VM {vmid} not running"));
+                }
+                vm.power = Power::Running;
+            }
+            _ => {}
+        }
+        Ok(Vec::new())
+    }
+}

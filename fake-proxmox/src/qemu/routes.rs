@@ -1,0 +1,316 @@
+//! `/nodes/{node}/qemu...` routes: parse, call the model verb, render.
+
+use serde_json::{Value, json};
+
+use crate::qemu::model::{Power, Vm};
+use crate::router::{Ctx, Route, route};
+use crate::wire::{PveError, Reply, b};
+
+pub fn routes() -> Vec<Route> {
+    vec![
+        route("GET", "/nodes/{node}/qemu", list),
+        route("POST", "/nodes/{node}/qemu", create),
+        route("GET", "/nodes/{node}/qemu/{vmid}", index),
+        route("DELETE", "/nodes/{node}/qemu/{vmid}", destroy),
+        route("GET", "/nodes/{node}/qemu/{vmid}/config", config_get),
+        route("POST", "/nodes/{node}/qemu/{vmid}/config", config_post),
+        route("PUT", "/nodes/{node}/qemu/{vmid}/config", config_put),
+        route("GET", "/nodes/{node}/qemu/{vmid}/pending", pending),
+        route("GET", "/nodes/{node}/qemu/{vmid}/status", status_index),
+        route(
+            "GET",
+            "/nodes/{node}/qemu/{vmid}/status/current",
+            status_current,
+        ),
+        route("POST", "/nodes/{node}/qemu/{vmid}/status/start", start),
+        route("POST", "/nodes/{node}/qemu/{vmid}/status/stop", stop),
+        route(
+            "POST",
+            "/nodes/{node}/qemu/{vmid}/status/shutdown",
+            shutdown,
+        ),
+        route("POST", "/nodes/{node}/qemu/{vmid}/status/reboot", reboot),
+        route("POST", "/nodes/{node}/qemu/{vmid}/status/reset", reset),
+        route("POST", "/nodes/{node}/qemu/{vmid}/status/suspend", suspend),
+        route("POST", "/nodes/{node}/qemu/{vmid}/status/resume", resume),
+        route("POST", "/nodes/{node}/qemu/{vmid}/clone", clone),
+        route("PUT", "/nodes/{node}/qemu/{vmid}/resize", resize),
+        route("POST", "/nodes/{node}/qemu/{vmid}/template", template),
+    ]
+}
+
+fn vmid(c: &Ctx) -> Result<u32, PveError> {
+    c.p.vmid()
+}
+
+fn vm<'a>(c: &'a Ctx) -> Result<&'a Vm, PveError> {
+    let node = c.node()?;
+    c.site.vm_on(&node, vmid(c)?)
+}
+
+fn upid(u: String) -> Reply {
+    Reply::data(json!(u))
+}
+
+fn list(c: &mut Ctx) -> Result<Reply, PveError> {
+    let node = c.node()?;
+    let data: Vec<Value> = c
+        .site
+        .vms
+        .values()
+        .filter(|v| v.node == node)
+        .filter(|v| {
+            c.site
+                .access
+                .has(&c.who, &format!("/vms/{}", v.vmid), "VM.Audit")
+        })
+        .map(|v| {
+            let mut m = v.vmstatus(c.now);
+            if v.power != Power::Stopped {
+                m.insert(
+                    "qmpstatus".into(),
+                    json!(if v.power == Power::Paused {
+                        "paused"
+                    } else {
+                        "running"
+                    }),
+                );
+            }
+            Value::Object(m)
+        })
+        .collect();
+    Ok(Reply::data(Value::Array(data)))
+}
+
+fn create(c: &mut Ctx) -> Result<Reply, PveError> {
+    let node = c.node()?;
+    let (who, via) = (c.who.clone(), c.via_ticket);
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: via,
+    };
+    let p = c.p.clone();
+    Ok(upid(c.site.create_vm(&node, &caller, &p, c.now)?))
+}
+
+fn index(c: &mut Ctx) -> Result<Reply, PveError> {
+    vm(c)?;
+    let dirs = [
+        "config",
+        "pending",
+        "status",
+        "unlink",
+        "vncproxy",
+        "termproxy",
+        "migrate",
+        "resize",
+        "move",
+        "rrd",
+        "rrddata",
+        "monitor",
+        "agent",
+        "snapshot",
+        "spiceproxy",
+        "sendkey",
+        "firewall",
+        "mtunnel",
+        "remote_migrate",
+    ];
+    Ok(Reply::data(Value::Array(
+        dirs.iter().map(|d| json!({"subdir": d})).collect(),
+    )))
+}
+
+fn destroy(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let (who, via, p) = (c.who.clone(), c.via_ticket, c.p.clone());
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: via,
+    };
+    Ok(upid(c.site.destroy_vm(&node, id, &caller, &p, c.now)?))
+}
+
+fn config_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    let id = vmid(c)?;
+    let v = vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    if c.p.has("snapshot") {
+        let s = c.p.str("snapshot").unwrap_or_default();
+        return Err(PveError::die(format!("snapshot '{s}' does not exist")));
+    }
+    Ok(Reply::data(v.config_json(c.site.version)))
+}
+
+fn config_update(c: &mut Ctx, async_task: bool) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let (who, via, p) = (c.who.clone(), c.via_ticket, c.p.clone());
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: via,
+    };
+    Ok(
+        match c
+            .site
+            .update_vm_config(&node, id, &caller, &p, c.now, async_task)?
+        {
+            Some(u) => upid(u),
+            None => Reply::null(),
+        },
+    )
+}
+
+fn config_post(c: &mut Ctx) -> Result<Reply, PveError> {
+    config_update(c, true)
+}
+
+fn config_put(c: &mut Ctx) -> Result<Reply, PveError> {
+    config_update(c, false)
+}
+
+fn pending(c: &mut Ctx) -> Result<Reply, PveError> {
+    let id = vmid(c)?;
+    let v = vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    let cfg = v.config_json(c.site.version);
+    let data: Vec<Value> = cfg
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "digest")
+                .map(|(k, val)| json!({"key": k, "value": val}))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Reply::data(Value::Array(data)))
+}
+
+fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {
+    vm(c)?;
+    let dirs = [
+        "current", "start", "stop", "reset", "shutdown", "suspend", "reboot", "resume",
+    ];
+    Ok(Reply::data(Value::Array(
+        dirs.iter().map(|d| json!({"subdir": d})).collect(),
+    )))
+}
+
+fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
+    let id = vmid(c)?;
+    let v = vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    let mut m = v.vmstatus(c.now);
+    m.insert("ha".into(), json!({"managed": 0}));
+    if v.is_agent_enabled() {
+        m.insert("agent".into(), json!(1));
+    }
+    match v.power {
+        Power::Stopped => {
+            m.insert("qmpstatus".into(), json!("stopped"));
+        }
+        p => {
+            m.insert(
+                "qmpstatus".into(),
+                json!(if p == Power::Paused {
+                    "paused"
+                } else {
+                    "running"
+                }),
+            );
+            m.insert("running-machine".into(), json!("pc-i440fx-9.2+pve1"));
+            m.insert("running-qemu".into(), json!("9.2.0"));
+            m.insert("spice".into(), b(false));
+        }
+    }
+    Ok(Reply::data(Value::Object(m)))
+}
+
+fn start(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let who = c.who.clone();
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: c.via_ticket,
+    };
+    Ok(upid(c.site.start_vm(&node, id, &caller, c.now)?))
+}
+
+macro_rules! power {
+    ($name:ident, $verb:ident) => {
+        fn $name(c: &mut Ctx) -> Result<Reply, PveError> {
+            let (node, id) = (c.node()?, vmid(c)?);
+            let (who, p) = (c.who.clone(), c.p.clone());
+            let caller = crate::qemu::create::Caller {
+                who: &who,
+                via_ticket: c.via_ticket,
+            };
+            Ok(upid(c.site.$verb(&node, id, &caller, &p, c.now)?))
+        }
+    };
+}
+power!(stop, stop_vm);
+power!(shutdown, shutdown_vm);
+power!(reboot, reboot_vm);
+power!(clone, clone_vm);
+
+fn simple(c: &mut Ctx, ttype: &'static str) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let (who, p) = (c.who.clone(), c.p.clone());
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: c.via_ticket,
+    };
+    Ok(upid(
+        c.site.simple_power(ttype, &node, id, &caller, &p, c.now)?,
+    ))
+}
+
+fn reset(c: &mut Ctx) -> Result<Reply, PveError> {
+    simple(c, "qmreset")
+}
+fn suspend(c: &mut Ctx) -> Result<Reply, PveError> {
+    simple(c, "qmsuspend")
+}
+fn resume(c: &mut Ctx) -> Result<Reply, PveError> {
+    simple(c, "qmresume")
+}
+
+fn resize(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let (who, p) = (c.who.clone(), c.p.clone());
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: c.via_ticket,
+    };
+    Ok(match c.site.resize_vm(&node, id, &caller, &p, c.now)? {
+        Some(u) => upid(u),
+        None => Reply::null(),
+    })
+}
+
+fn template(c: &mut Ctx) -> Result<Reply, PveError> {
+    let id = vmid(c)?;
+    let v = vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Allocate")?;
+    if let Some(l) = &v.lock {
+        return Err(PveError::die(format!("VM is locked ({l})")));
+    }
+    if v.power != Power::Stopped {
+        return Err(PveError::die(
+            "you can't convert a running VM to a template",
+        ));
+    }
+    let node = c.node()?;
+    let mut plan = crate::tasks::model::TaskPlan::new(
+        "qmtemplate",
+        id.to_string(),
+        &node,
+        &c.who.task_user(),
+        crate::tasks::model::Work::Noop,
+    );
+    plan.duration = 0.3;
+    if let Some(vm) = c.site.vms.get_mut(&id) {
+        vm.config.insert("template".into(), "1".into());
+    }
+    Ok(upid(c.site.start_task(plan, c.now)))
+}

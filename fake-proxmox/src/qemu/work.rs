@@ -1,0 +1,127 @@
+//! What finished tasks do to the world, and how an aborted or failed task is undone.
+
+use crate::tasks::model::Work;
+use crate::world::Site;
+
+impl Site {
+    /// Apply the effect of a task that reached its end time. `Err` is the exit status.
+    pub(crate) fn apply_work(
+        &mut self,
+        node: &str,
+        user: &str,
+        work: &Work,
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        match work {
+            Work::Noop => Ok(Vec::new()),
+            Work::CreateVm {
+                vmid,
+                config,
+                disks,
+                start_after,
+            } => {
+                if let Some(vm) = self.vms.get_mut(vmid) {
+                    vm.config = config.iter().cloned().collect();
+                }
+                if let Err(e) = self.allocate_disks(node, *vmid, disks, now) {
+                    self.vms.remove(vmid);
+                    return Err(format!("unable to create VM {vmid} - {e}"));
+                }
+                if let Some(vm) = self.vms.get_mut(vmid) {
+                    vm.lock = None;
+                }
+                if *start_after {
+                    self.spawn_start(node, *vmid, user, now);
+                }
+                Ok(Vec::new())
+            }
+            Work::UpdateConfig { vmid, disks } => self.allocate_disks(node, *vmid, disks, now),
+            Work::Start { vmid } => self.finish_start(node, *vmid, now),
+            Work::Stop { .. }
+            | Work::Shutdown { .. }
+            | Work::Reboot { .. }
+            | Work::Reset { .. }
+            | Work::Suspend { .. }
+            | Work::Resume { .. } => self.finish_power(work, now),
+            Work::Destroy { vmid, unreferenced } => {
+                self.finish_destroy(*vmid, *unreferenced);
+                Ok(Vec::new())
+            }
+            Work::Clone {
+                src,
+                newid,
+                target_storage,
+                format,
+                ..
+            } => {
+                let r = self.finish_clone(
+                    node,
+                    *src,
+                    *newid,
+                    target_storage.as_deref(),
+                    format.as_deref(),
+                    now,
+                );
+                if r.is_err() {
+                    self.vms.remove(newid);
+                }
+                r
+            }
+            Work::Resize {
+                vmid,
+                disk,
+                new_size,
+            } => {
+                let cur = self.vms.get(vmid).and_then(|v| v.config.get(disk)).cloned();
+                if cur.is_none() {
+                    return Err(format!("disk '{disk}' does not exist"));
+                }
+                self.apply_resize(node, *vmid, disk, *new_size)?;
+                Ok(Vec::new())
+            }
+            Work::Download {
+                storage,
+                volname,
+                size,
+            } => self.finish_download(node, storage, volname, *size, now),
+            Work::DeleteVolume { storage, volname } => {
+                if let Some(s) = self
+                    .nodes
+                    .get_mut(node)
+                    .and_then(|n| n.storages.get_mut(storage))
+                {
+                    s.volumes.remove(volname);
+                }
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Undo what starting the task did (a create's placeholder config, a clone's target).
+    pub(crate) fn rollback_work(&mut self, work: &Work) {
+        match work {
+            Work::CreateVm { vmid, .. }
+                if self
+                    .vms
+                    .get(vmid)
+                    .is_some_and(|v| v.lock.as_deref() == Some("create")) =>
+            {
+                self.vms.remove(vmid);
+            }
+            Work::Clone { newid, .. }
+                if self
+                    .vms
+                    .get(newid)
+                    .is_some_and(|v| v.lock.as_deref() == Some("clone")) =>
+            {
+                self.vms.remove(newid);
+            }
+            Work::Destroy { vmid, .. } => {
+                if let Some(vm) = self.vms.get_mut(vmid) {
+                    vm.lock = None;
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The emulated API's route table: (method, schema path template) → handler.
+//!
+//! Paths are matched as PVE's `find_handler` does: segment by segment, literal segments
+//! before `{param}` segments. Templates are the schema's path strings, so the table can be
+//! checked against the schema and unknown routes answer PVE's 501.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use crate::access::model::Identity;
+use crate::wire::{Params, PveError, Reply};
+use crate::world::Site;
+
+/// Everything a handler sees: the site under lock, validated parameters, the caller.
+pub struct Ctx<'a> {
+    pub site: &'a mut Site,
+    pub p: Params,
+    pub who: Identity,
+    pub via_ticket: bool,
+    pub now: f64,
+}
+
+impl Ctx<'_> {
+    pub fn caller(&self) -> crate::qemu::create::Caller<'_> {
+        crate::qemu::create::Caller {
+            who: &self.who,
+            via_ticket: self.via_ticket,
+        }
+    }
+    pub fn node(&self) -> Result<String, PveError> {
+        self.p.req_str("node")
+    }
+    pub fn require(&self, path: &str, privilege: &str) -> Result<(), PveError> {
+        self.site.require(&self.who, path, privilege)
+    }
+    /// At least one of the privileges (PVE's `any` rule; the error joins them with `|`).
+    pub fn require_any(&self, path: &str, privs: &[&str]) -> Result<(), PveError> {
+        if privs
+            .iter()
+            .any(|p| self.site.access.has(&self.who, path, p))
+        {
+            Ok(())
+        } else {
+            Err(PveError::perm(Some(format!("{path}, {}", privs.join("|")))))
+        }
+    }
+}
+
+pub type Handler = fn(&mut Ctx) -> Result<Reply, PveError>;
+
+#[derive(Clone, Copy)]
+pub struct Route {
+    pub method: &'static str,
+    pub template: &'static str,
+    pub handler: Handler,
+    /// `allowtoken => 0` in PVE: refused when called with an API token.
+    pub allowtoken: bool,
+}
+
+pub const fn route(method: &'static str, template: &'static str, handler: Handler) -> Route {
+    Route {
+        method,
+        template,
+        handler,
+        allowtoken: true,
+    }
+}
+
+static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
+    let mut v = Vec::new();
+    v.extend(crate::access::routes::routes());
+    v.extend(crate::cluster::routes::routes());
+    v.extend(crate::nodes::routes::routes());
+    v.extend(crate::storage::routes::routes());
+    v.extend(crate::tasks::routes::routes());
+    v.extend(crate::qemu::routes::routes());
+    v.extend(crate::agent::routes::routes());
+    v
+});
+
+pub fn table() -> &'static [Route] {
+    &TABLE
+}
+
+/// Match `path` against a template; on success the `{param}` captures.
+pub fn match_template(template: &str, path: &str) -> Option<BTreeMap<String, String>> {
+    let t: Vec<&str> = template.split('/').filter(|s| !s.is_empty()).collect();
+    let mut p: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    // A trailing `{volume}` takes the rest of the path: volids contain `/` once unescaped.
+    if t.last() == Some(&"{volume}") && p.len() > t.len() && !t.is_empty() {
+        let rest = p.split_off(t.len() - 1).join("/");
+        p.push(rest);
+    }
+    if t.len() != p.len() {
+        return None;
+    }
+    let mut caps = BTreeMap::new();
+    for (ts, ps) in t.iter().zip(&p) {
+        if let Some(name) = ts.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            caps.insert(name.to_string(), ps.clone());
+        } else if ts != ps {
+            return None;
+        }
+    }
+    Some(caps)
+}
+
+/// The template of our route table that `path` matches (any method), literal-first.
+pub fn find_template(path: &str) -> Option<(&'static str, BTreeMap<String, String>)> {
+    let mut best: Option<(usize, &'static str, BTreeMap<String, String>)> = None;
+    for r in table() {
+        if let Some(caps) = match_template(r.template, path) {
+            let literal = r
+                .template
+                .split('/')
+                .filter(|s| !s.starts_with('{'))
+                .count();
+            if best.as_ref().is_none_or(|b| literal > b.0) {
+                best = Some((literal, r.template, caps));
+            }
+        }
+    }
+    best.map(|(_, t, c)| (t, c))
+}
+
+pub fn handler_for(method: &str, template: &str) -> Option<&'static Route> {
+    table()
+        .iter()
+        .find(|r| r.method == method && r.template == template)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn literal_segments_win() {
+        let (t, caps) = find_template("/nodes/pve/qemu/100/status/current").unwrap();
+        assert_eq!(t, "/nodes/{node}/qemu/{vmid}/status/current");
+        assert_eq!(caps["vmid"], "100");
+        assert!(find_template("/nodes/pve/qemu/100/importdisk").is_none());
+    }
+
+    #[test]
+    fn every_route_is_unique() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in table() {
+            assert!(
+                seen.insert((r.method, r.template)),
+                "{} {}",
+                r.method,
+                r.template
+            );
+        }
+    }
+}

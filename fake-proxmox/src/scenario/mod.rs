@@ -1,0 +1,400 @@
+//! Scenarios: the YAML description of the simulated sites (clusters, nodes, storages,
+//! bridges, users, tokens, ACLs). The embedded default is seed 000's two sites.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::storage::model::{Content, StorageType};
+use crate::version::PveVersion;
+
+const DEFAULT_YAML: &str = include_str!("default.yaml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read scenario file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid scenario YAML: {0}")]
+    Yaml(String),
+    #[error("invalid scenario: {0}")]
+    Invalid(String),
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub seed: u64,
+    pub sites: Vec<SiteSpec>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SiteSpec {
+    pub name: String,
+    #[serde(default = "default_version")]
+    pub version: PveVersion,
+    /// A cluster name makes `/cluster/status` list a cluster entry (standalone node otherwise).
+    #[serde(default)]
+    pub cluster_name: Option<String>,
+    #[serde(default = "default_boot_delay")]
+    pub boot_delay_secs: f64,
+    #[serde(default = "default_download_speed")]
+    pub download_mib_s: f64,
+    #[serde(default)]
+    pub users: Vec<UserSpec>,
+    #[serde(default)]
+    pub tokens: Vec<TokenSpec>,
+    #[serde(default)]
+    pub acls: Vec<AclSpec>,
+    /// Files download-url "finds" at these URLs (nothing is ever fetched).
+    #[serde(default)]
+    pub remote_files: Vec<RemoteFileSpec>,
+    pub nodes: Vec<NodeSpec>,
+}
+
+fn default_version() -> PveVersion {
+    PveVersion::V9_1
+}
+
+fn default_boot_delay() -> f64 {
+    25.0
+}
+fn default_download_speed() -> f64 {
+    40.0
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    pub userid: String,
+    pub password: String,
+    #[serde(default = "yes")]
+    pub enable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSpec {
+    /// `user@realm!name`
+    pub tokenid: String,
+    pub secret: String,
+    #[serde(default = "yes")]
+    pub privsep: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AclSpec {
+    pub path: String,
+    /// A user id (`user@realm`) or a token id (`user@realm!name`).
+    pub ugid: String,
+    pub role: String,
+    #[serde(default = "yes")]
+    pub propagate: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteFileSpec {
+    pub url: String,
+    pub size_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub name: String,
+    #[serde(default = "default_ip")]
+    pub ip: String,
+    #[serde(default = "default_cpu_model")]
+    pub cpu_model: String,
+    #[serde(default = "one")]
+    pub sockets: u32,
+    pub cores: u32,
+    /// Host logical CPUs (`cpuinfo.cpus`): the start-time vCPU limit.
+    pub threads: u32,
+    pub memory_bytes: u64,
+    #[serde(default = "yes")]
+    pub online: bool,
+    #[serde(default)]
+    pub bridges: Vec<BridgeSpec>,
+    #[serde(default)]
+    pub storages: Vec<StorageSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_ip() -> String {
+    "192.0.2.10".into()
+}
+fn default_cpu_model() -> String {
+    "Common KVM processor".into()
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeSpec {
+    pub name: String,
+    #[serde(default)]
+    pub cidr: Option<String>,
+    #[serde(default)]
+    pub gateway: Option<String>,
+    #[serde(default)]
+    pub ports: Option<String>,
+    /// The simulated DHCP pool guests on this bridge get addresses from.
+    #[serde(default)]
+    pub dhcp_start: Option<String>,
+    #[serde(default)]
+    pub dhcp_end: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSpec {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: StorageType,
+    #[serde(default)]
+    pub path: Option<String>,
+    pub content: Vec<Content>,
+    pub total_bytes: u64,
+    #[serde(default = "default_speed")]
+    pub speed_mib_s: f64,
+    #[serde(default)]
+    pub shared: bool,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub volumes: Vec<VolumeSpec>,
+}
+
+fn default_speed() -> f64 {
+    200.0
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeSpec {
+    /// Path part of the volid, e.g. `iso/ubuntu-22.04-cloud.img`.
+    pub volname: String,
+    pub size_bytes: u64,
+    #[serde(default)]
+    pub used_bytes: Option<u64>,
+}
+
+impl Scenario {
+    /// The seed's two sites (`site-1`/ml110-01, `site-2`/r630-01).
+    pub fn embedded_default() -> Scenario {
+        // The embedded YAML is checked by a unit test; failing here is a build defect.
+        #[allow(clippy::expect_used)]
+        Self::from_yaml_str(DEFAULT_YAML).expect("embedded default scenario is valid")
+    }
+
+    pub fn default_yaml() -> &'static str {
+        DEFAULT_YAML
+    }
+
+    pub fn from_yaml_str(s: &str) -> Result<Scenario, ScenarioError> {
+        let sc: Scenario =
+            serde_norway::from_str(s).map_err(|e| ScenarioError::Yaml(e.to_string()))?;
+        sc.validate()?;
+        Ok(sc)
+    }
+
+    pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<Scenario, ScenarioError> {
+        let p = path.as_ref();
+        let s = std::fs::read_to_string(p).map_err(|source| ScenarioError::Read {
+            path: p.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml_str(&s)
+    }
+
+    pub fn to_yaml(&self) -> String {
+        serde_norway::to_string(self).unwrap_or_default()
+    }
+
+    fn validate(&self) -> Result<(), ScenarioError> {
+        let bad = |m: String| Err(ScenarioError::Invalid(m));
+        if self.sites.is_empty() {
+            return bad("no sites".into());
+        }
+        let node_re = regex::Regex::new(r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$")
+            .map_err(|e| ScenarioError::Invalid(e.to_string()))?;
+        let mut sites = BTreeSet::new();
+        let mut nodes = BTreeSet::new();
+        for s in &self.sites {
+            if !sites.insert(s.name.clone()) {
+                return bad(format!("site '{}' defined twice", s.name));
+            }
+            if s.nodes.is_empty() {
+                return bad(format!("site '{}' has no nodes", s.name));
+            }
+            if s.boot_delay_secs.is_nan()
+                || s.boot_delay_secs < 0.0
+                || s.download_mib_s.is_nan()
+                || s.download_mib_s <= 0.0
+            {
+                return bad(format!(
+                    "site '{}': boot_delay_secs must be >= 0 and download_mib_s > 0",
+                    s.name
+                ));
+            }
+            for t in &s.tokens {
+                let Some((user, _)) = t.tokenid.split_once('!') else {
+                    return bad(format!(
+                        "site '{}': token id '{}' is not user@realm!name",
+                        s.name, t.tokenid
+                    ));
+                };
+                if !s.users.iter().any(|u| u.userid == user) {
+                    return bad(format!(
+                        "site '{}': token '{}' belongs to unknown user '{user}'",
+                        s.name, t.tokenid
+                    ));
+                }
+            }
+            for a in &s.acls {
+                if crate::access::model::role_privs(&a.role).is_none() {
+                    return bad(format!(
+                        "site '{}': unknown role '{}' (Administrator, PVEVMAdmin, PVEAuditor, PVEDatastoreUser, PVEVMUser, NoAccess)",
+                        s.name, a.role
+                    ));
+                }
+            }
+            for n in &s.nodes {
+                if !node_re.is_match(&n.name) {
+                    return bad(format!("node name '{}' is not a valid pve-node", n.name));
+                }
+                if !nodes.insert(n.name.clone()) {
+                    return bad(format!(
+                        "node '{}' defined twice (node names are unique over all sites)",
+                        n.name
+                    ));
+                }
+                if n.threads == 0 || n.cores == 0 || n.sockets == 0 {
+                    return bad(format!(
+                        "node '{}': sockets, cores and threads must be >= 1",
+                        n.name
+                    ));
+                }
+                let mut st = BTreeSet::new();
+                for sto in &n.storages {
+                    if !st.insert(sto.name.clone()) {
+                        return bad(format!(
+                            "node '{}': storage '{}' defined twice",
+                            n.name, sto.name
+                        ));
+                    }
+                    for c in &sto.content {
+                        if !sto.kind.allowed_content().contains(c) {
+                            return bad(format!(
+                                "node '{}': storage '{}' ({}) does not support content type '{}'",
+                                n.name,
+                                sto.name,
+                                sto.kind.as_str(),
+                                c.as_str()
+                            ));
+                        }
+                    }
+                    if sto.speed_mib_s.is_nan() || sto.speed_mib_s <= 0.0 {
+                        return bad(format!(
+                            "node '{}': storage '{}': speed_mib_s must be > 0",
+                            n.name, sto.name
+                        ));
+                    }
+                    for v in &sto.volumes {
+                        if crate::storage::volid::parse_volname(sto.kind, &v.volname).is_none() {
+                            return bad(format!(
+                                "node '{}': storage '{}': invalid volume name '{}'",
+                                n.name, sto.name, v.volname
+                            ));
+                        }
+                    }
+                }
+                for b in &n.bridges {
+                    match (&b.dhcp_start, &b.dhcp_end) {
+                        (Some(a), Some(z)) => {
+                            let (Ok(a), Ok(z)) = (
+                                a.parse::<std::net::Ipv4Addr>(),
+                                z.parse::<std::net::Ipv4Addr>(),
+                            ) else {
+                                return bad(format!(
+                                    "node '{}': bridge '{}': dhcp_start/dhcp_end must be IPv4 addresses",
+                                    n.name, b.name
+                                ));
+                            };
+                            if u32::from(a) > u32::from(z) {
+                                return bad(format!(
+                                    "node '{}': bridge '{}': dhcp_start after dhcp_end",
+                                    n.name, b.name
+                                ));
+                            }
+                        }
+                        (None, None) => {}
+                        _ => {
+                            return bad(format!(
+                                "node '{}': bridge '{}': give both dhcp_start and dhcp_end",
+                                n.name, b.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_the_seed() {
+        let s = Scenario::embedded_default();
+        let names: Vec<_> = s.sites.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["site-1", "site-2"]);
+        assert_eq!(s.sites[0].nodes[0].name, "ml110-01");
+        assert_eq!(s.sites[0].nodes[0].threads, 5);
+        assert_eq!(s.sites[1].nodes[0].name, "r630-01");
+        assert_eq!(s.sites[1].nodes[0].threads, 50);
+        let r630 = &s.sites[1].nodes[0];
+        let ceph = r630.storages.iter().find(|s| s.name == "ceph-fs").unwrap();
+        assert_eq!(ceph.kind, StorageType::CephFs);
+        assert!(!ceph.content.contains(&Content::Images));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_content_are_refused() {
+        let y = Scenario::default_yaml().replace("boot_delay_secs: 25", "boot_delay: 25");
+        assert!(matches!(
+            Scenario::from_yaml_str(&y),
+            Err(ScenarioError::Yaml(_))
+        ));
+        let y = Scenario::default_yaml().replace(
+            "content: [iso, vztmpl, backup, snippets]\n",
+            "content: [images]\n",
+        );
+        let e = Scenario::from_yaml_str(&y).unwrap_err().to_string();
+        assert!(e.contains("does not support content type 'images'"), "{e}");
+    }
+
+    #[test]
+    fn round_trips_through_yaml() {
+        let s = Scenario::embedded_default();
+        let again = Scenario::from_yaml_str(&s.to_yaml()).unwrap();
+        assert_eq!(s, again);
+    }
+}

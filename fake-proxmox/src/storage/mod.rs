@@ -1,0 +1,12 @@
+//! Storage: plugins (dir, lvmthin, cephfs, ...), content types, volumes, capacity.
+//!
+//! # Deviations from real PVE
+//! - Storages are configured per node (no cluster-wide `storage.cfg` with node lists).
+//! - Thin storages (lvmthin, dir raw/qcow2, rbd, zfspool) account only data actually
+//!   written (imports, downloads); a freshly allocated empty disk takes no space.
+//! - Nothing is stored on disk: volumes are records with a size.
+//! - Upload (multipart) is not implemented; `POST /_fake/.../volumes` places files instead.
+
+pub mod model;
+pub mod routes;
+pub mod volid;

@@ -1,0 +1,405 @@
+//! Tasks: UPIDs, the running → stopped state machine on the simulated clock, task logs.
+//!
+//! A task is laid out when it starts: a timeline of log lines and progress bars with their
+//! simulated times, and an end time. Its effect on the world is applied when the clock
+//! passes the end time (observed lazily on the next request), and its exit status follows.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::upid::Upid;
+use crate::qemu::model::DiskPlan;
+use crate::world::Site;
+
+/// The work a task does when it completes.
+#[derive(Clone, Debug, Serialize)]
+pub enum Work {
+    Noop,
+    CreateVm {
+        vmid: u32,
+        config: Vec<(String, String)>,
+        disks: Vec<DiskPlan>,
+        start_after: bool,
+    },
+    UpdateConfig {
+        vmid: u32,
+        disks: Vec<DiskPlan>,
+    },
+    Start {
+        vmid: u32,
+    },
+    Stop {
+        vmid: u32,
+    },
+    Shutdown {
+        vmid: u32,
+    },
+    Reboot {
+        vmid: u32,
+    },
+    Reset {
+        vmid: u32,
+    },
+    Suspend {
+        vmid: u32,
+    },
+    Resume {
+        vmid: u32,
+    },
+    Destroy {
+        vmid: u32,
+        unreferenced: bool,
+    },
+    Clone {
+        src: u32,
+        newid: u32,
+        name: Option<String>,
+        target_storage: Option<String>,
+        format: Option<String>,
+    },
+    Resize {
+        vmid: u32,
+        disk: String,
+        new_size: u64,
+    },
+    Download {
+        storage: String,
+        volname: String,
+        size: u64,
+    },
+    DeleteVolume {
+        storage: String,
+        volname: String,
+    },
+}
+
+/// A piece of a task log placed on the simulated timeline.
+#[derive(Clone, Debug, Serialize)]
+pub enum Chunk {
+    Line(String),
+    /// A transfer from `at` to `until`, logged once per percent as qemu-img does.
+    Transfer {
+        total: u64,
+        until: f64,
+        style: TransferStyle,
+    },
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub enum TransferStyle {
+    QemuImg,
+    Download,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Task {
+    pub upid: String,
+    pub node: String,
+    pub pid: u32,
+    pub pstart: u64,
+    pub starttime: u64,
+    pub ttype: String,
+    pub id: String,
+    pub user: String,
+    pub start: f64,
+    pub end: f64,
+    pub timeline: Vec<(f64, Chunk)>,
+    /// Lines appended on completion.
+    pub tail: Vec<String>,
+    pub work: Work,
+    /// An error decided when the task started (or armed by the control plane).
+    pub planned_error: Option<String>,
+    pub exitstatus: Option<String>,
+    pub endtime: Option<u64>,
+}
+
+/// Human-readable bytes as PVE's `render_bytes` prints them (`2.2 GiB`).
+pub fn render_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
+impl Task {
+    pub fn running(&self) -> bool {
+        self.exitstatus.is_none()
+    }
+
+    /// The task log as of `now`.
+    pub fn log_lines(&self, now: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        for (at, chunk) in &self.timeline {
+            if *at > now {
+                break;
+            }
+            match chunk {
+                Chunk::Line(l) => out.push(l.clone()),
+                Chunk::Transfer {
+                    total,
+                    until,
+                    style,
+                } => {
+                    let span = (until - at).max(1e-9);
+                    let frac = ((now - at) / span).clamp(0.0, 1.0);
+                    let steps = (frac * 100.0).floor() as u64;
+                    for p in 0..=steps {
+                        let done = total * p / 100;
+                        out.push(match style {
+                            TransferStyle::QemuImg => format!(
+                                "transferred {} of {} ({}.00%)",
+                                render_bytes(done),
+                                render_bytes(*total),
+                                p
+                            ),
+                            TransferStyle::Download => {
+                                format!("{:>10}K ........ ........ ........ {p:>3}%", done / 1024)
+                            }
+                        });
+                        if p < 100 && steps < 100 && p == steps {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if !self.running() {
+            out.extend(self.tail.iter().cloned());
+        }
+        out
+    }
+
+    /// `GET .../tasks/{upid}/status` data.
+    pub fn status_json(&self) -> Value {
+        let (user, tokenid) = match self.user.split_once('!') {
+            Some((u, t)) => (u.to_string(), Some(t.to_string())),
+            None => (self.user.clone(), None),
+        };
+        let mut v = json!({
+            "upid": self.upid,
+            "node": self.node,
+            "pid": self.pid,
+            "pstart": self.pstart,
+            "starttime": self.starttime,
+            "type": self.ttype,
+            "id": self.id,
+            "user": user,
+            "status": if self.running() { "running" } else { "stopped" },
+        });
+        if let Some(t) = tokenid {
+            v["tokenid"] = json!(t);
+        }
+        if let Some(e) = &self.exitstatus {
+            v["exitstatus"] = json!(e);
+        }
+        v
+    }
+
+    /// An entry of `/nodes/{node}/tasks` and `/cluster/tasks`.
+    pub fn list_json(&self) -> Value {
+        let mut v = json!({
+            "upid": self.upid,
+            "node": self.node,
+            "pid": self.pid,
+            "pstart": self.pstart,
+            "starttime": self.starttime,
+            "type": self.ttype,
+            "id": self.id,
+            "user": self.user,
+        });
+        if let Some(e) = &self.exitstatus {
+            v["status"] = json!(e);
+        }
+        if let Some(e) = self.endtime {
+            v["endtime"] = json!(e);
+        }
+        v
+    }
+}
+
+/// How a task is to be laid out when it starts.
+pub struct TaskPlan {
+    pub ttype: &'static str,
+    pub id: String,
+    pub user: String,
+    pub node: String,
+    pub timeline: Vec<(f64, Chunk)>,
+    pub duration: f64,
+    pub work: Work,
+    pub planned_error: Option<String>,
+}
+
+impl TaskPlan {
+    pub fn new(
+        ttype: &'static str,
+        id: impl Into<String>,
+        node: &str,
+        user: &str,
+        work: Work,
+    ) -> Self {
+        TaskPlan {
+            ttype,
+            id: id.into(),
+            user: user.to_string(),
+            node: node.to_string(),
+            timeline: Vec::new(),
+            duration: 0.5,
+            work,
+            planned_error: None,
+        }
+    }
+
+    /// Append a log line at `offset` seconds into the task.
+    pub fn line(&mut self, offset: f64, l: impl Into<String>) {
+        self.timeline.push((offset, Chunk::Line(l.into())));
+    }
+}
+
+impl Site {
+    /// Start a task: returns its UPID. Offsets in the plan are relative to `now`.
+    pub fn start_task(&mut self, mut plan: TaskPlan, now: f64) -> String {
+        use rand::Rng;
+        let pid: u32 = self.rng.random_range(2_000..4_000_000);
+        let booted = self
+            .nodes
+            .get(&plan.node)
+            .map_or(now - 1000.0, |n| n.booted_at);
+        let pstart = ((now - booted).max(0.0) * 100.0) as u64;
+        let upid = Upid {
+            node: plan.node.clone(),
+            pid,
+            pstart,
+            starttime: now as u64,
+            ttype: plan.ttype.to_string(),
+            id: plan.id.clone(),
+            user: plan.user.clone(),
+        }
+        .encode();
+        if let Some(node) = self.nodes.get_mut(&plan.node)
+            && let Some(pos) = node
+                .armed_failures
+                .iter()
+                .position(|f| f.task_type == plan.ttype)
+        {
+            let f = node.armed_failures.remove(pos);
+            plan.planned_error = Some(f.exitstatus);
+        }
+        let timeline = plan
+            .timeline
+            .into_iter()
+            .map(|(off, c)| {
+                let c = match c {
+                    Chunk::Transfer {
+                        total,
+                        until,
+                        style,
+                    } => Chunk::Transfer {
+                        total,
+                        until: now + until,
+                        style,
+                    },
+                    l => l,
+                };
+                (now + off, c)
+            })
+            .collect();
+        self.tasks.push(Task {
+            upid: upid.clone(),
+            node: plan.node,
+            pid,
+            pstart,
+            starttime: now as u64,
+            ttype: plan.ttype.to_string(),
+            id: plan.id,
+            user: plan.user,
+            start: now,
+            end: now + plan.duration.max(0.05),
+            timeline,
+            tail: Vec::new(),
+            work: plan.work,
+            planned_error: plan.planned_error,
+            exitstatus: None,
+            endtime: None,
+        });
+        // Keep memory bounded: forget the oldest finished tasks past 10k.
+        if self.tasks.len() > 10_000
+            && let Some(i) = self.tasks.iter().position(|t| !t.running())
+        {
+            self.tasks.remove(i);
+        }
+        upid
+    }
+
+    pub(crate) fn complete_task(&mut self, i: usize) {
+        let Some(task) = self.tasks.get(i) else {
+            return;
+        };
+        let work = task.work.clone();
+        let planned = task.planned_error.clone();
+        let end = task.end;
+        let node = task.node.clone();
+        let user = task.user.clone();
+        let result = match planned {
+            Some(e) => {
+                self.rollback_work(&work);
+                Err(e)
+            }
+            None => self.apply_work(&node, &user, &work, end),
+        };
+        let Some(task) = self.tasks.get_mut(i) else {
+            return;
+        };
+        let (lines, status) = match result {
+            Ok(lines) => (lines, "OK".to_string()),
+            Err(e) => (Vec::new(), e),
+        };
+        task.tail.extend(lines);
+        if status == "OK" {
+            task.tail.push("TASK OK".into());
+        } else {
+            task.tail.push(format!("TASK ERROR: {status}"));
+        }
+        // exitstatus is the error text with newlines turned into spaces.
+        task.exitstatus = Some(status.trim_end().replace('\n', " "));
+        task.endtime = Some(end as u64);
+    }
+
+    pub fn task(&self, upid: &str) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.upid == upid)
+    }
+
+    /// Stop a running task (`DELETE /nodes/{node}/tasks/{upid}`).
+    pub fn kill_task(&mut self, upid: &str, now: f64) -> bool {
+        let Some(i) = self.tasks.iter().position(|t| t.upid == upid) else {
+            return false;
+        };
+        if !self.tasks[i].running() {
+            return true;
+        }
+        let work = self.tasks[i].work.clone();
+        self.rollback_work(&work);
+        let t = &mut self.tasks[i];
+        t.timeline.retain(|(at, _)| *at <= now);
+        t.end = now;
+        t.tail.push("TASK ERROR: interrupted by signal".into());
+        t.exitstatus = Some("interrupted by signal".into());
+        t.endtime = Some(now as u64);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_render_like_pve() {
+        assert_eq!(render_bytes(0), "0.0 B");
+        assert_eq!(render_bytes(2361393152), "2.2 GiB");
+        assert_eq!(render_bytes(23613931), "22.5 MiB");
+    }
+}

@@ -1,0 +1,68 @@
+//! Parameter validation against the PVE API schema of the site's version.
+//!
+//! The schema-driven validator lives in `crate::schema` (generated from the official API
+//! schema). This module adapts it to the dispatcher: raw wire values in, typed `Params`
+//! or PVE's 400 `Parameter verification failed.` out.
+
+use std::collections::BTreeMap;
+
+use crate::router::Route;
+use crate::schema::{ApiSchema, RawValue};
+use crate::version::PveVersion;
+use crate::wire::{Params, PveError, RawParam};
+
+/// Validate and type the parameters of `method template` for a site's version.
+pub fn validate(
+    version: PveVersion,
+    method: &str,
+    template: &str,
+    raw: &BTreeMap<String, RawParam>,
+) -> Result<Params, PveError> {
+    let mut input = BTreeMap::new();
+    for (k, v) in raw {
+        match v {
+            RawParam::Text(s) => {
+                input.insert(k.clone(), RawValue::Text(s.clone()));
+            }
+            RawParam::Json(j) => {
+                input.insert(k.clone(), RawValue::Json(j.clone()));
+            }
+            // `?key` without a value: Perl sees undef, i.e. the parameter is absent.
+            RawParam::Null => {}
+        }
+    }
+    ApiSchema::get(version)
+        .validate(method, template, &input)
+        .map(Params)
+        .map_err(PveError::params)
+}
+
+/// Whether the site's PVE version has this route at all (e.g. `oci-registry-pull` is 9.x only).
+pub fn route_exists(version: PveVersion, method: &str, template: &str) -> bool {
+    ApiSchema::get(version).method(method, template).is_some()
+}
+
+/// `allowtoken` of the route (the schema's fact, and ours for routes we pin).
+pub fn allows_token(version: PveVersion, method: &str, route: &Route) -> bool {
+    route.allowtoken
+        && ApiSchema::get(version)
+            .method(method, route.template)
+            .is_none_or(|m| m.allows_token())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_we_serve_exists_in_the_schema() {
+        for r in crate::router::table() {
+            assert!(
+                route_exists(PveVersion::V9_1, r.method, r.template),
+                "{} {} is not in the 9.1 schema",
+                r.method,
+                r.template
+            );
+        }
+    }
+}

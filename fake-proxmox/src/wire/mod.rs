@@ -1,0 +1,284 @@
+//! The wire layer: request bodies and parameters in, PVE's envelope and status lines out.
+//!
+//! Everything PVE-specific about encoding lives here: form and JSON bodies merged with the
+//! query string, the 512 KiB body limit, 1/0 booleans, `{"data":..}` with extra top-level
+//! keys such as `total`, and error envelopes whose status line is the message's first line.
+
+pub mod error;
+pub mod params;
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+pub use error::{ErrorBody, PveError};
+pub use params::{Params, RawParam};
+
+use crate::version::PveVersion;
+
+/// PVE refuses request bodies above this size.
+pub const MAX_BODY: usize = 512 * 1024;
+
+/// A successful handler result: `data` plus optional extra top-level keys (`total`, `changes`).
+#[derive(Debug, Clone, Default)]
+pub struct Reply {
+    pub data: Value,
+    pub extra: Vec<(String, Value)>,
+}
+
+impl Reply {
+    pub fn data(data: Value) -> Self {
+        Reply {
+            data,
+            extra: Vec::new(),
+        }
+    }
+    pub fn null() -> Self {
+        Reply::data(Value::Null)
+    }
+    pub fn with(mut self, key: &str, v: Value) -> Self {
+        self.extra.push((key.to_string(), v));
+        self
+    }
+}
+
+/// Perl-style boolean: PVE emits 1/0, never true/false.
+pub fn b(v: bool) -> Value {
+    Value::from(u8::from(v))
+}
+
+fn base_headers(h: &mut HeaderMap) {
+    h.insert(
+        header::SERVER,
+        HeaderValue::from_static("pve-api-daemon/3.0"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=0"));
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    let now = httpdate_now();
+    if let Ok(v) = HeaderValue::from_str(&now) {
+        h.insert(header::EXPIRES, v);
+    }
+}
+
+fn httpdate_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    now.format(&fmt).unwrap_or_default()
+}
+
+fn json_response(status: StatusCode, reason: Option<String>, body: Vec<u8>) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    base_headers(resp.headers_mut());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json;charset=UTF-8"),
+    );
+    if let Some(r) = reason
+        && let Ok(rp) = hyper::ext::ReasonPhrase::try_from(r.into_bytes())
+    {
+        resp.extensions_mut().insert(rp);
+    }
+    resp
+}
+
+/// Render a successful reply.
+pub fn render_ok(reply: Reply) -> Response<Body> {
+    let mut m = Map::new();
+    m.insert("data".into(), reply.data);
+    for (k, v) in reply.extra {
+        m.insert(k, v);
+    }
+    let body = serde_json::to_vec(&Value::Object(m)).unwrap_or_else(|_| b"{}".to_vec());
+    json_response(StatusCode::OK, None, body)
+}
+
+/// Render an error as the given PVE version does (the `message` key exists since
+/// libpve-http-server-perl 5.2.0, i.e. on 8.4 and 9.x but not on 7.x).
+pub fn render_err(err: &PveError, version: PveVersion) -> Response<Body> {
+    let status = StatusCode::from_u16(err.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match err.body {
+        ErrorBody::Empty => Vec::new(),
+        ErrorBody::Envelope => {
+            let mut m = Map::new();
+            m.insert("data".into(), Value::Null);
+            if let Some(errors) = &err.errors {
+                m.insert("errors".into(), json!(errors));
+            }
+            if version.has_error_message_key() {
+                m.insert("message".into(), Value::String(err.message.clone()));
+            }
+            serde_json::to_vec(&Value::Object(m)).unwrap_or_default()
+        }
+    };
+    json_response(status, Some(err.reason()), body)
+}
+
+/// Decode `a=1&b=2` as PVE's `decode_urlencoded`: `+` is space, `%XX` unescaped, values
+/// decoded as UTF-8 non-strictly (invalid sequences become U+FFFD), repeated keys joined by NUL.
+pub fn decode_urlencoded(data: &[u8], into: &mut BTreeMap<String, RawParam>) {
+    for kv in data.split(|c| *c == b'&' || *c == b';') {
+        if kv.is_empty() {
+            continue;
+        }
+        let mut it = kv.splitn(2, |c| *c == b'=');
+        let k = unescape(it.next().unwrap_or_default());
+        let key = String::from_utf8_lossy(&k).into_owned();
+        match it.next() {
+            Some(v) => {
+                let v = String::from_utf8_lossy(&unescape(v)).into_owned();
+                let joined = match into.get(&key) {
+                    Some(RawParam::Text(old)) => format!("{old}\0{v}"),
+                    _ => v,
+                };
+                into.insert(key, RawParam::Text(joined));
+            }
+            None => {
+                into.entry(key).or_insert(RawParam::Null);
+            }
+        }
+    }
+}
+
+fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < s.len() => {
+                let h = std::str::from_utf8(&s[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match h {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Parse a POST/PUT body as PVE's `extract_params` does. A JSON body that does not decode
+/// makes the HTTP layer answer 501 with JSON::XS's message as the reason phrase.
+pub fn parse_body(
+    content_type: Option<&str>,
+    body: &[u8],
+    into: &mut BTreeMap<String, RawParam>,
+) -> Result<(), PveError> {
+    let ct = content_type
+        .and_then(|c| c.split([';', ',']).next())
+        .map(|c| c.trim().to_ascii_lowercase());
+    if ct.as_deref() == Some("application/json") {
+        if body.iter().all(|c| c.is_ascii_whitespace()) {
+            return Err(json_error(
+                "malformed JSON string, neither tag, array, object, number, string or atom, at character offset 0 (before \"(end of string)\")",
+            ));
+        }
+        let v: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                let msg = if std::str::from_utf8(body).is_err() {
+                    "malformed UTF-8 character in JSON string".to_string()
+                } else {
+                    format!("malformed JSON string: {e}")
+                };
+                return Err(json_error(&msg));
+            }
+        };
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    into.insert(k, RawParam::Json(v));
+                }
+                Ok(())
+            }
+            _ => Err(PveError::bare(
+                501,
+                "Not a HASH reference at /usr/share/perl5/PVE/APIServer/AnyEvent.pm line 1005.",
+            )),
+        }
+    } else {
+        decode_urlencoded(body, into);
+        Ok(())
+    }
+}
+
+fn json_error(msg: &str) -> PveError {
+    PveError::bare(
+        501,
+        format!("{msg} at /usr/share/perl5/PVE/APIServer/AnyEvent.pm line 1005.\n"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn text(m: &BTreeMap<String, RawParam>, k: &str) -> String {
+        match m.get(k) {
+            Some(RawParam::Text(s)) => s.clone(),
+            other => panic!("{k}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urlencoded_like_pve() {
+        let mut m = BTreeMap::new();
+        decode_urlencoded(b"net0=virtio%2Cbridge%3Dvmbr0&name=a+b&x=%zz&flag", &mut m);
+        assert_eq!(text(&m, "net0"), "virtio,bridge=vmbr0");
+        assert_eq!(text(&m, "name"), "a b");
+        assert_eq!(text(&m, "x"), "%zz");
+        assert!(matches!(m.get("flag"), Some(RawParam::Null)));
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_refused() {
+        let mut m = BTreeMap::new();
+        decode_urlencoded(b"name=%ff%fe", &mut m);
+        assert_eq!(text(&m, "name"), "\u{fffd}\u{fffd}");
+    }
+
+    #[test]
+    fn repeated_keys_join_with_nul() {
+        let mut m = BTreeMap::new();
+        decode_urlencoded(b"a=1&a=2", &mut m);
+        assert_eq!(text(&m, "a"), "1\u{0}2");
+    }
+
+    #[test]
+    fn trailing_percent_is_kept() {
+        let mut m = BTreeMap::new();
+        decode_urlencoded(b"a=5%&b=%4", &mut m);
+        assert_eq!(text(&m, "a"), "5%");
+        assert_eq!(text(&m, "b"), "%4");
+    }
+
+    #[test]
+    fn bad_json_is_http_layer_501() {
+        let mut m = BTreeMap::new();
+        let e = parse_body(Some("application/json"), b"{nope", &mut m).unwrap_err();
+        assert_eq!(e.status, 501);
+        assert_eq!(e.body, ErrorBody::Empty);
+        let e = parse_body(Some("application/json"), b"[1]", &mut m).unwrap_err();
+        assert_eq!(e.status, 501);
+        parse_body(
+            Some("application/json; charset=utf-8"),
+            br#"{"cores":2}"#,
+            &mut m,
+        )
+        .unwrap();
+        assert!(matches!(m.get("cores"), Some(RawParam::Json(_))));
+    }
+}

@@ -1,0 +1,205 @@
+//! The simulated world: one cluster per site, each with nodes, storages, VMs and tasks.
+//! Every mutation happens under one lock, so concurrent requests see a consistent state.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::access::model::Access;
+use crate::qemu::model::Vm;
+use crate::scenario::{RemoteFileSpec, Scenario, SiteSpec};
+use crate::storage::model::Storage;
+use crate::tasks::model::Task;
+use crate::version::PveVersion;
+
+#[derive(Clone, Debug)]
+pub struct World {
+    pub scenario: Scenario,
+    pub sites: Vec<Site>,
+}
+
+impl World {
+    pub fn from_scenario(scenario: &Scenario, now: f64) -> World {
+        let sites = scenario
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now))
+            .collect();
+        World {
+            scenario: scenario.clone(),
+            sites,
+        }
+    }
+
+    pub fn site(&self, name: &str) -> Option<&Site> {
+        self.sites.iter().find(|s| s.name == name)
+    }
+
+    pub fn site_mut(&mut self, name: &str) -> Option<&mut Site> {
+        self.sites.iter_mut().find(|s| s.name == name)
+    }
+
+    /// The site that has a node of this name (node names are unique over all sites).
+    pub fn site_of_node_mut(&mut self, node: &str) -> Option<&mut Site> {
+        self.sites.iter_mut().find(|s| s.nodes.contains_key(node))
+    }
+
+    pub fn tick(&mut self, now: f64) {
+        for s in &mut self.sites {
+            s.tick(now);
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Bridge {
+    pub name: String,
+    pub cidr: Option<String>,
+    pub gateway: Option<String>,
+    pub ports: Option<String>,
+    pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
+}
+
+impl Bridge {
+    pub fn prefix_len(&self) -> u8 {
+        self.cidr
+            .as_deref()
+            .and_then(|c| c.split_once('/'))
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(24)
+    }
+}
+
+/// A task failure armed by the control plane for the next task of a type on a node.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmedFailure {
+    pub task_type: String,
+    pub exitstatus: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    pub name: String,
+    pub ip: String,
+    pub online: bool,
+    pub cpu_model: String,
+    pub sockets: u32,
+    pub cores: u32,
+    pub threads: u32,
+    pub memory: u64,
+    pub booted_at: f64,
+    pub bridges: Vec<Bridge>,
+    pub storages: BTreeMap<String, Storage>,
+    pub armed_failures: Vec<ArmedFailure>,
+}
+
+impl Node {
+    pub fn bridge(&self, name: &str) -> Option<&Bridge> {
+        self.bridges.iter().find(|b| b.name == name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub name: String,
+    pub version: PveVersion,
+    pub cluster_name: Option<String>,
+    pub boot_delay_secs: f64,
+    pub download_mib_s: f64,
+    pub remote_files: Vec<RemoteFileSpec>,
+    pub access: Access,
+    pub nodes: BTreeMap<String, Node>,
+    pub vms: BTreeMap<u32, Vm>,
+    pub tasks: Vec<Task>,
+    pub rng: ChaCha8Rng,
+}
+
+impl Site {
+    pub fn from_spec(spec: &SiteSpec, seed: u64, now: f64) -> Site {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let key: [u8; 32] = rng.random();
+        let nodes = spec
+            .nodes
+            .iter()
+            .map(|n| {
+                let node = Node {
+                    name: n.name.clone(),
+                    ip: n.ip.clone(),
+                    online: n.online,
+                    cpu_model: n.cpu_model.clone(),
+                    sockets: n.sockets,
+                    cores: n.cores,
+                    threads: n.threads,
+                    memory: n.memory_bytes,
+                    // Nodes have been up for a while: a few days, deterministic per seed.
+                    booted_at: now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32)),
+                    bridges: n
+                        .bridges
+                        .iter()
+                        .map(|b| Bridge {
+                            name: b.name.clone(),
+                            cidr: b.cidr.clone(),
+                            gateway: b.gateway.clone(),
+                            ports: b.ports.clone(),
+                            dhcp: match (&b.dhcp_start, &b.dhcp_end) {
+                                (Some(a), Some(z)) => a.parse().ok().zip(z.parse().ok()),
+                                _ => None,
+                            },
+                        })
+                        .collect(),
+                    storages: n
+                        .storages
+                        .iter()
+                        .map(|s| (s.name.clone(), Storage::from_spec(s, now as u64)))
+                        .collect(),
+                    armed_failures: Vec::new(),
+                };
+                (n.name.clone(), node)
+            })
+            .collect();
+        Site {
+            name: spec.name.clone(),
+            version: spec.version,
+            cluster_name: spec.cluster_name.clone(),
+            boot_delay_secs: spec.boot_delay_secs,
+            download_mib_s: spec.download_mib_s,
+            remote_files: spec.remote_files.clone(),
+            access: Access::from_spec(spec, key),
+            nodes,
+            vms: BTreeMap::new(),
+            tasks: Vec::new(),
+            rng,
+        }
+    }
+
+    /// Finish every task whose time has come, in order of completion.
+    pub fn tick(&mut self, now: f64) {
+        loop {
+            let next = self
+                .tasks
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.exitstatus.is_none() && t.end <= now)
+                .min_by(|a, b| a.1.end.total_cmp(&b.1.end))
+                .map(|(i, _)| i);
+            match next {
+                Some(i) => self.complete_task(i),
+                None => break,
+            }
+        }
+    }
+
+    /// A random MAC with Proxmox's OUI `BC:24:11`.
+    pub fn random_mac(&mut self) -> String {
+        let b: [u8; 3] = self.rng.random();
+        format!("BC:24:11:{:02X}:{:02X}:{:02X}", b[0], b[1], b[2])
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+}
