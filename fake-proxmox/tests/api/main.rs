@@ -1,0 +1,12 @@
+//! Integration tests of fake-proxmox over HTTPS with reqwest: one module per area, one
+//! test per fidelity fact. Auth delay off, stepped clocks: fast and deterministic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+mod agent;
+mod auth;
+mod control;
+mod storage;
+mod vms;
+mod wire;
