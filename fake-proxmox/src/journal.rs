@@ -65,7 +65,8 @@ pub fn redact(params: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         .collect()
 }
 
-const MAX_ENTRIES: usize = 100_000;
+/// Bounded so a long benchmark or rehearsal cannot grow the process without limit.
+const MAX_ENTRIES: usize = 20_000;
 
 #[derive(Clone, Debug, Default)]
 pub struct Journal {

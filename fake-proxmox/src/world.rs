@@ -115,6 +115,8 @@ pub struct Site {
     pub nodes: BTreeMap<String, Node>,
     pub vms: BTreeMap<u32, Vm>,
     pub tasks: Vec<Task>,
+    /// Earliest end time of a running task (`INFINITY` when none): lets `tick` skip the scan.
+    pub next_due: f64,
     pub rng: ChaCha8Rng,
 }
 
@@ -172,12 +174,16 @@ impl Site {
             nodes,
             vms: BTreeMap::new(),
             tasks: Vec::new(),
+            next_due: f64::INFINITY,
             rng,
         }
     }
 
     /// Finish every task whose time has come, in order of completion.
     pub fn tick(&mut self, now: f64) {
+        if now < self.next_due {
+            return;
+        }
         loop {
             let next = self
                 .tasks
@@ -191,6 +197,16 @@ impl Site {
                 None => break,
             }
         }
+        self.recompute_next_due();
+    }
+
+    pub fn recompute_next_due(&mut self) {
+        self.next_due = self
+            .tasks
+            .iter()
+            .filter(|t| t.exitstatus.is_none())
+            .map(|t| t.end)
+            .fold(f64::INFINITY, f64::min);
     }
 
     /// A random MAC with Proxmox's OUI `BC:24:11`.

@@ -359,7 +359,7 @@ impl Site {
                 );
             }
             if sto.full {
-                return (t, Some(format!("no space left on storage '{}'", sto.name)));
+                return (t, Some(sto.no_space_text(&d.volname)));
             }
             let volid = sto.volid(&d.volname);
             if let Some((ssid, svol)) = &d.import_from {
@@ -801,7 +801,7 @@ impl Site {
             }
             return Err(e);
         }
-        let mut lines = Vec::new();
+        let lines = Vec::new();
         if let Some(vm) = self.vms.get_mut(&vmid) {
             for d in disks {
                 let volid = format!("{}:{}", d.storage, d.volname);
@@ -827,8 +827,6 @@ impl Site {
                 }
                 vm.config.insert(d.key.clone(), val);
             }
-            lines.push(String::new());
-            lines.pop();
         }
         Ok(lines)
     }

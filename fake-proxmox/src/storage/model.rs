@@ -312,7 +312,7 @@ impl Storage {
         Ok(volname)
     }
 
-    fn no_space_text(&self, volname: &str) -> String {
+    pub fn no_space_text(&self, volname: &str) -> String {
         let short = volname.rsplit('/').next().unwrap_or(volname);
         match self.kind {
             StorageType::LvmThin => format!(

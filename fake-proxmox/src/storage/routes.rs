@@ -525,7 +525,7 @@ impl Site {
         let (vtype, _, format) = parse_volname(sto.kind, volname)
             .ok_or_else(|| format!("invalid volume name '{volname}'"))?;
         // A downloaded qcow2 cloud image is ~3.4x smaller than the disk it describes.
-        let virtual_size = if format == "qcow2" || vtype == Content::Iso {
+        let virtual_size = if format == "qcow2" || volname.ends_with(".img") {
             size.saturating_mul(34) / 10
         } else {
             size

@@ -132,6 +132,8 @@ impl Task {
 
     /// The task log as of `now`.
     pub fn log_lines(&self, now: f64) -> Vec<String> {
+        // A task that stopped early (e.g. storage full mid-transfer) logs nothing after its end.
+        let now = now.min(self.end);
         let mut out = Vec::new();
         for (at, chunk) in &self.timeline {
             if *at > now {
@@ -160,9 +162,6 @@ impl Task {
                                 format!("{:>10}K ........ ........ ........ {p:>3}%", done / 1024)
                             }
                         });
-                        if p < 100 && steps < 100 && p == steps {
-                            break;
-                        }
                     }
                 }
             }
@@ -307,6 +306,8 @@ impl Site {
                 (now + off, c)
             })
             .collect();
+        let end = now + plan.duration.max(0.05);
+        self.next_due = self.next_due.min(end);
         self.tasks.push(Task {
             upid: upid.clone(),
             node: plan.node,
@@ -317,7 +318,7 @@ impl Site {
             id: plan.id,
             user: plan.user,
             start: now,
-            end: now + plan.duration.max(0.05),
+            end,
             timeline,
             tail: Vec::new(),
             work: plan.work,
@@ -388,6 +389,7 @@ impl Site {
         t.tail.push("TASK ERROR: interrupted by signal".into());
         t.exitstatus = Some("interrupted by signal".into());
         t.endtime = Some(now as u64);
+        self.recompute_next_due();
         true
     }
 }
