@@ -96,6 +96,8 @@ enum Cmd {
         #[arg(long)]
         lab: Option<String>,
     },
+    /// Remove run directories of labs whose driver is gone (kept after failures or SIGKILL).
+    Prune,
     /// Build (or find in the cache) the guest image and print its paths.
     Image {
         /// A spec whose `image:` section (extra packages/files) to use.
@@ -185,6 +187,7 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
         } => logs(&root, lab.as_deref(), &node, &what, lines),
         Cmd::Fault { node, fault, lab } => inject_fault(&root, lab.as_deref(), &node, &fault).await,
         Cmd::Down { lab } => down(&root, lab.as_deref()),
+        Cmd::Prune => prune(&root),
         Cmd::Image { spec } => image(spec.as_deref()).await,
     }
 }
@@ -597,6 +600,16 @@ fn down(root: &Path, which: Option<&str>) -> Result<ExitCode> {
         std::fs::remove_dir_all(&s.run_dir).with_context(|| s.run_dir.display().to_string())?;
     }
     println!("lab {} is down", s.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn prune(root: &Path) -> Result<ExitCode> {
+    for s in labs(root) {
+        if !alive(s.driver_pid) && s.run_dir.starts_with(root) {
+            std::fs::remove_dir_all(&s.run_dir).with_context(|| s.run_dir.display().to_string())?;
+            println!("removed {}", s.run_dir.display());
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -19,6 +19,11 @@ fn opts() -> LabOptions {
     }
 }
 
+/// Bound for "eventually" checks: the lab's boot timeout (scaled ×4 under TCG).
+fn patience(lab: &Lab) -> Duration {
+    lab.nodes()[0].timeouts().boot
+}
+
 fn log_init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
@@ -56,7 +61,7 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
                 let n = lab.node(a).unwrap();
                 n.wait_until_succeeds(
                     &format!("ping -c1 -W2 {}", lab.node(b).unwrap().ip()),
-                    Duration::from_secs(60),
+                    patience(&lab),
                 )
                 .await
                 .unwrap_or_else(|e| panic!("{a} -> {b}: {e}"));
@@ -109,10 +114,10 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     n3.fail("ping -c2 -W1 192.168.100.11").await.unwrap();
     n1.succeed("ping -c1 -W2 192.168.100.12").await.unwrap();
     n3.link_up().await.unwrap();
-    n1.wait_until_succeeds("ping -c1 -W1 192.168.100.13", Duration::from_secs(60))
+    n1.wait_until_succeeds("ping -c1 -W1 192.168.100.13", patience(&lab))
         .await
         .unwrap();
-    n3.wait_until_succeeds("ping -c1 -W1 192.168.100.11", Duration::from_secs(60))
+    n3.wait_until_succeeds("ping -c1 -W1 192.168.100.11", patience(&lab))
         .await
         .unwrap();
 
@@ -123,7 +128,7 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     n1.fail("ping -c2 -W1 192.168.100.12").await.unwrap();
     n2.resume().await.unwrap();
     assert_eq!(n2.run_state().await.unwrap(), "running");
-    n1.wait_until_succeeds("ping -c1 -W1 192.168.100.12", Duration::from_secs(60))
+    n1.wait_until_succeeds("ping -c1 -W1 192.168.100.12", patience(&lab))
         .await
         .unwrap();
 
@@ -146,7 +151,7 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     );
     n2.fail("test -e /root/ephemeral").await.unwrap();
     // Same MAC and address after the restart.
-    n1.wait_until_succeeds("ping -c1 -W1 node02", Duration::from_secs(60))
+    n1.wait_until_succeeds("ping -c1 -W1 node02", patience(&lab))
         .await
         .unwrap();
 
