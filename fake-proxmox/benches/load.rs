@@ -1,0 +1,505 @@
+//! Load benchmark of the `fake-proxmox serve` binary: 1,000 VMs over 50 nodes.
+//!
+//! Starts the server as a child process (once over HTTP, once over HTTPS), loads the VMs
+//! through the API, then measures keep-alive clients at 1 and 64 concurrent connections:
+//! `GET /cluster/resources`, `GET …/status/current`, and create + task poll. Prints
+//! `name: value unit` lines and the server's peak RSS (`VmHWM` of the child).
+//!
+//! `cargo bench -p fake-proxmox --bench load`. Env: `BENCH_SECS` (default 3 s per measurement),
+//! `BENCH_ONLY=cluster_resources,status_current,create_poll`, `BENCH_PROTO=http,https`.
+//! Besides throughput and latency it prints the CPU time the server and the client spent per
+//! request, which stays meaningful when other work shares the machine.
+
+use std::io::{BufRead, BufReader as StdBufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const NODES: usize = 50;
+const VMS: u32 = 1000;
+const FIRST_VMID: u32 = 100;
+const TOKEN: &str = "PVEAPIToken=root@pam!bench=0b6f3c1e-2f4d-4b7a-9c8e-1d2e3f4a5b6c";
+
+fn scenario_yaml() -> String {
+    let mut y = String::from(
+        "seed: 1\nsites:\n  - name: bench\n    version: \"9.1\"\n    cluster_name: bench\n    \
+         users:\n      - userid: root@pam\n        password: bench\n    tokens:\n      \
+         - tokenid: root@pam!bench\n        secret: 0b6f3c1e-2f4d-4b7a-9c8e-1d2e3f4a5b6c\n        \
+         privsep: false\n    nodes:\n",
+    );
+    for n in 1..=NODES {
+        y.push_str(&format!(
+            "      - name: node{n:02}\n        cores: 64\n        threads: 128\n        \
+             memory_bytes: 549755813888\n        bridges:\n          - name: vmbr0\n        \
+             storages:\n          - name: local-lvm\n            type: lvmthin\n            \
+             content: [images, rootdir]\n            total_bytes: 10995116277760\n            \
+             speed_mib_s: 100000\n"
+        ));
+    }
+    y
+}
+
+fn node_of(vmid: u32) -> String {
+    format!("node{:02}", (vmid as usize % NODES) + 1)
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+#[derive(Clone)]
+struct Target {
+    addr: std::net::SocketAddr,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+}
+
+/// A minimal HTTP/1.1 keep-alive client: the server, not the client, should be what we measure.
+struct Conn {
+    io: BufReader<Box<dyn Io>>,
+    line: String,
+}
+
+impl Conn {
+    async fn open(t: &Target) -> Result<Conn> {
+        let tcp = TcpStream::connect(t.addr).await?;
+        tcp.set_nodelay(true)?;
+        let io: Box<dyn Io> = match &t.tls {
+            None => Box::new(tcp),
+            Some((cfg, name)) => {
+                let c = tokio_rustls::TlsConnector::from(cfg.clone());
+                Box::new(c.connect(name.clone(), tcp).await?)
+            }
+        };
+        Ok(Conn {
+            io: BufReader::new(io),
+            line: String::new(),
+        })
+    }
+
+    async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        form: Option<&str>,
+    ) -> Result<(u16, Vec<u8>)> {
+        let mut req = format!(
+            "{method} /api2/json{path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: {TOKEN}\r\n"
+        );
+        if let Some(body) = form {
+            req.push_str(&format!(
+                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ));
+        } else {
+            req.push_str("\r\n");
+        }
+        self.io.get_mut().write_all(req.as_bytes()).await?;
+        self.io.get_mut().flush().await?;
+
+        self.line.clear();
+        self.io.read_line(&mut self.line).await?;
+        let status: u16 = self
+            .line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("bad status line {:?}", self.line))?;
+        let mut len = 0usize;
+        let mut chunked = false;
+        loop {
+            self.line.clear();
+            if self.io.read_line(&mut self.line).await? == 0 {
+                bail!("connection closed in headers");
+            }
+            let l = self.line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse()?;
+                } else if k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked") {
+                    chunked = true;
+                }
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                self.line.clear();
+                self.io.read_line(&mut self.line).await?;
+                let n = usize::from_str_radix(self.line.trim(), 16)?;
+                let mut chunk = vec![0; n + 2];
+                self.io.read_exact(&mut chunk).await?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else {
+            body.resize(len, 0);
+            self.io.read_exact(&mut body).await?;
+        }
+        Ok((status, body))
+    }
+}
+
+fn upid_of(body: &[u8]) -> Result<String> {
+    let v: serde_json::Value = serde_json::from_slice(body)?;
+    v["data"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no UPID in {v}"))
+}
+
+/// Creates one VM and polls its task until it stopped; returns the number of polls.
+async fn create_and_wait(c: &mut Conn, vmid: u32) -> Result<u32> {
+    let node = node_of(vmid);
+    let form = format!(
+        "vmid={vmid}&name=vm{vmid}&memory=512&cores=1&scsi0=local-lvm%3A1&net0=virtio%2Cbridge%3Dvmbr0"
+    );
+    let (status, body) = c
+        .request("POST", &format!("/nodes/{node}/qemu"), Some(&form))
+        .await?;
+    if status != 200 {
+        bail!("create {vmid}: {status} {}", String::from_utf8_lossy(&body));
+    }
+    let upid = upid_of(&body)?;
+    let enc: String =
+        percent_encoding::utf8_percent_encode(&upid, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        let (status, body) = c
+            .request("GET", &format!("/nodes/{node}/tasks/{enc}/status"), None)
+            .await?;
+        if status != 200 {
+            bail!("task status {upid}: {status}");
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body)?;
+        if v["data"]["status"] == "stopped" {
+            if v["data"]["exitstatus"] != "OK" {
+                bail!("create {vmid} failed: {}", v["data"]["exitstatus"]);
+            }
+            return Ok(polls);
+        }
+        if polls > 100_000 {
+            bail!("task {upid} never stopped");
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Resources,
+    StatusCurrent,
+    CreatePoll,
+}
+
+struct Outcome {
+    ops: usize,
+    requests: usize,
+    elapsed: Duration,
+    lat_us: Vec<u64>,
+    errors: usize,
+    /// CPU seconds the server and this client used during the measurement.
+    server_cpu: f64,
+    client_cpu: f64,
+}
+
+async fn run(
+    t: &Target,
+    server_pid: u32,
+    op: Op,
+    clients: usize,
+    dur: Duration,
+    next_vmid: Arc<AtomicU32>,
+) -> Result<Outcome> {
+    let mut conns = Vec::new();
+    for _ in 0..clients {
+        conns.push(Conn::open(t).await?);
+    }
+    let server_pid = server_pid.to_string();
+    let (server0, client0) = (cpu_secs(&server_pid), cpu_secs("self"));
+    let start = Instant::now();
+    let deadline = start + dur;
+    let mut tasks = Vec::new();
+    for (i, mut c) in conns.into_iter().enumerate() {
+        let next_vmid = next_vmid.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let (mut ops, mut requests, mut errors) = (0usize, 0usize, 0usize);
+            let mut k = i as u32;
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let r = match op {
+                    Op::Resources => c
+                        .request("GET", "/cluster/resources", None)
+                        .await
+                        .map(|(s, _)| (s == 200, 1)),
+                    Op::StatusCurrent => {
+                        k = k.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                        let vmid = FIRST_VMID + k % VMS;
+                        let path = format!("/nodes/{}/qemu/{vmid}/status/current", node_of(vmid));
+                        c.request("GET", &path, None)
+                            .await
+                            .map(|(s, _)| (s == 200, 1))
+                    }
+                    Op::CreatePoll => {
+                        let vmid = next_vmid.fetch_add(1, Ordering::Relaxed);
+                        create_and_wait(&mut c, vmid)
+                            .await
+                            .map(|polls| (true, 1 + polls as usize))
+                    }
+                };
+                match r {
+                    Ok((ok, n)) => {
+                        lat.push(t0.elapsed().as_micros() as u64);
+                        ops += 1;
+                        requests += n;
+                        if !ok {
+                            errors += 1;
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("request failed: {e:#}");
+                        errors += 1;
+                        break;
+                    }
+                }
+            }
+            (lat, ops, requests, errors)
+        }));
+    }
+    let mut out = Outcome {
+        ops: 0,
+        requests: 0,
+        elapsed: Duration::ZERO,
+        lat_us: Vec::new(),
+        errors: 0,
+        server_cpu: 0.0,
+        client_cpu: 0.0,
+    };
+    for t in tasks {
+        let (lat, ops, requests, errors) = t.await?;
+        out.lat_us.extend(lat);
+        out.ops += ops;
+        out.requests += requests;
+        out.errors += errors;
+    }
+    out.elapsed = start.elapsed();
+    out.server_cpu = cpu_secs(&server_pid) - server0;
+    out.client_cpu = cpu_secs("self") - client0;
+    out.lat_us.sort_unstable();
+    Ok(out)
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc/PID/stat`.
+fn cpu_secs(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // utime and stime are fields 14 and 15, i.e. indexes 11 and 12 after the comm.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn report(name: &str, o: &Outcome, unit: &str) {
+    let secs = o.elapsed.as_secs_f64();
+    println!("{name}_throughput: {:.0} {unit}", o.ops as f64 / secs);
+    if !matches!(unit, "req/s") {
+        println!("{name}_requests: {:.0} req/s", o.requests as f64 / secs);
+    }
+    println!("{name}_p50: {:.3} ms", pct(&o.lat_us, 0.50));
+    println!("{name}_p99: {:.3} ms", pct(&o.lat_us, 0.99));
+    println!("{name}_errors: {} count", o.errors);
+    if o.requests > 0 {
+        let per = |cpu: f64| cpu * 1e6 / o.requests as f64;
+        println!("{name}_server_cpu: {:.1} us/req", per(o.server_cpu));
+        println!("{name}_client_cpu: {:.1} us/req", per(o.client_cpu));
+    }
+}
+
+struct Server {
+    child: Child,
+    target: Target,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
+    let state = dir.join(if tls { "state-https" } else { "state-http" });
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-proxmox"));
+    cmd.args([
+        "serve",
+        "--no-auth-delay",
+        "--clock",
+        "scaled:1000",
+        "--scenario",
+    ])
+    .arg(scenario)
+    .arg("--state-dir")
+    .arg(&state)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    if !tls {
+        cmd.arg("--plain-http");
+    }
+    let mut child = cmd.spawn().context("starting fake-proxmox serve")?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut line = String::new();
+    StdBufReader::new(stdout).read_line(&mut line)?;
+    let url = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("url="))
+        .ok_or_else(|| anyhow!("no ready line from the server: {line:?}"))?;
+    let addr = url
+        .split("://")
+        .nth(1)
+        .ok_or_else(|| anyhow!("bad url {url}"))?
+        .parse()?;
+    let tls_cfg = if tls {
+        let cert = CertificateDer::from_pem_file(state.join("cert.pem"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert)?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Some((Arc::new(cfg), ServerName::try_from("localhost")?.to_owned()))
+    } else {
+        None
+    };
+    Ok(Server {
+        child,
+        target: Target { addr, tls: tls_cfg },
+    })
+}
+
+fn peak_rss_mb(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| anyhow!("no VmHWM in /proc/{pid}/status"))?;
+    Ok(kb / 1024.0)
+}
+
+async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Result<()> {
+    let proto = if tls { "https" } else { "http" };
+    let server = start_server(dir, scenario, tls)?;
+    let t = server.target.clone();
+
+    // Load 1,000 VMs over 50 nodes through the API (64 clients).
+    let next = Arc::new(AtomicU32::new(FIRST_VMID));
+    let load_start = Instant::now();
+    let mut loaders = Vec::new();
+    for _ in 0..64 {
+        let t = t.clone();
+        let next = next.clone();
+        loaders.push(tokio::spawn(async move {
+            let mut c = Conn::open(&t).await?;
+            loop {
+                let vmid = next.fetch_add(1, Ordering::Relaxed);
+                if vmid >= FIRST_VMID + VMS {
+                    return anyhow::Ok(());
+                }
+                create_and_wait(&mut c, vmid).await?;
+            }
+        }));
+    }
+    for l in loaders {
+        l.await??;
+    }
+    println!(
+        "{proto}_load_1000_vms: {:.2} s",
+        load_start.elapsed().as_secs_f64()
+    );
+    next.store(FIRST_VMID + VMS, Ordering::Relaxed);
+
+    let pid = server.child.id();
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let selected = |name: &str| only.is_empty() || only.split(',').any(|o| o == name);
+    for clients in [1usize, 64] {
+        if selected("cluster_resources") {
+            let o = run(&t, pid, Op::Resources, clients, secs, next.clone()).await?;
+            report(
+                &format!("{proto}_cluster_resources_c{clients}"),
+                &o,
+                "req/s",
+            );
+        }
+        if selected("status_current") {
+            let o = run(&t, pid, Op::StatusCurrent, clients, secs, next.clone()).await?;
+            report(&format!("{proto}_status_current_c{clients}"), &o, "req/s");
+        }
+    }
+    println!("{proto}_peak_rss_1000_vms: {:.1} MB", peak_rss_mb(pid)?);
+    // Creates last: they add VMs, and the GETs above are measured at exactly 1,000 VMs.
+    if selected("create_poll") {
+        for clients in [1usize, 64] {
+            let o = run(&t, pid, Op::CreatePoll, clients, secs, next.clone()).await?;
+            report(&format!("{proto}_create_poll_c{clients}"), &o, "creates/s");
+        }
+        println!(
+            "{proto}_peak_rss_end: {:.1} MB ({} VMs)",
+            peak_rss_mb(pid)?,
+            next.load(Ordering::Relaxed) - FIRST_VMID
+        );
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let secs = Duration::from_secs_f64(
+        std::env::var("BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3.0),
+    );
+    let dir = tempfile::tempdir()?;
+    let scenario = dir.path().join("bench.yaml");
+    std::fs::write(&scenario, scenario_yaml())?;
+    // One client thread: the two cores are the server's to use.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let protos = std::env::var("BENCH_PROTO").unwrap_or_default();
+    for tls in [false, true] {
+        let name = if tls { "https" } else { "http" };
+        if protos.is_empty() || protos.split(',').any(|p| p == name) {
+            rt.block_on(bench_one(dir.path(), &scenario, tls, secs))?;
+        }
+    }
+    Ok(())
+}
