@@ -611,6 +611,8 @@ impl Node {
             );
             let _ = tokio::time::timeout(Duration::from_secs(10), r.child.wait()).await;
             let _ = r.child.kill().await;
+            // The event log ends by itself when QEMU's socket closes; let it write the last events.
+            let _ = tokio::time::timeout(Duration::from_secs(2), &mut r.events).await;
             r.events.abort();
             let _ = std::fs::remove_file(&self.paths.pid);
         }

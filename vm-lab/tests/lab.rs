@@ -131,6 +131,23 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     n1.wait_until_succeeds("ping -c1 -W1 192.168.100.12", patience(&lab))
         .await
         .unwrap();
+    let events = std::fs::read_to_string(&n2.paths().events).unwrap();
+    assert!(
+        events.contains("\"STOP\"") && events.contains("\"RESUME\""),
+        "{events}"
+    );
+
+    // A timeout names the node and carries its last serial lines.
+    match n1
+        .wait_for_serial("NEVER-PRINTED", Duration::from_secs(1))
+        .await
+    {
+        Err(Error::Timeout { node, serial, .. }) => {
+            assert_eq!(node, "node01");
+            assert!(serial.contains("VMLAB-READY host=node01"), "{serial}");
+        }
+        other => panic!("{other:?}"),
+    }
 
     // A file on the disk survives kill + restart; the tmpfs root does not.
     n2.succeed("test -b /dev/vda && mkfs.ext4 -q -F /dev/vda && mount /dev/vda /data && echo payload-7f3 > /data/marker && echo gone > /root/ephemeral && sync")
@@ -154,6 +171,12 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     n1.wait_until_succeeds("ping -c1 -W1 node02", patience(&lab))
         .await
         .unwrap();
+
+    // Orderly power-off through the guest agent: the guest shuts down, QEMU exits by itself.
+    n3.shutdown(patience(&lab)).await.unwrap();
+    assert!(!n3.is_running().await);
+    let events = std::fs::read_to_string(&n3.paths().events).unwrap();
+    assert!(events.contains("\"SHUTDOWN\""), "{events}");
 
     let dir = lab.run_dir().to_path_buf();
     lab.down().await.unwrap();
