@@ -33,9 +33,9 @@ pub fn node_mem_used(site: &Site, node: &Node) -> u64 {
         .vms
         .values()
         .filter(|v| v.node == node.name && v.power != Power::Stopped)
-        .map(|v| v.memory_mib() * 1024 * 1024 / 3)
+        .map(|v| v.memory_bytes() / 3)
         .sum();
-    (node.memory / 20 + vms).min(node.memory)
+    (node.memory / 20).saturating_add(vms).min(node.memory)
 }
 
 pub fn node_cpu(site: &Site, node: &Node) -> f64 {

@@ -261,9 +261,13 @@ impl Vm {
             .unwrap_or(512)
     }
 
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_mib().saturating_mul(1024 * 1024)
+    }
+
     pub fn cpus(&self) -> u32 {
         let get = |k: &str, d: u32| self.config.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
-        let total = get("sockets", 1) * get("cores", 1);
+        let total = get("sockets", 1).saturating_mul(get("cores", 1));
         self.config
             .get("vcpus")
             .and_then(|v| v.parse().ok())
@@ -315,7 +319,7 @@ impl Vm {
     }
 
     pub fn maxdisk(&self) -> u64 {
-        self.disks().iter().map(|d| d.2).sum::<u64>()
+        self.disks().iter().fold(0u64, |a, d| a.saturating_add(d.2))
     }
 
     /// The config file text (what `digest` is computed over).
@@ -375,7 +379,7 @@ impl Vm {
     /// The vmstatus fields shared by the VM list, status/current and cluster resources.
     pub fn vmstatus(&self, now: f64) -> Map<String, Value> {
         let running = self.power != Power::Stopped;
-        let maxmem = self.memory_mib() * 1024 * 1024;
+        let maxmem = self.memory_bytes();
         let up = self.uptime(now);
         let mut m = Map::new();
         m.insert("vmid".into(), json!(self.vmid));
@@ -388,15 +392,29 @@ impl Vm {
         m.insert("cpu".into(), if running { json!(0.013) } else { json!(0) });
         m.insert("uptime".into(), json!(up));
         m.insert("disk".into(), json!(0));
-        m.insert("netin".into(), json!(if running { up * 1800 } else { 0 }));
-        m.insert("netout".into(), json!(if running { up * 900 } else { 0 }));
+        m.insert(
+            "netin".into(),
+            json!(if running { up.saturating_mul(1800) } else { 0 }),
+        );
+        m.insert(
+            "netout".into(),
+            json!(if running { up.saturating_mul(900) } else { 0 }),
+        );
         m.insert(
             "diskread".into(),
-            json!(if running { up * 40_000 } else { 0 }),
+            json!(if running {
+                up.saturating_mul(40_000)
+            } else {
+                0
+            }),
         );
         m.insert(
             "diskwrite".into(),
-            json!(if running { up * 12_000 } else { 0 }),
+            json!(if running {
+                up.saturating_mul(12_000)
+            } else {
+                0
+            }),
         );
         if let (true, Some(pid)) = (running, self.pid) {
             m.insert("pid".into(), json!(pid));

@@ -65,7 +65,7 @@ impl Site {
                 };
             }
         }
-        let mem = vm.memory_mib() * 1024 * 1024;
+        let mem = vm.memory_bytes();
         if mem > n.memory {
             return StartCheck {
                 lines: vec![

@@ -340,6 +340,12 @@ impl Scenario {
                                     n.name, b.name
                                 ));
                             }
+                            if u32::from(z) - u32::from(a) >= 65_536 {
+                                return bad(format!(
+                                    "node '{}': bridge '{}': a DHCP pool holds at most 65536 addresses",
+                                    n.name, b.name
+                                ));
+                            }
                         }
                         (None, None) => {}
                         _ => {

@@ -193,8 +193,7 @@ impl Storage {
         }
         self.volumes
             .values()
-            .map(|v| v.used)
-            .sum::<u64>()
+            .fold(0u64, |a, v| a.saturating_add(v.used))
             .min(self.total)
     }
 
@@ -280,7 +279,7 @@ impl Storage {
             .to_string();
         let used = if self.kind.is_thick() {
             // LVM sizes are rounded up to 4 MiB extents.
-            size.div_ceil(4 * MIB) * 4 * MIB
+            size.div_ceil(4 * MIB).saturating_mul(4 * MIB)
         } else if fmt == "qcow2" {
             // qcow2 with metadata preallocation: a small header grows with the size.
             (size / 8192).max(196_608)

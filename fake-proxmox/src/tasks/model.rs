@@ -150,7 +150,7 @@ impl Task {
                     let frac = ((now - at) / span).clamp(0.0, 1.0);
                     let steps = (frac * 100.0).floor() as u64;
                     for p in 0..=steps {
-                        let done = total * p / 100;
+                        let done = (u128::from(*total) * u128::from(p) / 100) as u64;
                         out.push(match style {
                             TransferStyle::QemuImg => format!(
                                 "transferred {} of {} ({}.00%)",

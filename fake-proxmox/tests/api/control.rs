@@ -117,3 +117,38 @@ async fn journal_records_what_was_sent() {
     assert_eq!(e.params["vmid"], "180");
     assert_eq!(e.params["cipassword"], "<redacted>");
 }
+
+#[tokio::test]
+async fn full_storage_fails_allocation_in_the_task() {
+    let f = start().await;
+    let api = f.api("site-1");
+    let ctl = f.ctl("site-1");
+    ctl.set_storage_full("ml110-01", "local-lvm", true)
+        .await
+        .unwrap();
+    let st = create_vm(
+        &f,
+        &api,
+        "ml110-01",
+        &[("vmid", "190"), ("scsi0", "local-lvm:10")],
+    )
+    .await;
+    let e = st["exitstatus"].as_str().unwrap();
+    assert!(
+        e.starts_with("unable to create VM 190 - lvcreate 'pve/vm-190-disk-0' error:"),
+        "{e}"
+    );
+    let s = api.get("/nodes/ml110-01/storage/local-lvm/status").await;
+    assert_eq!(s.data()["avail"], 0);
+    ctl.set_storage_full("ml110-01", "local-lvm", false)
+        .await
+        .unwrap();
+    let st = create_vm(
+        &f,
+        &api,
+        "ml110-01",
+        &[("vmid", "190"), ("scsi0", "local-lvm:10")],
+    )
+    .await;
+    assert_eq!(st["exitstatus"], "OK");
+}

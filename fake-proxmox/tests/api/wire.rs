@@ -214,3 +214,37 @@ async fn status_lines_carry_pves_text_and_7_1_has_no_message_key() {
     );
     fake.shutdown().await;
 }
+
+#[tokio::test]
+async fn extreme_values_never_break_the_server() {
+    let f = start().await;
+    let api = f.api("site-2");
+    let r = api
+        .post(
+            "/nodes/r630-01/qemu",
+            &[
+                ("vmid", "999999999"),
+                ("cores", "4294967295"),
+                ("sockets", "4294967295"),
+                ("memory", "999999999999"),
+                ("scsi0", "local-lvm:99999999999999"),
+            ],
+        )
+        .await;
+    assert!(matches!(r.status, 200 | 400), "{}", r.body);
+    if r.status == 200 {
+        wait_task(&f, &api, "r630-01", r.data().as_str().unwrap()).await;
+        assert_eq!(
+            api.get("/nodes/r630-01/qemu/999999999/status/current")
+                .await
+                .status,
+            200
+        );
+        assert_eq!(api.get("/cluster/resources").await.status, 200);
+        let r = api
+            .post("/nodes/r630-01/qemu/999999999/status/start", &[])
+            .await;
+        let st = wait_task(&f, &api, "r630-01", r.data().as_str().unwrap()).await;
+        assert_ne!(st["exitstatus"], "OK");
+    }
+}
