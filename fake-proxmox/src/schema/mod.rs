@@ -192,6 +192,12 @@ impl ApiSchema {
         self.router.route(method, path)
     }
 
+    /// The template `path` resolves to regardless of the method (for dispatchers that look up
+    /// their handler by template and answer PVE's 501 themselves), with the `{param}` captures.
+    pub fn find_template(&self, path: &str) -> Option<(&str, BTreeMap<String, String>)> {
+        self.router.find(path).map(|(t, _, params)| (t, params))
+    }
+
     /// Validates `params` against the method's schema and returns them typed: integers and
     /// booleans (as 0/1) as JSON numbers, numbers as JSON numbers, everything else as strings.
     ///

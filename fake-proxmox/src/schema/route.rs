@@ -46,36 +46,46 @@ impl Router {
     }
 
     pub(crate) fn route(&self, method: &str, path: &str) -> RouteMatch<'_> {
+        match self.find(path) {
+            Some((template, methods, path_params)) if methods.iter().any(|m| m == method) => {
+                RouteMatch::Found {
+                    template,
+                    path_params,
+                }
+            }
+            _ => RouteMatch::NotImplemented,
+        }
+    }
+
+    /// The template `path` resolves to, whatever the method, with its methods and captures.
+    pub(crate) fn find(&self, path: &str) -> Option<(&str, &[String], BTreeMap<String, String>)> {
         let mut node = &self.root;
         let mut params = BTreeMap::new();
-        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let mut i = 0;
-        while i < segments.len() {
-            let seg = segments[i];
+        let mut rest = path;
+        loop {
+            rest = rest.trim_start_matches('/');
+            if rest.is_empty() {
+                break;
+            }
+            let (seg, tail) = rest.split_once('/').unwrap_or((rest, ""));
             if let Some(next) = node.literal.get(seg) {
                 node = next;
             } else if let Some((name, next)) = &node.param {
+                node = next;
                 if name == REST_PARAM {
                     // pve-manager API2/Storage/Status.pm mounts the content handler with
                     // `fragmentDelimiter => ''` because volume IDs may contain '/': the
                     // volume is the whole rest of the path.
-                    params.insert(name.clone(), segments[i..].join("/"));
-                    node = next;
+                    params.insert(name.clone(), rest.trim_end_matches('/').to_string());
                     break;
                 }
                 params.insert(name.clone(), seg.to_string());
-                node = next;
             } else {
-                return RouteMatch::NotImplemented;
+                return None;
             }
-            i += 1;
+            rest = tail;
         }
-        match &node.leaf {
-            Some((template, methods)) if methods.iter().any(|m| m == method) => RouteMatch::Found {
-                template,
-                path_params: params,
-            },
-            _ => RouteMatch::NotImplemented,
-        }
+        let (template, methods) = node.leaf.as_ref()?;
+        Some((template.as_str(), methods.as_slice(), params))
     }
 }

@@ -81,6 +81,18 @@ fn routes_literal_before_param() {
 }
 
 #[test]
+fn find_template_ignores_the_method() {
+    let s = ApiSchema::get(PveVersion::V9_1);
+    let (t, p) = s.find_template("/nodes/n1/qemu/100/config/").unwrap();
+    assert_eq!(t, "/nodes/{node}/qemu/{vmid}/config");
+    assert_eq!(p["node"], "n1");
+    assert!(s.find_template("/nodes/n1/qemu/100/importdisk").is_none());
+    assert!(s.find_template("/nodes/n1/lxc").is_none());
+    // The root is not a template of the subset.
+    assert!(s.find_template("/").is_none());
+}
+
+#[test]
 fn volume_path_param_takes_the_rest_of_the_path() {
     let s = ApiSchema::get(PveVersion::V9_1);
     match s.route(
