@@ -380,3 +380,93 @@ fn versions_parse_and_serialize_by_release() {
     }
     assert!("6.4".parse::<PveVersion>().is_err());
 }
+
+#[test]
+fn realistic_provider_requests_pass() {
+    // The shapes Terraform providers and cloud-init flows send (bpg, Telmate, the seed).
+    let create = [
+        ("node", "pve"),
+        ("vmid", "9001"),
+        ("name", "k8s-worker-01.example.org"),
+        ("description", "managed by terraform\nsecond line"),
+        ("tags", "k8s;worker;prod"),
+        ("ostype", "l26"),
+        ("machine", "q35"),
+        ("bios", "ovmf"),
+        ("efidisk0", "local-lvm:1,efitype=4m,pre-enrolled-keys=1"),
+        ("tpmstate0", "local-lvm:1,version=v2.0"),
+        ("cpu", "x86-64-v2-AES,flags=+aes"),
+        ("cores", "4"),
+        ("sockets", "1"),
+        ("numa", "0"),
+        ("memory", "8192"),
+        ("balloon", "2048"),
+        ("agent", "enabled=1,fstrim_cloned_disks=1"),
+        ("scsihw", "virtio-scsi-single"),
+        (
+            "scsi0",
+            "local-lvm:0,import-from=local:import/noble.qcow2,iothread=1,discard=on,ssd=1",
+        ),
+        ("scsi1", "local-lvm:100,cache=writeback,backup=0"),
+        ("virtio0", "local-lvm:32,aio=io_uring"),
+        ("ide2", "local-lvm:cloudinit"),
+        (
+            "net0",
+            "virtio=BC:24:11:2A:3B:4C,bridge=vmbr0,firewall=0,tag=20,mtu=1",
+        ),
+        (
+            "net1",
+            "model=e1000,bridge=vmbr1,link_down=1,rate=12.5,queues=4",
+        ),
+        ("ipconfig0", "ip=10.0.20.11/24,gw=10.0.20.1,ip6=auto"),
+        ("ipconfig1", "ip=dhcp"),
+        ("ciuser", "ubuntu"),
+        ("cipassword", "s3cret"),
+        ("citype", "nocloud"),
+        ("sshkeys", "ssh-ed25519%20AAAAC3Nza%2B%2F%3D%20me%40host%0A"),
+        ("nameserver", "1.1.1.1 9.9.9.9"),
+        ("searchdomain", "example.org"),
+        ("boot", "order=scsi0;ide2;net0"),
+        ("serial0", "socket"),
+        ("vga", "serial0"),
+        ("onboot", "1"),
+        ("startup", "order=2,up=30"),
+        ("hotplug", "network,disk,usb"),
+        ("protection", "0"),
+        ("start", "0"),
+        ("pool", "k8s"),
+        ("smbios1", "uuid=5b0f7b5e-0a5b-4f1c-9d7e-0c4f3a2b1c0d"),
+        ("rng0", "source=/dev/urandom,max_bytes=1024,period=1000"),
+        ("watchdog", "model=i6300esb,action=reset"),
+        ("kvm", "1"),
+    ];
+    let r = ApiSchema::get(PveVersion::V9_1).validate("POST", CREATE, &text(&create));
+    assert!(r.is_ok(), "{r:?}");
+
+    let update = [
+        ("node", "pve"),
+        ("vmid", "9001"),
+        ("delete", "net1,ipconfig1,unused0"),
+        ("digest", "0123456789abcdef0123456789abcdef01234567"),
+        ("cdrom", "none"),
+        (
+            "cicustom",
+            "user=local:snippets/user.yaml,network=local:snippets/net.yaml",
+        ),
+    ];
+    let r = ApiSchema::get(PveVersion::V9_1).validate("PUT", CONFIG, &text(&update));
+    assert!(r.is_ok(), "{r:?}");
+
+    let resize = [
+        ("node", "pve"),
+        ("vmid", "9001"),
+        ("disk", "scsi0"),
+        ("size", "+20G"),
+    ];
+    let r = ApiSchema::get(PveVersion::V9_1).validate(
+        "PUT",
+        "/nodes/{node}/qemu/{vmid}/resize",
+        &text(&resize),
+    );
+    assert!(r.is_ok(), "{r:?}");
+}
