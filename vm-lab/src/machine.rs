@@ -646,11 +646,18 @@ impl Node {
         self.kill().await
     }
 
-    /// Hard reset: power off (kill) and boot again from the same netboot image with the same
-    /// disk and MACs, then wait until ready.
-    pub async fn restart(&self) -> Result<()> {
+    /// Hard reset: the VM powers on again from the same netboot image with the same disk and
+    /// MACs; does not wait for the boot. QEMU runs with `-no-reboot` (so a guest panic ends it
+    /// and the driver fails fast instead of watching a boot loop), which makes a QMP
+    /// `system_reset` end the process too; a reset is therefore a kill plus a fresh start.
+    pub async fn reset(&self) -> Result<()> {
         self.kill().await?;
-        self.start().await?;
+        self.start().await
+    }
+
+    /// [`Node::reset`], then wait until ready.
+    pub async fn restart(&self) -> Result<()> {
+        self.reset().await?;
         self.wait_ready().await
     }
 

@@ -31,8 +31,16 @@ fn log_init() {
         .try_init();
 }
 
+/// Both test labs add the same user file to the image (so they share one cached image).
+const EXTRA_FILE: &str = "tests/fixtures/lab-hello";
+
 const THREE_NODES: &str = r#"
 name: e2e3
+image:
+  files:
+    - src: tests/fixtures/lab-hello
+      dst: /usr/local/bin/lab-hello
+      mode: 0o755
 nodes:
   - name: node01
     mac: "52:54:00:00:01:01"
@@ -84,6 +92,18 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
             n.name()
         );
     }
+
+    // The user's own file made it into the image, executable.
+    let hello = std::fs::read_to_string(EXTRA_FILE).unwrap();
+    assert!(hello.contains("hello-from-image"));
+    assert_eq!(
+        lab.node("node02")
+            .unwrap()
+            .succeed("lab-hello")
+            .await
+            .unwrap(),
+        "hello-from-image\n"
+    );
 
     // System ssh with the lab key, through the lab namespace.
     for n in lab.nodes() {
@@ -186,6 +206,11 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
 
 const CLI_LAB: &str = r#"
 name: e2ecli
+image:
+  files:
+    - src: MANIFEST_DIR/tests/fixtures/lab-hello
+      dst: /usr/local/bin/lab-hello
+      mode: 0o755
 network:
   mcast_group: 239.77.0.1
   mcast_port: 47001
@@ -202,6 +227,11 @@ nodes:
 /// The same multicast group, port and subnet as CLI_LAB: only the namespaces keep them apart.
 const NEIGHBOUR_LAB: &str = r#"
 name: e2enbr
+image:
+  files:
+    - src: tests/fixtures/lab-hello
+      dst: /usr/local/bin/lab-hello
+      mode: 0o755
 network:
   mcast_group: 239.77.0.1
   mcast_port: 47001
@@ -235,7 +265,11 @@ async fn cli_lab_pxe_isolation_and_sigkill_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let root: PathBuf = tmp.path().join("run");
     let spec_path = tmp.path().join("lab.yaml");
-    std::fs::write(&spec_path, CLI_LAB).unwrap();
+    std::fs::write(
+        &spec_path,
+        CLI_LAB.replace("MANIFEST_DIR", env!("CARGO_MANIFEST_DIR")),
+    )
+    .unwrap();
 
     // `vm-lab up` (supervisor in the background) and an in-process neighbour at the same time.
     let up = {
