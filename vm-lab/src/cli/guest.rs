@@ -1,0 +1,142 @@
+//! Reaching into a node: `ssh`, `exec`, `fault`, and building the image.
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use vm_lab::LabSpec;
+use vm_lab::machine::ssh_argv;
+use vm_lab::qemu_args::LAN_NIC_ID;
+
+use super::inspect::find_lab;
+
+pub(super) fn ssh(
+    root: &Path,
+    which: Option<&str>,
+    node: &str,
+    command: &[String],
+) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let n = s.node(node)?;
+    let remote: Vec<&str> = command.iter().map(String::as_str).collect();
+    let mut argv = ssh_argv(s.ns_init_pid, &s.ssh_key, n.ssh_port, &remote);
+    if remote.is_empty() {
+        // Interactive: allocate a terminal (inserted before the destination).
+        let pos = argv
+            .iter()
+            .position(|a| a == "root@127.0.0.1")
+            .unwrap_or(argv.len());
+        argv.insert(pos, "-t".into());
+    }
+    let err = std::process::Command::new("nsenter").args(&argv).exec();
+    Err(anyhow!("cannot run nsenter/ssh: {err}"))
+}
+
+pub(super) async fn exec(
+    root: &Path,
+    which: Option<&str>,
+    node: &str,
+    command: &str,
+    timeout: Duration,
+) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let n = s.node(node)?;
+    let sock = n.dir.join("qga.sock");
+    let start = Instant::now();
+    let conn = loop {
+        match vm_lab::qga::connect(&sock, vm_lab::qga::ATTEMPT_TIMEOUT).await {
+            Ok(c) => break c,
+            Err(e) if start.elapsed() > timeout => bail!("node {node}: guest agent: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+        }
+    };
+    match vm_lab::qga::exec(&conn, command, timeout)
+        .await
+        .map_err(|e| anyhow!("node {node}: {e}"))?
+    {
+        Some((code, out, err)) => {
+            std::io::stdout().write_all(&out)?;
+            std::io::stderr().write_all(&err)?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        None => bail!("node {node}: `{command}` did not finish within {timeout:?}"),
+    }
+}
+
+pub(super) async fn inject_fault(
+    root: &Path,
+    which: Option<&str>,
+    node: &str,
+    fault: &str,
+) -> Result<ExitCode> {
+    use qapi::qmp;
+    let s = find_lab(root, which)?;
+    let n = s.node(node)?;
+    let sock = n.dir.join("qmp-ctl.sock");
+    let t = Duration::from_secs(10);
+    let res = match fault {
+        "link-down" => vm_lab::qmp::execute(
+            &sock,
+            qmp::set_link {
+                name: LAN_NIC_ID.into(),
+                up: false,
+            },
+            t,
+        )
+        .await
+        .map(|_| ()),
+        "link-up" => vm_lab::qmp::execute(
+            &sock,
+            qmp::set_link {
+                name: LAN_NIC_ID.into(),
+                up: true,
+            },
+            t,
+        )
+        .await
+        .map(|_| ()),
+        "pause" => vm_lab::qmp::execute(&sock, qmp::stop {}, t)
+            .await
+            .map(|_| ()),
+        "resume" => vm_lab::qmp::execute(&sock, qmp::cont {}, t)
+            .await
+            .map(|_| ()),
+        "kill" => vm_lab::qmp::execute(&sock, qmp::quit {}, t)
+            .await
+            .map(|_| ()),
+        other => bail!("unknown fault {other:?}: link-down, link-up, pause, resume or kill"),
+    };
+    res.map_err(|e| anyhow!("node {node}: {e}"))?;
+    println!("{node}: {fault}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn image(spec: Option<&Path>) -> Result<ExitCode> {
+    let (image_spec, base) = match spec {
+        Some(p) => {
+            let s = LabSpec::from_file(p)?;
+            (s.image, s.base_dir)
+        }
+        None => (Default::default(), PathBuf::from(".")),
+    };
+    let cache = vm_lab::image::default_cache_dir();
+    let key = vm_lab::lab::ensure_ssh_key(&cache).await?;
+    let pubkey = std::fs::read_to_string(key.with_extension("pub"))?;
+    let req = vm_lab::image::ImageRequest {
+        spec: image_spec,
+        base_dir: base,
+        ssh_pubkey: pubkey,
+    };
+    let img = tokio::task::spawn_blocking(move || vm_lab::image::build(&cache, &req)).await??;
+    println!("kernel  {}", img.kernel.display());
+    println!(
+        "initrd  {} ({} bytes)",
+        img.initrd.display(),
+        img.initrd_bytes
+    );
+    println!("release {}", img.kernel_release);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,210 @@
+//! The `vm-lab` command line: `up` starts a supervisor process that owns the lab (its
+//! namespace and QEMUs) and outlives the command; `status`, `ssh`, `exec`, `logs`, `fault` and
+//! `down` find the lab through `lab.json` in its run directory.
+
+mod guest;
+mod inspect;
+mod lifecycle;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use vm_lab::lab::default_run_root;
+use vm_lab::{AccelChoice, LabOptions};
+
+use guest::{exec, image, inject_fault, ssh};
+use inspect::{logs, status};
+use lifecycle::{down, prune, supervise, up};
+
+#[derive(Parser)]
+#[command(
+    name = "vm-lab",
+    version,
+    about = "Rootless QEMU labs: N nodes on a private multicast L2"
+)]
+struct Cli {
+    /// Parent directory of lab run directories [default: $VM_LAB_RUN, $XDG_RUNTIME_DIR/vm-lab or /tmp/vm-lab-UID]
+    #[arg(long, global = true, env = "VM_LAB_RUN")]
+    run_root: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a lab from a spec; returns once every node is ready, the lab keeps running.
+    Up {
+        spec: PathBuf,
+        #[command(flatten)]
+        opts: UpOpts,
+        /// Run the lab in this process until Ctrl-C instead of a background supervisor.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// (internal) The process that owns a lab started by `up`.
+    #[command(hide = true)]
+    Supervise {
+        spec: PathBuf,
+        #[command(flatten)]
+        opts: UpOpts,
+    },
+    /// List labs and their nodes.
+    Status {
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// SSH into a node (system ssh, the lab key); with a command, run it.
+    Ssh {
+        node: String,
+        #[arg(long)]
+        lab: Option<String>,
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Run a command in a node through the guest agent; exits with its status.
+    Exec {
+        node: String,
+        #[arg(long)]
+        lab: Option<String>,
+        /// Seconds to wait for the command.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Print a node's logs.
+    Logs {
+        node: String,
+        #[arg(long)]
+        lab: Option<String>,
+        /// serial, stderr, events or argv
+        #[arg(long, default_value = "serial")]
+        what: String,
+        /// Only the last N lines.
+        #[arg(short = 'n', long)]
+        lines: Option<usize>,
+    },
+    /// Inject a fault: link-down, link-up, pause, resume, kill.
+    Fault {
+        node: String,
+        fault: String,
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// Stop a lab: its supervisor tears down every QEMU and the namespace.
+    Down {
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// Remove run directories of labs whose driver is gone (kept after failures or SIGKILL).
+    Prune,
+    /// Build (or find in the cache) the guest image and print its paths.
+    Image {
+        /// A spec whose `image:` section (extra packages/files) to use.
+        #[arg(long)]
+        spec: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+pub(crate) struct UpOpts {
+    /// auto (KVM after a probe, else TCG), kvm (fail if unusable) or tcg.
+    #[arg(long)]
+    accel: Option<String>,
+    /// If the lab does not come up, keep it running (and its logs) for inspection.
+    #[arg(long)]
+    keep_on_failure: bool,
+    /// Image/probe cache [default: $VM_LAB_CACHE, $XDG_CACHE_HOME/vm-lab or ~/.cache/vm-lab]
+    #[arg(long, env = "VM_LAB_CACHE")]
+    cache: Option<PathBuf>,
+}
+
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VM_LAB_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let root = cli.run_root.clone().unwrap_or_else(default_run_root);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("vm-lab: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli.cmd, root)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vm-lab: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
+    match cmd {
+        Cmd::Up {
+            spec,
+            opts,
+            foreground,
+        } => {
+            if foreground {
+                supervise(&spec, &opts, &root, false).await
+            } else {
+                up(&spec, &opts, &root)
+            }
+        }
+        Cmd::Supervise { spec, opts } => supervise(&spec, &opts, &root, true).await,
+        Cmd::Status { lab } => status(&root, lab.as_deref()).await,
+        Cmd::Ssh { node, lab, command } => ssh(&root, lab.as_deref(), &node, &command),
+        Cmd::Exec {
+            node,
+            lab,
+            timeout,
+            command,
+        } => {
+            exec(
+                &root,
+                lab.as_deref(),
+                &node,
+                &command.join(" "),
+                Duration::from_secs(timeout),
+            )
+            .await
+        }
+        Cmd::Logs {
+            node,
+            lab,
+            what,
+            lines,
+        } => logs(&root, lab.as_deref(), &node, &what, lines),
+        Cmd::Fault { node, fault, lab } => inject_fault(&root, lab.as_deref(), &node, &fault).await,
+        Cmd::Down { lab } => down(&root, lab.as_deref()),
+        Cmd::Prune => prune(&root),
+        Cmd::Image { spec } => image(spec.as_deref()).await,
+    }
+}
+
+pub(crate) fn lab_options(opts: &UpOpts, root: &Path) -> Result<LabOptions> {
+    Ok(LabOptions {
+        run_root: Some(root.to_path_buf()),
+        cache_dir: opts.cache.clone(),
+        accel: opts
+            .accel
+            .as_deref()
+            .map(str::parse::<AccelChoice>)
+            .transpose()?,
+        keep_on_failure: opts.keep_on_failure,
+        timeouts: None,
+    })
+}
