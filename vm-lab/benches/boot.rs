@@ -131,7 +131,20 @@ async fn main() {
         mesh.push(m);
     }
     let (ready, mesh, plain) = (median(ready), median(mesh), median(plain));
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load1: f64 = load
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1.0);
     println!("runs: {runs} count");
+    println!(
+        "host_cpus: {} count",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!("host_load_1m_at_end: {load1:.1} load");
     println!("lab_ready_3_nodes_tcg: {ready:.2} s");
     println!("lab_full_mesh_3_nodes_tcg: {mesh:.2} s");
     println!("plain_qemu_ready_marker_3_nodes_tcg: {plain:.2} s");
