@@ -208,3 +208,46 @@ pub(crate) fn lab_options(opts: &UpOpts, root: &Path) -> Result<LabOptions> {
         timeouts: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_takes_the_command_after_double_dash() {
+        let cli = Cli::try_parse_from([
+            "vm-lab", "exec", "node01", "--lab", "x", "--", "ping", "-c1", "node02",
+        ])
+        .expect("parse");
+        match cli.cmd {
+            Cmd::Exec {
+                node, lab, command, ..
+            } => {
+                assert_eq!(node, "node01");
+                assert_eq!(lab.as_deref(), Some("x"));
+                assert_eq!(command, ["ping", "-c1", "node02"]);
+            }
+            _ => panic!("not exec"),
+        }
+    }
+
+    #[test]
+    fn bad_accel_is_a_clear_error() {
+        let opts = UpOpts {
+            accel: Some("fast".into()),
+            keep_on_failure: false,
+            cache: None,
+        };
+        let e = lab_options(&opts, Path::new("/tmp"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("auto, kvm or tcg"), "{e}");
+    }
+}
