@@ -101,7 +101,8 @@ pub struct ImageSpec {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ExtraFile {
-    /// Host path (relative to the spec file's directory).
+    /// Host path; relative paths resolve against the spec file's directory
+    /// ([`LabSpec::from_file`]) or the current directory ([`LabSpec::from_yaml`]).
     pub src: PathBuf,
     /// Absolute path in the guest.
     pub dst: String,
