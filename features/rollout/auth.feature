@@ -13,8 +13,8 @@ Feature: Authentication to the Proxmox API
     Given the deployer authenticates with the API token "root@pam!harness"
     And a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     When the deployer runs
-    Then VM "nginx-proxy-vm" is ready with a VMID
-    And every API request carried the token "root@pam!harness" in the Authorization header
+    Then every API request carried the token "root@pam!harness" in the Authorization header
+    And VM "nginx-proxy-vm" is ready with a VMID
 
   @fake
   Scenario: the API token sent as a PVEAuthCookie cookie, as the seed's deployer did, is refused

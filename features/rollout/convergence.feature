@@ -38,7 +38,7 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
   Scenario: two deployers racing for the same VMID both succeed with distinct VMIDs
     Given a VM manifest "sentry-01" on node "ml110-01" at "site-1"
     And a second deployer with its own state and a VM manifest "sentry-02" on node "ml110-01" at "site-1"
-    And every create call on "ml110-01" takes 300 ms to arrive
+    And every create call on "ml110-01" takes 800 ms to arrive
     When both deployers run at the same time
     Then VM "sentry-01" is ready with a VMID
     And VM "sentry-02" of the second deployer is ready with a VMID

@@ -1,0 +1,82 @@
+//! ProxmoxVM manifests written by the steps, in the seed's Crossplane shape, with the seed's
+//! standard configuration as defaults (2 cores, 4 GiB, 20 GiB on local-lvm, vmbr0, the Ubuntu
+//! cloud image, cloud-init user data).
+
+#[derive(Debug, Clone)]
+pub struct VmManifest {
+    pub name: String,
+    pub node: String,
+    pub site: String,
+    pub cpu: String,
+    pub memory: String,
+    pub disk: String,
+    pub storage: String,
+    pub network: String,
+    pub image: String,
+    pub user_data: Option<String>,
+}
+
+impl VmManifest {
+    pub fn standard(name: &str, node: &str, site: &str) -> VmManifest {
+        VmManifest {
+            name: name.to_string(),
+            node: node.to_string(),
+            site: site.to_string(),
+            cpu: "2".into(),
+            memory: "4Gi".into(),
+            disk: "20Gi".into(),
+            storage: "local-lvm".into(),
+            network: "vmbr0".into(),
+            image: "local:iso/ubuntu-22.04-cloud.img".into(),
+            user_data: Some("#cloud-config\npackage_update: true\n".into()),
+        }
+    }
+
+    /// Applies one `| field | value |` row of a step table.
+    pub fn set(&mut self, field: &str, value: &str) -> Result<(), String> {
+        let v = value.to_string();
+        match field {
+            "cpu" | "cores" => self.cpu = v,
+            "memory" => self.memory = v,
+            "disk" => self.disk = v,
+            "storage" => self.storage = v,
+            "network" | "bridge" => self.network = v,
+            "image" => self.image = v,
+            "node" => self.node = v,
+            "site" => self.site = v,
+            "userData" => self.user_data = (!v.is_empty()).then_some(v),
+            other => {
+                return Err(format!(
+                    "unknown manifest field '{other}' (known: cpu, memory, disk, storage, network, image, node, site, userData)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn to_yaml(&self) -> String {
+        let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let mut y = format!(
+            "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: {node}\n    name: {name}\n    cpu: {cpu}\n    memory: {memory}\n    disk: {disk}\n    storage: {storage}\n    network: {network}\n    image: {image}\n    site: {site}\n",
+            name = q(&self.name),
+            node = q(&self.node),
+            cpu = self.cpu,
+            memory = q(&self.memory),
+            disk = q(&self.disk),
+            storage = q(&self.storage),
+            network = q(&self.network),
+            image = q(&self.image),
+            site = q(&self.site),
+        );
+        if let Some(u) = &self.user_data {
+            y.push_str("    userData: |\n");
+            for line in u.lines() {
+                y.push_str("      ");
+                y.push_str(line);
+                y.push('\n');
+            }
+        }
+        y.push_str("  providerConfigRef:\n    name: harness-provider-config\n");
+        y
+    }
+}

@@ -1,0 +1,98 @@
+//! The Gherkin acceptance specs of seed 000's Proxmox rollout (`features/rollout/`), run by
+//! cucumber-rs: the World, the deployer adapter, journal helpers, and the steps.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Shared by two test binaries (the runner and the harness self-test); each uses a part.
+#![allow(dead_code)]
+
+pub mod adapter;
+pub mod journal;
+pub mod manifest;
+pub mod pve;
+pub mod status;
+mod steps;
+pub mod world;
+
+use std::path::{Path, PathBuf};
+
+use cucumber::{World as _, WriterExt as _, writer};
+use futures::FutureExt as _;
+
+pub use world::RolloutWorld;
+
+pub fn features_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("features/rollout")
+}
+
+/// `<target dir>/cucumber`: next to the build, wherever CARGO_TARGET_DIR points.
+pub fn reports_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("cucumber")
+}
+
+/// Scenarios a real PVE can run: everything not tagged `@fake` (which needs the control API or
+/// the journal) and not `@wip`.
+pub fn real_pve_selected(tags: &[String]) -> bool {
+    !tags.iter().any(|t| t == "fake" || t == "wip")
+}
+
+/// The after-hook: against a real PVE, remove what the scenario created (best effort, reported).
+pub fn after_hook<'a>(
+    _f: &'a cucumber::gherkin::Feature,
+    _r: Option<&'a cucumber::gherkin::Rule>,
+    _sc: &'a cucumber::gherkin::Scenario,
+    _ev: &'a cucumber::event::ScenarioFinished,
+    w: Option<&'a mut RolloutWorld>,
+) -> futures::future::LocalBoxFuture<'a, ()> {
+    async move {
+        let Some(w) = w else { return };
+        if let Some((_, h)) = w.background.take() {
+            h.abort();
+        }
+        if w.is_real()
+            && !w.manifests.is_empty()
+            && let Err(e) = w.run(adapter::Action::Destroy).await
+        {
+            eprintln!("cleanup on the real PVE failed: {e:#}");
+        }
+        if let Some(world::Target::Fake(fake)) = w.target.take() {
+            fake.shutdown().await;
+        }
+    }
+    .boxed_local()
+}
+
+/// The runner as `cargo test --test rollout` uses it: concurrent scenarios, undefined or skipped
+/// steps fail, JUnit XML and cucumber JSON in `<target>/cucumber/`.
+pub async fn run_all() {
+    let reports = reports_dir();
+    std::fs::create_dir_all(&reports).expect("create the reports dir");
+    let junit = std::fs::File::create(reports.join("rollout.junit.xml")).expect("junit report");
+    let json = std::fs::File::create(reports.join("rollout.cucumber.json")).expect("json report");
+    let real = world::RealPve::from_env().is_some();
+    let include_wip = std::env::var("HARNESS_INCLUDE_WIP").is_ok_and(|v| v == "1");
+    RolloutWorld::cucumber()
+        .max_concurrent_scenarios(8)
+        .after(after_hook)
+        .with_writer(
+            writer::Basic::stdout()
+                .summarized()
+                .tee::<RolloutWorld, _>(writer::JUnit::for_tee(junit, 0))
+                .discard_stats_writes()
+                .tee::<RolloutWorld, _>(writer::Json::for_tee(json))
+                .normalized(),
+        )
+        .fail_on_skipped()
+        .filter_run_and_exit(features_dir(), move |feat, rule, sc| {
+            let mut tags: Vec<String> = feat.tags.clone();
+            if let Some(r) = rule {
+                tags.extend(r.tags.iter().cloned());
+            }
+            tags.extend(sc.tags.iter().cloned());
+            if real {
+                return real_pve_selected(&tags);
+            }
+            include_wip || !tags.iter().any(|t| t == "wip")
+        })
+        .await;
+}

@@ -1,0 +1,148 @@
+//! Credentials the deployer uses, and raw authentication probes made the way other clients do.
+
+use anyhow::{anyhow, ensure};
+use cucumber::{given, then, when};
+
+use crate::rollout::adapter::Creds;
+use crate::rollout::world::{HARNESS_TOKEN_ID, HARNESS_TOKEN_SECRET, RolloutWorld};
+
+fn known_secret(token: &str) -> anyhow::Result<&'static str> {
+    match token {
+        HARNESS_TOKEN_ID => Ok(HARNESS_TOKEN_SECRET),
+        other => Err(anyhow!(
+            "no known secret for token '{other}' (the harness knows {HARNESS_TOKEN_ID})"
+        )),
+    }
+}
+
+/// Against a real PVE the credentials come from the environment instead.
+#[given(regex = r#"^the deployer authenticates with the API token "([^"]+)"$"#)]
+fn token(w: &mut RolloutWorld, id: String) -> anyhow::Result<()> {
+    if !w.is_real() {
+        let secret = known_secret(&id)?.to_string();
+        w.creds = Creds::Token { id, secret };
+    }
+    Ok(())
+}
+
+#[given(
+    regex = r#"^the deployer authenticates with the API token "([^"]+)" and the secret "([^"]+)"$"#
+)]
+fn token_secret(w: &mut RolloutWorld, id: String, secret: String) {
+    w.creds = Creds::Token { id, secret };
+}
+
+#[given(regex = r#"^the deployer authenticates as "([^"]+)" with the password "([^"]+)"$"#)]
+fn password_creds(w: &mut RolloutWorld, username: String, password: String) {
+    w.creds = Creds::Password { username, password };
+}
+
+async fn probe(
+    w: &mut RolloutWorld,
+    method: &str,
+    path: &str,
+    headers: Vec<(&str, String)>,
+) -> anyhow::Result<()> {
+    let node = path.split('/').nth(2).unwrap_or("ml110-01").to_string();
+    let obs = w.observer(&node).await?;
+    let first = w.journal_mark().await? + 1;
+    let answer = obs.raw(method, path, &headers).await?;
+    let last = w.journal_mark().await?;
+    w.probe_window = Some((first, last));
+    // The journal holds PVE's reason phrase as sent (the client library may normalise it).
+    let reason = match w.journal().await {
+        Ok(j) => j
+            .within(&[(first, last)])
+            .api()
+            .last()
+            .map(|e| e.status_text.clone())
+            .unwrap_or(answer.reason.clone()),
+        Err(_) => answer.reason.clone(),
+    };
+    w.answer = Some((answer.status, reason));
+    Ok(())
+}
+
+#[when(
+    regex = r#"^a client sends "([A-Z]+)" "([^"]+)" with the token "([^"]+)" as a PVEAuthCookie cookie$"#
+)]
+async fn token_cookie(
+    w: &mut RolloutWorld,
+    method: String,
+    path: String,
+    id: String,
+) -> anyhow::Result<()> {
+    let secret = known_secret(&id)?;
+    // Exactly what the seed's deployer sent: `Cookie: PVEAuthCookie=<tokenid>=<secret>`.
+    probe(
+        w,
+        &method,
+        &path,
+        vec![("Cookie", format!("PVEAuthCookie={id}={secret}"))],
+    )
+    .await
+}
+
+#[when(
+    regex = r#"^a client sends "([A-Z]+)" "([^"]+)" with the token "([^"]+)" in the Authorization header$"#
+)]
+async fn token_header(
+    w: &mut RolloutWorld,
+    method: String,
+    path: String,
+    id: String,
+) -> anyhow::Result<()> {
+    let secret = known_secret(&id)?;
+    probe(
+        w,
+        &method,
+        &path,
+        vec![("Authorization", format!("PVEAPIToken={id}={secret}"))],
+    )
+    .await
+}
+
+#[when(
+    regex = r#"^a client logs in as "([^"]+)" with the password "([^"]+)" and sends "([A-Z]+)" "([^"]+)" without the CSRF token$"#
+)]
+async fn no_csrf(
+    w: &mut RolloutWorld,
+    user: String,
+    password: String,
+    method: String,
+    path: String,
+) -> anyhow::Result<()> {
+    let node = path.split('/').nth(2).unwrap_or("ml110-01").to_string();
+    let obs = w.observer(&node).await?;
+    let (ticket, _csrf) = obs.login(&user, &password).await?;
+    probe(
+        w,
+        &method,
+        &path,
+        vec![("Cookie", format!("PVEAuthCookie={ticket}"))],
+    )
+    .await
+}
+
+#[then(regex = r#"^the answer is (\d+) "(.+)"$"#)]
+fn answer_reason(w: &mut RolloutWorld, status: u16, reason: String) -> anyhow::Result<()> {
+    let (got, text) = w
+        .answer
+        .clone()
+        .ok_or_else(|| anyhow!("no probe was sent"))?;
+    ensure!(
+        got == status && text.trim() == reason,
+        "expected {status} \"{reason}\", got {got} \"{text}\""
+    );
+    Ok(())
+}
+
+#[then(regex = r#"^the answer is (\d+)$"#)]
+fn answer(w: &mut RolloutWorld, status: u16) -> anyhow::Result<()> {
+    let (got, text) = w
+        .answer
+        .clone()
+        .ok_or_else(|| anyhow!("no probe was sent"))?;
+    ensure!(got == status, "expected {status}, got {got} \"{text}\"");
+    Ok(())
+}

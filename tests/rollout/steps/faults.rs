@@ -1,0 +1,84 @@
+//! Faults and versions set up in visible steps: nodes going away, memory running out, slow
+//! calls, an older PVE.
+
+use anyhow::{anyhow, bail};
+use cucumber::{given, when};
+use fake_proxmox::FaultRule;
+
+use crate::rollout::world::{RolloutWorld, node_of_site};
+
+#[given(regex = r#"^node "([^"]+)" is offline$"#)]
+async fn offline(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+    let ctl = w.control_for_node(&node).await?;
+    ctl.set_node_online(&node, false)
+        .await
+        .map_err(|e| anyhow!("taking {node} offline: {e}"))?;
+    Ok(())
+}
+
+#[when(regex = r#"^node "([^"]+)" comes back online$"#)]
+async fn online(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+    let ctl = w.control_for_node(&node).await?;
+    ctl.set_node_online(&node, true)
+        .await
+        .map_err(|e| anyhow!("bringing {node} back: {e}"))?;
+    Ok(())
+}
+
+/// The fake admits a start against the node's total memory only, so "no free memory" is a
+/// fault rule on the start call with the error PVE gives when QEMU cannot allocate guest RAM.
+#[given(regex = r#"^node "([^"]+)" has no free memory to start VMs$"#)]
+async fn no_memory(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+    let ctl = w.control_for_node(&node).await?;
+    ctl.add_fault(FaultRule {
+        method: Some("POST".into()),
+        path_pattern: Some(format!("/nodes/{node}/qemu/*/status/start")),
+        status: Some(500),
+        message: Some(
+            "start failed: kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory".into(),
+        ),
+        ..FaultRule::default()
+    })
+    .await
+    .map_err(|e| anyhow!("adding the memory fault: {e}"))?;
+    Ok(())
+}
+
+#[when(regex = r#"^memory is freed on node "([^"]+)"$"#)]
+async fn memory_freed(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+    let ctl = w.control_for_node(&node).await?;
+    ctl.clear_faults()
+        .await
+        .map_err(|e| anyhow!("clearing faults: {e}"))?;
+    Ok(())
+}
+
+#[given(regex = r#"^every create call on "([^"]+)" takes (\d+) ms to arrive$"#)]
+async fn slow_create(w: &mut RolloutWorld, node: String, ms: u64) -> anyhow::Result<()> {
+    let ctl = w.control_for_node(&node).await?;
+    ctl.add_fault(FaultRule {
+        method: Some("POST".into()),
+        path_pattern: Some(format!("/nodes/{node}/qemu")),
+        latency_ms: Some(ms),
+        ..FaultRule::default()
+    })
+    .await
+    .map_err(|e| anyhow!("adding latency: {e}"))?;
+    Ok(())
+}
+
+#[given(regex = r#"^site "([^"]+)" runs PVE version "([^"]+)"$"#)]
+fn pve_version(w: &mut RolloutWorld, site: String, version: String) -> anyhow::Result<()> {
+    if node_of_site(&site).is_none() {
+        bail!("unknown site {site}");
+    }
+    let scenario = w.scenario_mut()?;
+    let s = scenario
+        .sites
+        .iter_mut()
+        .find(|s| s.name == site)
+        .ok_or_else(|| anyhow!("the scenario has no site {site}"))?;
+    s.version = serde_json::from_value(serde_json::Value::String(version.clone()))
+        .map_err(|e| anyhow!("PVE version '{version}': {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,361 @@
+//! VMs: manifests, deployer runs, and what the deployer reports about each VM.
+
+use anyhow::{Context, anyhow, bail, ensure};
+use cucumber::gherkin::Step;
+use cucumber::{given, then, when};
+
+use super::rows;
+use crate::rollout::adapter::Action;
+use crate::rollout::manifest::VmManifest;
+use crate::rollout::world::{Peer, RolloutWorld};
+
+#[given(expr = "a Proxmox test cluster with the seed's two sites")]
+fn cluster(w: &mut RolloutWorld) {
+    w.use_seed_sites();
+}
+
+#[given(regex = r#"^a VM manifest "([^"]+)" on node "([^"]+)" at "([^"]+)"$"#)]
+fn manifest(w: &mut RolloutWorld, name: String, node: String, site: String) {
+    w.manifests
+        .insert(name.clone(), VmManifest::standard(&name, &node, &site));
+}
+
+#[given(regex = r#"^a VM manifest "([^"]+)" on node "([^"]+)" at "([^"]+)" with:$"#)]
+fn manifest_with(
+    w: &mut RolloutWorld,
+    step: &Step,
+    name: String,
+    node: String,
+    site: String,
+) -> anyhow::Result<()> {
+    let mut m = VmManifest::standard(&name, &node, &site);
+    for row in rows(step) {
+        let [k, v] = row.as_slice() else {
+            bail!("each row needs | field | value |, got {row:?}");
+        };
+        m.set(k, v).map_err(|e| anyhow!(e))?;
+    }
+    w.manifests.insert(name, m);
+    Ok(())
+}
+
+#[given(
+    regex = r#"^a second deployer with its own state and a VM manifest "([^"]+)" on node "([^"]+)" at "([^"]+)"$"#
+)]
+fn second_deployer(
+    w: &mut RolloutWorld,
+    name: String,
+    node: String,
+    site: String,
+) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("rollout-peer-").tempdir()?;
+    let mut manifests = std::collections::BTreeMap::new();
+    manifests.insert(name.clone(), VmManifest::standard(&name, &node, &site));
+    w.peer = Some(Peer {
+        manifests,
+        dir,
+        last: None,
+    });
+    Ok(())
+}
+
+#[given(expr = "the deployer runs with a concurrency of {int}")]
+fn concurrency(w: &mut RolloutWorld, n: usize) {
+    w.concurrency = n;
+}
+
+#[when("the deployer runs")]
+async fn runs(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    w.run(Action::Deploy).await?;
+    Ok(())
+}
+
+#[when("the deployer runs again")]
+async fn runs_again(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    w.run(Action::Deploy).await?;
+    Ok(())
+}
+
+#[given("the deployer has run once and every VM is ready")]
+async fn ran_once(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    let status = w.run(Action::Deploy).await?.clone();
+    for name in w.manifests.keys() {
+        let vm = status.vm(name).map_err(|e| anyhow!(e))?;
+        ensure!(vm.outcome == "ready", "first run: {}", vm.describe());
+    }
+    w.vmids_before = status
+        .vms
+        .iter()
+        .map(|v| (v.name.clone(), v.vmid))
+        .collect();
+    Ok(())
+}
+
+#[when("the deployer starts in the background")]
+async fn background(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    w.start_background().await
+}
+
+#[when("the background run finishes")]
+async fn background_done(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    w.finish_background(super::WAIT).await?;
+    Ok(())
+}
+
+#[when(regex = r#"^the deployer is killed right after it sends "([A-Z]+)" "([^"]+)"$"#)]
+async fn killed_after(w: &mut RolloutWorld, method: String, path: String) -> anyhow::Result<()> {
+    w.start_background().await?;
+    let what = format!("a {method} {path}");
+    w.wait_journal(super::WAIT, &what, |j| j.count(&method, &path) > 0)
+        .await?;
+    w.kill_background().await
+}
+
+#[when("both deployers run at the same time")]
+async fn both_run(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    let first = w.journal_mark().await? + 1;
+    let a = w.request(Action::Deploy).await?;
+    let b = w.peer_request().await?;
+    let (ra, rb) = tokio::join!(w.deployer.run(a), w.deployer.run(b));
+    let last = w.journal_mark().await?;
+    let ra = ra.context("first deployer")?;
+    let rb = rb.context("second deployer")?;
+    if let Some(p) = w.peer.as_mut() {
+        p.last = Some(rb);
+    }
+    w.runs.push(crate::rollout::world::Run {
+        first_seq: first,
+        last_seq: last,
+        status: ra,
+    });
+    Ok(())
+}
+
+#[when("the deployer checks the status")]
+async fn status(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    w.run(Action::Status).await?;
+    Ok(())
+}
+
+#[when("the deployer destroys the rollout")]
+async fn destroy(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    let before = w.last_status()?.clone();
+    w.destroyed = before
+        .vms
+        .iter()
+        .filter_map(|v| v.vmid.map(|id| (v.node.clone(), id)))
+        .collect();
+    w.run(Action::Destroy).await?;
+    Ok(())
+}
+
+/// What the fake refused, to put next to a failed expectation (empty against a real PVE).
+async fn refusals(w: &mut RolloutWorld) -> String {
+    if w.is_real() {
+        return String::new();
+    }
+    match w.deployer_journal().await {
+        Ok(j) => {
+            let failed: Vec<String> = j
+                .api()
+                .filter(|e| e.failed())
+                .map(|e| format!("  {}", e.render()))
+                .collect();
+            if failed.is_empty() {
+                String::new()
+            } else {
+                let skip = failed.len().saturating_sub(8);
+                format!(
+                    "\nthe fake refused {} request(s); the last ones:\n{}",
+                    failed.len(),
+                    failed[skip..].join("\n")
+                )
+            }
+        }
+        Err(e) => format!("\n(journal unavailable: {e})"),
+    }
+}
+
+#[then(regex = r#"^VM "([^"]+)" is ready with a VMID$"#)]
+async fn ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    if vm.outcome != "ready" || vm.vmid.is_none() {
+        bail!(
+            "expected ready with a VMID: {}{}",
+            vm.describe(),
+            refusals(w).await
+        );
+    }
+    Ok(())
+}
+
+#[then(regex = r#"^VM "([^"]+)" of the second deployer is ready with a VMID$"#)]
+fn peer_ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+    let st = w
+        .peer
+        .as_ref()
+        .and_then(|p| p.last.as_ref())
+        .ok_or_else(|| anyhow!("the second deployer has not run"))?;
+    let vm = st.vm(&name).map_err(|e| anyhow!(e))?;
+    ensure!(
+        vm.outcome == "ready" && vm.vmid.is_some(),
+        "expected ready with a VMID: {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then("the two VMs have distinct VMIDs")]
+fn distinct(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    let a = w
+        .last_status()?
+        .vms
+        .iter()
+        .filter_map(|v| v.vmid)
+        .collect::<Vec<_>>();
+    let b = w
+        .peer
+        .as_ref()
+        .and_then(|p| p.last.as_ref())
+        .map(|s| s.vms.iter().filter_map(|v| v.vmid).collect::<Vec<_>>())
+        .unwrap_or_default();
+    ensure!(
+        a.len() == 1 && b.len() == 1,
+        "expected one VMID each, got {a:?} and {b:?}"
+    );
+    ensure!(a[0] != b[0], "both deployers report VMID {}", a[0]);
+    Ok(())
+}
+
+#[then(regex = r#"^VM "([^"]+)" is "([^"]+)" with an IP address from the guest agent$"#)]
+fn running_with_ip(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+    ensure!(
+        vm.state.as_deref() == Some(state.as_str()),
+        "expected state '{state}': {}",
+        vm.describe()
+    );
+    let ip = vm
+        .ip
+        .as_deref()
+        .ok_or_else(|| anyhow!("no IP reported: {}", vm.describe()))?;
+    ensure!(
+        ip.parse::<std::net::Ipv4Addr>().is_ok(),
+        "'{ip}' is not an IPv4 address: {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then(regex = r#"^VM "([^"]+)" is in state "([^"]+)"$"#)]
+fn in_state(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+    ensure!(
+        vm.state.as_deref() == Some(state.as_str()),
+        "expected state '{state}': {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then(regex = r#"^VM "([^"]+)" failed with reason "([^"]+)"$"#)]
+fn failed(w: &mut RolloutWorld, name: String, reason: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+    let got = vm.error.as_ref().map(|e| e.reason.as_str());
+    ensure!(
+        vm.outcome == "failed" && got == Some(reason.as_str()),
+        "expected failure {reason}: {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then(regex = r#"^the error of VM "([^"]+)" mentions "(.+)"$"#)]
+fn error_mentions(w: &mut RolloutWorld, name: String, text: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+    let msg = vm.error.as_ref().map(|e| e.message.as_str()).unwrap_or("");
+    ensure!(
+        msg.contains(&text),
+        "the error should mention \"{text}\": {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then(regex = r#"^VM "([^"]+)" was attempted at most (\d+) times?$"#)]
+fn attempts_at_most(w: &mut RolloutWorld, name: String, n: u32) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+    ensure!(
+        vm.attempts <= n,
+        "expected at most {n} attempt(s) (fail fast, no retry): {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then(regex = r#"^VM "([^"]+)" was attempted at least (\d+) times?$"#)]
+fn attempts_at_least(w: &mut RolloutWorld, name: String, n: u32) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+    ensure!(
+        vm.attempts >= n,
+        "expected at least {n} attempts (retried): {}",
+        vm.describe()
+    );
+    Ok(())
+}
+
+#[then("every VM is ready with the same VMID as before")]
+fn same_vmids(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    let st = w.last_status()?;
+    for (name, before) in &w.vmids_before {
+        let vm = st.vm(name).map_err(|e| anyhow!(e))?;
+        ensure!(
+            vm.outcome == "ready" && vm.vmid == *before,
+            "expected ready with VMID {before:?}: {}",
+            vm.describe()
+        );
+    }
+    Ok(())
+}
+
+#[then(regex = r#"^the IP address of VM "([^"]+)" is the one the fake's guest agent reports$"#)]
+async fn ip_matches_agent(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    let vmid = vm
+        .vmid
+        .ok_or_else(|| anyhow!("no VMID: {}", vm.describe()))?;
+    let node = w.real_node(&vm.node);
+    let obs = w.observer(&node).await?;
+    let ifs = obs
+        .get(&format!(
+            "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"
+        ))
+        .await?;
+    let text = ifs.to_string();
+    let ip = vm.ip.clone().unwrap_or_default();
+    ensure!(
+        !ip.is_empty() && text.contains(&format!("\"{ip}\"")),
+        "the deployer reports IP {ip:?}, the guest agent reports {text}"
+    );
+    Ok(())
+}
+
+#[when(regex = r#"^VM "([^"]+)" is stopped outside the deployer$"#)]
+async fn stop_outside(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    let vmid = vm
+        .vmid
+        .ok_or_else(|| anyhow!("no VMID: {}", vm.describe()))?;
+    let node = w.real_node(&vm.node);
+    let obs = w.observer(&node).await?;
+    let upid = obs
+        .post(&format!("/nodes/{node}/qemu/{vmid}/status/stop"), &[])
+        .await?;
+    let upid = upid
+        .as_str()
+        .ok_or_else(|| anyhow!("stop returned no UPID: {upid}"))?
+        .to_string();
+    let exit = obs.await_task(&node, &upid, super::WAIT).await?;
+    ensure!(exit == "OK", "stopping VM {vmid} ended with {exit}");
+    Ok(())
+}

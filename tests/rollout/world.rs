@@ -1,0 +1,540 @@
+//! One World per scenario: its own fake-proxmox (own ports, state and fast clock) or, when
+//! `HARNESS_PVE_URL` is set, a real PVE test cluster; its own manifests and state directory; the
+//! deployer behind the adapter; and the verbs the steps are made of.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, Scenario};
+use tokio::task::JoinHandle;
+
+use super::adapter::{self, Action, Creds, Deployer, RunRequest, SiteTarget};
+use super::journal::{Entry, Journal};
+use super::manifest::VmManifest;
+use super::pve::Observer;
+use super::status::Status;
+
+/// The seed's API token (the fake's default scenario holds it).
+pub const HARNESS_TOKEN_ID: &str = "root@pam!harness";
+pub const HARNESS_TOKEN_SECRET: &str = "3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a";
+pub const ROOT_PASSWORD: &str = "harness";
+/// Simulated seconds per real second: the fake's boot delays and imports take milliseconds.
+pub const CLOCK_FACTOR: f64 = 100.0;
+
+/// A real PVE test cluster named by the environment (see README `features`).
+#[derive(Debug, Clone)]
+pub struct RealPve {
+    pub url: String,
+    pub fingerprint: Option<String>,
+    pub insecure: bool,
+    pub node: String,
+    pub creds: Creds,
+}
+
+impl RealPve {
+    pub fn from_env() -> Option<RealPve> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let url = get("HARNESS_PVE_URL")?;
+        let creds = match (get("HARNESS_PVE_TOKEN_ID"), get("HARNESS_PVE_TOKEN_SECRET")) {
+            (Some(id), Some(secret)) => Creds::Token { id, secret },
+            _ => Creds::Password {
+                username: get("HARNESS_PVE_USERNAME").unwrap_or_else(|| "root@pam".into()),
+                password: get("HARNESS_PVE_PASSWORD").unwrap_or_default(),
+            },
+        };
+        Some(RealPve {
+            url,
+            fingerprint: get("HARNESS_PVE_FINGERPRINT"),
+            insecure: get("HARNESS_PVE_INSECURE").is_some_and(|v| v == "1" || v == "true"),
+            node: get("HARNESS_PVE_NODE").unwrap_or_else(|| "pve".into()),
+            creds,
+        })
+    }
+}
+
+pub enum Target {
+    /// The fake is configured but not started yet (steps may still change its scenario).
+    Pending(Box<Scenario>),
+    Fake(FakeProxmox),
+    Real(RealPve),
+}
+
+/// A deployer run: the journal window it covers and what it reported.
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub status: Status,
+}
+
+/// A second, independent deployer (own state) for the race scenarios.
+#[derive(Debug)]
+pub struct Peer {
+    pub manifests: BTreeMap<String, VmManifest>,
+    pub dir: tempfile::TempDir,
+    pub last: Option<Status>,
+}
+
+#[derive(cucumber::World)]
+#[world(init = Self::new)]
+pub struct RolloutWorld {
+    pub target: Option<Target>,
+    pub deployer: Arc<dyn Deployer>,
+    pub dir: tempfile::TempDir,
+    pub creds: Creds,
+    pub manifests: BTreeMap<String, VmManifest>,
+    /// Manifest files copied as they are (the seed's rollout), relative path → text.
+    pub raw_manifests: BTreeMap<String, String>,
+    pub concurrency: usize,
+    pub runs: Vec<Run>,
+    pub background: Option<(u64, JoinHandle<anyhow::Result<Status>>)>,
+    pub peer: Option<Peer>,
+    /// The last raw probe's answer: status and reason phrase.
+    pub answer: Option<(u16, String)>,
+    pub probe_window: Option<(u64, u64)>,
+    /// VMIDs the last successful deploy reported, by name (for "same VMID as before").
+    pub vmids_before: BTreeMap<String, Option<u32>>,
+    pub destroyed: Vec<(String, u32)>,
+    /// Volumes to place right after the fake starts: (node, storage, volname, bytes).
+    pub setup_uploads: Vec<(String, String, String, u64)>,
+    /// The last plan report (the deployer's `plan --json` shape).
+    pub plan: Option<serde_json::Value>,
+}
+
+impl std::fmt::Debug for RolloutWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = match &self.target {
+            None => "none".to_string(),
+            Some(Target::Pending(_)) => "fake (not started)".to_string(),
+            Some(Target::Fake(fake)) => format!(
+                "fake {:?}",
+                fake.sites()
+                    .map(|s| format!("{}={}", s.name(), s.url()))
+                    .collect::<Vec<_>>()
+            ),
+            Some(Target::Real(r)) => format!("real PVE {}", r.url),
+        };
+        f.debug_struct("RolloutWorld")
+            .field("target", &target)
+            .field("deployer", &self.deployer.describe())
+            .field("dir", &self.dir.path())
+            .field("creds", &self.creds)
+            .field("manifests", &self.manifests.keys().collect::<Vec<_>>())
+            .field("runs", &self.runs.len())
+            .field("last_status", &self.runs.last().map(|r| &r.status))
+            .finish()
+    }
+}
+
+impl RolloutWorld {
+    async fn new() -> anyhow::Result<Self> {
+        provision_harness::pve::tls::ensure_crypto_provider();
+        let dir = tempfile::Builder::new()
+            .prefix("rollout-scenario-")
+            .tempdir()
+            .context("scenario temp dir")?;
+        std::fs::create_dir_all(dir.path().join("manifests"))?;
+        std::fs::create_dir_all(dir.path().join("state"))?;
+        let real = RealPve::from_env();
+        let creds = match &real {
+            Some(r) => r.creds.clone(),
+            None => Creds::Token {
+                id: HARNESS_TOKEN_ID.into(),
+                secret: HARNESS_TOKEN_SECRET.into(),
+            },
+        };
+        Ok(Self {
+            target: real.map(Target::Real),
+            deployer: adapter::from_env(),
+            dir,
+            creds,
+            manifests: BTreeMap::new(),
+            raw_manifests: BTreeMap::new(),
+            concurrency: 4,
+            runs: Vec::new(),
+            background: None,
+            peer: None,
+            answer: None,
+            probe_window: None,
+            vmids_before: BTreeMap::new(),
+            destroyed: Vec::new(),
+            setup_uploads: Vec::new(),
+            plan: None,
+        })
+    }
+
+    pub fn is_real(&self) -> bool {
+        matches!(self.target, Some(Target::Real(_)))
+    }
+
+    /// Chooses the seed's two sites (the fake's embedded default), unless a real PVE is targeted.
+    pub fn use_seed_sites(&mut self) {
+        if !self.is_real() {
+            self.target = Some(Target::Pending(Box::new(Scenario::embedded_default())));
+        }
+    }
+
+    /// The scenario to change before the fake starts.
+    pub fn scenario_mut(&mut self) -> anyhow::Result<&mut Scenario> {
+        match &mut self.target {
+            Some(Target::Pending(s)) => Ok(s),
+            Some(Target::Fake(_)) => {
+                bail!("the fake is already running: change its scenario before the first When")
+            }
+            Some(Target::Real(_)) => bail!("this step needs the fake (tag the scenario @fake)"),
+            None => bail!(
+                "no cluster chosen: start with `Given a Proxmox test cluster with the seed's two sites`"
+            ),
+        }
+    }
+
+    /// Starts the fake if it is still pending.
+    pub async fn ensure_started(&mut self) -> anyhow::Result<()> {
+        if let Some(Target::Pending(scenario)) = &self.target {
+            let fake = FakeProxmox::builder()
+                .scenario((**scenario).clone())
+                .tls(true)
+                .auth_failure_delay(false)
+                .clock(ClockMode::Scaled(CLOCK_FACTOR))
+                .start()
+                .await
+                .map_err(|e| anyhow!("starting fake-proxmox: {e}"))?;
+            for (node, storage, volname, bytes) in &self.setup_uploads {
+                let site = site_of_node(node).ok_or_else(|| anyhow!("no site has node {node}"))?;
+                let handle = fake
+                    .site(site)
+                    .ok_or_else(|| anyhow!("the fake has no site {site}"))?;
+                handle
+                    .control()
+                    .upload_volume(node, storage, volname, *bytes)
+                    .await
+                    .map_err(|e| anyhow!("placing {storage}:{volname} on {node}: {e}"))?;
+            }
+            self.target = Some(Target::Fake(fake));
+        }
+        if self.target.is_none() {
+            bail!(
+                "no cluster chosen: start with `Given a Proxmox test cluster with the seed's two sites`"
+            );
+        }
+        Ok(())
+    }
+
+    pub async fn fake(&mut self) -> anyhow::Result<&FakeProxmox> {
+        self.ensure_started().await?;
+        match &self.target {
+            Some(Target::Fake(f)) => Ok(f),
+            _ => bail!(
+                "this step needs the fake's control API (tag the scenario @fake; it cannot run against a real PVE)"
+            ),
+        }
+    }
+
+    /// The control client of the site that hosts `node`.
+    pub async fn control_for_node(&mut self, node: &str) -> anyhow::Result<ControlClient> {
+        let site =
+            site_of_node(node).ok_or_else(|| anyhow!("no site of the seed has node '{node}'"))?;
+        self.control(site).await
+    }
+
+    pub async fn control(&mut self, site: &str) -> anyhow::Result<ControlClient> {
+        let fake = self.fake().await?;
+        let handle = fake
+            .site(site)
+            .ok_or_else(|| anyhow!("the fake has no site '{site}'"))?;
+        Ok(handle.control())
+    }
+
+    /// Every site as the deployer must see it.
+    pub async fn sites(&mut self) -> anyhow::Result<Vec<SiteTarget>> {
+        self.ensure_started().await?;
+        match &self.target {
+            Some(Target::Fake(fake)) => Ok(fake
+                .sites()
+                .map(|s| SiteTarget {
+                    name: s.name().to_string(),
+                    url: s.url().to_string(),
+                    node: node_of_site(s.name()).unwrap_or_default().to_string(),
+                    fingerprint: Some(s.fingerprint().to_string()),
+                    insecure: false,
+                })
+                .collect()),
+            Some(Target::Real(r)) => Ok(["site-1", "site-2"]
+                .iter()
+                .map(|name| SiteTarget {
+                    name: name.to_string(),
+                    url: r.url.clone(),
+                    node: r.node.clone(),
+                    fingerprint: r.fingerprint.clone(),
+                    insecure: r.insecure,
+                })
+                .collect()),
+            _ => bail!("no cluster"),
+        }
+    }
+
+    /// An API client for checks made outside the deployer (as root, with the harness token).
+    pub async fn observer(&mut self, node: &str) -> anyhow::Result<Observer> {
+        let sites = self.sites().await?;
+        let real = self.is_real();
+        let site = if real {
+            sites.first().cloned()
+        } else {
+            let name = site_of_node(node).unwrap_or("site-1");
+            sites.iter().find(|s| s.name == name).cloned()
+        }
+        .ok_or_else(|| anyhow!("no site for node {node}"))?;
+        let creds = if real {
+            self.creds.clone()
+        } else {
+            Creds::Token {
+                id: HARNESS_TOKEN_ID.into(),
+                secret: HARNESS_TOKEN_SECRET.into(),
+            }
+        };
+        Observer::new(&site.url, creds)
+    }
+
+    /// The node a manifest's node stands for on the target (the real cluster has its own).
+    pub fn real_node(&self, node: &str) -> String {
+        match &self.target {
+            Some(Target::Real(r)) => r.node.clone(),
+            _ => node.to_string(),
+        }
+    }
+
+    pub fn manifests_dir(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+
+    fn write_manifests(
+        &self,
+        dir: &std::path::Path,
+        manifests: &BTreeMap<String, VmManifest>,
+    ) -> anyhow::Result<()> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        std::fs::create_dir_all(dir)?;
+        for (path, text) in &self.raw_manifests {
+            let file = dir.join(path);
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(file, text)?;
+        }
+        for m in manifests.values() {
+            let mut m = m.clone();
+            m.node = self.real_node(&m.node);
+            std::fs::write(dir.join(format!("{}.yaml", m.name)), m.to_yaml())?;
+        }
+        Ok(())
+    }
+
+    pub async fn request(&mut self, action: Action) -> anyhow::Result<RunRequest> {
+        let sites = self.sites().await?;
+        self.write_manifests(&self.manifests_dir(), &self.manifests)?;
+        Ok(RunRequest {
+            action,
+            sites,
+            creds: self.creds.clone(),
+            manifests_dir: self.manifests_dir(),
+            state_dir: self.dir.path().join("state"),
+            concurrency: self.concurrency,
+        })
+    }
+
+    pub async fn peer_request(&mut self) -> anyhow::Result<RunRequest> {
+        let sites = self.sites().await?;
+        let peer = self
+            .peer
+            .as_ref()
+            .ok_or_else(|| anyhow!("no second deployer"))?;
+        let dir = peer.dir.path().join("manifests");
+        self.write_manifests(&dir, &peer.manifests)?;
+        let state_dir = peer.dir.path().join("state");
+        std::fs::create_dir_all(&state_dir)?;
+        Ok(RunRequest {
+            action: Action::Deploy,
+            sites,
+            creds: self.creds.clone(),
+            manifests_dir: dir,
+            state_dir,
+            concurrency: self.concurrency,
+        })
+    }
+
+    /// The journal's current end (0 against a real PVE: there is no journal).
+    pub async fn journal_mark(&mut self) -> anyhow::Result<u64> {
+        if self.is_real() {
+            return Ok(0);
+        }
+        Ok(self.journal().await?.last_seq())
+    }
+
+    /// Runs the deployer to completion and records the run.
+    pub async fn run(&mut self, action: Action) -> anyhow::Result<&Status> {
+        let req = self.request(action).await?;
+        let first = self.journal_mark().await? + 1;
+        let status = self
+            .deployer
+            .run(req)
+            .await
+            .with_context(|| format!("{} ({})", self.deployer.describe(), action.as_str()))?;
+        let last = self.journal_mark().await?;
+        self.runs.push(Run {
+            first_seq: first,
+            last_seq: last,
+            status,
+        });
+        Ok(&self.runs.last().expect("just pushed").status)
+    }
+
+    /// Starts a deploy in the background; a later step waits for it or kills it.
+    pub async fn start_background(&mut self) -> anyhow::Result<()> {
+        if self.background.is_some() {
+            bail!("a background run is already going");
+        }
+        let req = self.request(Action::Deploy).await?;
+        let first = self.journal_mark().await? + 1;
+        let fut = self.deployer.run(req);
+        self.background = Some((first, tokio::spawn(fut)));
+        Ok(())
+    }
+
+    pub async fn finish_background(&mut self, within: Duration) -> anyhow::Result<&Status> {
+        let (first, handle) = self
+            .background
+            .take()
+            .ok_or_else(|| anyhow!("no background run was started"))?;
+        let status = tokio::time::timeout(within, handle)
+            .await
+            .map_err(|_| anyhow!("the background run did not finish within {within:?}"))?
+            .context("the background run panicked")??;
+        let last = self.journal_mark().await?;
+        self.runs.push(Run {
+            first_seq: first,
+            last_seq: last,
+            status,
+        });
+        Ok(&self.runs.last().expect("just pushed").status)
+    }
+
+    /// Kills the background run (drops its future: an in-process deployer stops at its next
+    /// await, an external one gets SIGKILL) and records the window it covered.
+    pub async fn kill_background(&mut self) -> anyhow::Result<()> {
+        let (first, handle) = self
+            .background
+            .take()
+            .ok_or_else(|| anyhow!("no background run was started"))?;
+        handle.abort();
+        let _ = handle.await;
+        let last = self.journal_mark().await?;
+        self.runs.push(Run {
+            first_seq: first,
+            last_seq: last,
+            status: Status::default(),
+        });
+        Ok(())
+    }
+
+    pub fn last_status(&self) -> anyhow::Result<&Status> {
+        self.runs
+            .last()
+            .map(|r| &r.status)
+            .ok_or_else(|| anyhow!("the deployer has not run yet"))
+    }
+
+    /// The request journal of every site, in order.
+    pub async fn journal(&mut self) -> anyhow::Result<Journal> {
+        let fake = self.fake().await?;
+        let mut all: Vec<Entry> = Vec::new();
+        for site in fake.sites() {
+            let entries = site
+                .control()
+                .journal()
+                .await
+                .map_err(|e| anyhow!("reading the journal of {}: {e}", site.name()))?;
+            all.extend(entries.into_iter().map(Entry::from));
+        }
+        Ok(Journal::new(all))
+    }
+
+    /// The journal entries the deployer caused (its runs' windows, background runs included).
+    pub async fn deployer_journal(&mut self) -> anyhow::Result<Journal> {
+        let j = self.journal().await?;
+        let mut windows: Vec<(u64, u64)> = self
+            .runs
+            .iter()
+            .map(|r| (r.first_seq, r.last_seq))
+            .collect();
+        if let Some((first, _)) = &self.background {
+            windows.push((*first, u64::MAX));
+        }
+        Ok(j.within(&windows))
+    }
+
+    /// The journal entries of the last completed run only.
+    pub async fn last_run_journal(&mut self) -> anyhow::Result<Journal> {
+        let run = self
+            .runs
+            .last()
+            .cloned()
+            .ok_or_else(|| anyhow!("the deployer has not run yet"))?;
+        Ok(self
+            .journal()
+            .await?
+            .within(&[(run.first_seq, run.last_seq)]))
+    }
+
+    /// Polls the journal until `pred` holds, failing with `what` after `within`.
+    pub async fn wait_journal(
+        &mut self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&Journal) -> bool,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            let j = self.deployer_journal().await?;
+            if pred(&j) {
+                return Ok(());
+            }
+            if let Some((_, h)) = &self.background
+                && h.is_finished()
+            {
+                bail!(
+                    "the deployer finished before {what}; its requests:\n{}",
+                    j.render_tail(40)
+                );
+            }
+            if started.elapsed() > within {
+                bail!(
+                    "waited {within:?} for {what}; the deployer's requests so far:\n{}",
+                    j.render_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The seed's topology: which site hosts which node.
+pub fn site_of_node(node: &str) -> Option<&'static str> {
+    match node {
+        "ml110-01" => Some("site-1"),
+        "r630-01" => Some("site-2"),
+        _ => None,
+    }
+}
+
+pub fn node_of_site(site: &str) -> Option<&'static str> {
+    match site {
+        "site-1" => Some("ml110-01"),
+        "site-2" => Some("r630-01"),
+        _ => None,
+    }
+}
