@@ -82,3 +82,30 @@ fn pve_version(w: &mut RolloutWorld, site: String, version: String) -> anyhow::R
         .map_err(|e| anyhow!("PVE version '{version}': {e}"))?;
     Ok(())
 }
+
+#[given(
+    regex = r#"^the first (\d+) requests "([A-Z]+)" "([^"]+)" to "([^"]+)" fail with (\d+) "([^"]+)"$"#
+)]
+async fn first_requests_fail(
+    w: &mut RolloutWorld,
+    count: u32,
+    method: String,
+    path: String,
+    site: String,
+    status: u16,
+    message: String,
+) -> anyhow::Result<()> {
+    let ctl = w.control(&site).await?;
+    ctl.add_fault(FaultRule {
+        site: Some(site.clone()),
+        method: Some(method),
+        path_pattern: Some(path),
+        count: Some(count),
+        status: Some(status),
+        message: Some(message),
+        ..FaultRule::default()
+    })
+    .await
+    .map_err(|e| anyhow!("adding the fault on {site}: {e}"))?;
+    Ok(())
+}
