@@ -66,6 +66,18 @@ pub const fn route(method: &'static str, template: &'static str, handler: Handle
     }
 }
 
+/// Each template pre-split into segments, for matching without allocating.
+static SEGMENTS: LazyLock<Vec<(&'static Route, Vec<&'static str>, usize)>> = LazyLock::new(|| {
+    TABLE
+        .iter()
+        .map(|r| {
+            let segs: Vec<&'static str> = r.template.split('/').filter(|s| !s.is_empty()).collect();
+            let literal = segs.iter().filter(|s| !s.starts_with('{')).count();
+            (r, segs, literal)
+        })
+        .collect()
+});
+
 static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     let mut v = Vec::new();
     v.extend(crate::access::routes::routes());
@@ -111,20 +123,23 @@ pub fn match_template(template: &str, path: &str) -> Option<BTreeMap<String, Str
 
 /// The template of our route table that `path` matches (any method), literal-first.
 pub fn find_template(path: &str) -> Option<(&'static str, BTreeMap<String, String>)> {
-    let mut best: Option<(usize, &'static str, BTreeMap<String, String>)> = None;
-    for r in table() {
-        if let Some(caps) = match_template(r.template, path) {
-            let literal = r
-                .template
-                .split('/')
-                .filter(|s| !s.starts_with('{'))
-                .count();
-            if best.as_ref().is_none_or(|b| literal > b.0) {
-                best = Some((literal, r.template, caps));
-            }
+    let p: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let mut best: Option<(usize, &'static str)> = None;
+    for (r, segs, literal) in SEGMENTS.iter() {
+        let volume_tail = segs.last() == Some(&"{volume}") && p.len() > segs.len();
+        if segs.len() != p.len() && !volume_tail {
+            continue;
+        }
+        let fits = segs
+            .iter()
+            .zip(&p)
+            .all(|(t, s)| t.starts_with('{') || t == s);
+        if fits && best.is_none_or(|b| *literal > b.0) {
+            best = Some((*literal, r.template));
         }
     }
-    best.map(|(_, t, c)| (t, c))
+    let (_, t) = best?;
+    match_template(t, path).map(|caps| (t, caps))
 }
 
 pub fn handler_for(method: &str, template: &str) -> Option<&'static Route> {
