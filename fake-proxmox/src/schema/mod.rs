@@ -7,7 +7,8 @@
 //!
 //! Deviations from real PVE:
 //! - `V7_1` is the 8.4 schema with `import-from` removed from the drive formats (PVE < 7.2 has
-//!   no `import-from`); other differences between 7.1 and 8.4 are not modelled.
+//!   no `import-from`) and `memory` as a plain integer (a property string only since 8.1);
+//!   other differences between 7.1 and 8.4 (options added in 7.2–8.4) are not modelled.
 //! - Named formats PVE registers in code are re-implemented in [`formats`]; a format name this
 //!   module does not know is accepted without checks (real PVE knows them all).
 //! - Errors of several parameters are reported together, like PVE; when one parameter has
@@ -34,7 +35,8 @@ pub type ParamErrors = BTreeMap<String, String>;
 /// A PVE release whose API schema the fake follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PveVersion {
-    /// PVE 7.1: the 8.4 facts without `import-from` (an approximation, see the module docs).
+    /// PVE 7.1: the 8.4 facts without `import-from`, `memory` an integer (an approximation,
+    /// see the module docs).
     #[serde(rename = "7.1")]
     V7_1,
     #[serde(rename = "8.4")]
@@ -142,12 +144,13 @@ impl ApiSchema {
         }
     }
 
-    fn load(version: PveVersion, text: &str, strip_import_from: bool) -> ApiSchema {
+    fn load(version: PveVersion, text: &str, older_than_7_2: bool) -> ApiSchema {
         // The facts are committed and covered by tests; a parse failure is a build defect.
         let mut facts: facts::Facts =
             serde_json::from_str(text).expect("committed schema facts are valid JSON");
-        if strip_import_from {
+        if older_than_7_2 {
             facts.remove_subproperty("import-from");
+            facts.memory_as_integer();
         }
         facts.prepare();
         let router =

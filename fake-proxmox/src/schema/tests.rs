@@ -297,6 +297,33 @@ fn import_from_is_unknown_before_7_2() {
 }
 
 #[test]
+fn memory_is_an_integer_before_8_1() {
+    let p = [("node", "pve"), ("vmid", "100"), ("memory", "2048")];
+    let ok = ApiSchema::get(PveVersion::V7_1)
+        .validate("POST", CREATE, &text(&p))
+        .unwrap();
+    assert_eq!(ok["memory"], json!(2048));
+    let ok = ApiSchema::get(PveVersion::V9_1)
+        .validate("POST", CREATE, &text(&p))
+        .unwrap();
+    assert_eq!(ok["memory"], json!("2048"));
+
+    let p = [("node", "pve"), ("vmid", "100"), ("memory", "current=2048")];
+    let e = errors(PveVersion::V7_1, "POST", CREATE, &p);
+    assert_eq!(
+        e["memory"],
+        "type check ('integer') failed - got 'current=2048'"
+    );
+    let e = errors(
+        PveVersion::V7_1,
+        "POST",
+        CREATE,
+        &[("node", "pve"), ("vmid", "100"), ("memory", "8")],
+    );
+    assert_eq!(e["memory"], "value must have a minimum value of 16");
+}
+
+#[test]
 fn version_differences_show() {
     let p = [("node", "pve"), ("vmid", "100"), ("allow-ksm", "1")];
     assert!(
