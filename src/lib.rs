@@ -14,6 +14,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod pve;
 pub mod report;
+pub mod report_html;
 pub mod retry;
 pub mod site;
 pub mod state;

@@ -33,7 +33,7 @@ struct Inner {
 #[derive(Debug)]
 pub struct Recorder {
     started: Instant,
-    started_at: String,
+    started_wall: time::OffsetDateTime,
     inner: Mutex<Inner>,
 }
 
@@ -45,14 +45,21 @@ impl Default for Recorder {
 
 impl Recorder {
     pub fn new() -> Self {
-        let started_at = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
         Self {
             started: Instant::now(),
-            started_at,
+            started_wall: time::OffsetDateTime::now_utc(),
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// The wall-clock time `offset_ms` after this recorder was made, RFC 3339 to the second.
+    fn wall(&self, offset_ms: u64) -> String {
+        let offset = time::Duration::milliseconds(i64::try_from(offset_ms).unwrap_or(i64::MAX));
+        (self.started_wall + offset)
+            .format(time::macros::format_description!(
+                "[year]-[month]-[day]T[hour]:[minute]:[second]Z"
+            ))
+            .unwrap_or_default()
     }
 
     fn now_ms(&self) -> u64 {
@@ -181,20 +188,26 @@ impl Recorder {
         }
         Timeline {
             title: title.to_string(),
-            started_at: self.started_at.clone(),
+            started_at: self.wall(0),
             elapsed_ms: now,
             entries,
             notes: Vec::new(),
         }
     }
 
-    /// The timeline completed with the rollout's result: sites as groups, the final error on each
-    /// failed VM's last step, a skipped bar for VMs that never started, unreadable manifests as notes.
+    /// The timeline completed with the rollout's result: time 0 is the start of the deploy (work
+    /// before it, such as a plan, is cut off), sites as groups, the final error on each failed VM's
+    /// last step, a skipped bar for VMs that never started, unreadable manifests as notes.
     pub fn finish(&self, title: &str, result: &RolloutResult) -> Timeline {
         let mut t = self.timeline(title);
-        t.elapsed_ms = t
-            .elapsed_ms
-            .max(u64::try_from(result.elapsed_ms).unwrap_or(u64::MAX));
+        let deploy_ms = u64::try_from(result.elapsed_ms).unwrap_or(u64::MAX);
+        let offset = t.elapsed_ms.saturating_sub(deploy_ms);
+        for e in &mut t.entries {
+            e.start_ms = e.start_ms.saturating_sub(offset);
+            e.end_ms = e.end_ms.saturating_sub(offset);
+        }
+        t.started_at = self.wall(offset);
+        t.elapsed_ms = t.elapsed_ms.saturating_sub(offset).max(deploy_ms);
         let end = t.elapsed_ms;
         for vm in &result.vms {
             let mine: Vec<usize> = (0..t.entries.len())

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use super::model::{Row, StepOutcome, Timeline};
 
 /// Geometry of the picture, in CSS pixels.
-const LABEL_W: u64 = 260;
-const CHART_W: u64 = 900;
+const LABEL_W: u64 = 300;
+const CHART_W: u64 = 880;
 const RIGHT_PAD: u64 = 24;
 const LEGEND_H: u64 = 28;
 const AXIS_H: u64 = 26;
@@ -137,7 +137,7 @@ pub fn svg(t: &Timeline, rows: &[Row<'_>]) -> String {
             LABEL_W - 8,
             y + 15,
             esc(&label),
-            esc(&truncate(&label, 34))
+            esc(&truncate(&label, 40))
         );
         let bar_y = y + (ROW_H - BAR_H) / 2;
         for e in &row.entries {
@@ -237,14 +237,14 @@ pub fn fmt_ms(ms: u64) -> String {
         format!("{ms} ms")
     } else if ms < 60_000 {
         let s = ms as f64 / 1000.0;
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             format!("{} s", ms / 1000)
         } else {
             format!("{s:.1} s")
         }
     } else {
         let secs = ms / 1000;
-        if secs % 60 == 0 {
+        if secs.is_multiple_of(60) {
             format!("{} min", secs / 60)
         } else {
             format!("{} min {} s", secs / 60, secs % 60)
