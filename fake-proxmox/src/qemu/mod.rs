@@ -9,6 +9,8 @@
 //!   (as PVE) and then fail: the simulated node has no filesystem.
 
 pub mod create;
+pub mod disks;
+pub mod lifecycle;
 pub mod model;
 pub mod power;
 pub mod routes;

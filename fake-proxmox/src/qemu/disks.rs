@@ -1,0 +1,529 @@
+//! Disks of VMs: checking drive options (`$check_storage_access`), planning allocations and
+//! imports, laying them out as task work with progress, allocating them.
+
+use std::collections::BTreeSet;
+
+use super::create::Caller;
+use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
+use crate::storage::model::{Content, StorageType, format_size};
+use crate::storage::volid::{parse_volid, parse_volname};
+use crate::tasks::model::{Chunk, TaskPlan, TransferStyle};
+use crate::wire::PveError;
+use crate::world::Site;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Where an incoming drive value is going.
+pub(crate) enum DiskOutcome {
+    /// Goes into the config as given.
+    Keep(String),
+    Alloc(DiskPlan),
+}
+
+impl Site {
+    pub(crate) fn storage_on(
+        &self,
+        node: &str,
+        sid: &str,
+    ) -> Result<&crate::storage::model::Storage, PveError> {
+        self.nodes
+            .get(node)
+            .and_then(|n| n.storages.get(sid))
+            .ok_or_else(|| PveError::die(format!("storage '{sid}' does not exist")))
+    }
+
+    pub(crate) fn pick_volname(
+        &self,
+        node: &str,
+        sid: &str,
+        vmid: u32,
+        fmt: &str,
+        taken: &mut BTreeSet<String>,
+    ) -> String {
+        let Some(sto) = self.nodes.get(node).and_then(|n| n.storages.get(sid)) else {
+            return format!("vm-{vmid}-disk-0");
+        };
+        let mut n = 0;
+        loop {
+            let name = sto.image_volname(vmid, &format!("vm-{vmid}-disk-{n}"), fmt);
+            if !sto.volumes.contains_key(&name) && !taken.contains(&format!("{sid}:{name}")) {
+                taken.insert(format!("{sid}:{name}"));
+                return name;
+            }
+            n += 1;
+        }
+    }
+
+    /// Check one drive option and decide what to allocate (`$check_storage_access` + parsing).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn plan_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        key: &str,
+        value: &str,
+        default_storage: Option<&str>,
+        caller: &Caller,
+        taken: &mut BTreeSet<String>,
+    ) -> Result<DiskOutcome, PveError> {
+        let props = split_props(value, "file");
+        let file = prop(&props, "file").unwrap_or("").to_string();
+        let import_from = prop(&props, "import-from").map(str::to_string);
+        if import_from.is_some() && !self.version.has_import_from() {
+            return Err(PveError::param(
+                key,
+                format!(
+                    "invalid format - format error\n{key}.import-from: property is not defined in schema and the schema does not allow additional properties\n"
+                ),
+            ));
+        }
+        let opts: Vec<(String, String)> =
+            props.iter().filter(|(k, _)| k != "file").cloned().collect();
+        match classify_file(&file) {
+            DriveFile::New { storage, gib } => {
+                let sid = storage
+                    .or_else(|| default_storage.map(str::to_string))
+                    .ok_or_else(|| PveError::param(key, "missing storage for new disk"))?;
+                let sto = self.storage_on(node, &sid)?;
+                sto.check_images()?;
+                self.require(
+                    caller.who,
+                    &format!("/storage/{sid}"),
+                    "Datastore.AllocateSpace",
+                )?;
+                let requested_fmt = prop(&props, "format");
+                if let Some(src) = import_from {
+                    if gib != 0.0 {
+                        return Err(PveError::param(
+                            key,
+                            "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>",
+                        ));
+                    }
+                    let (ssid, svol) = self.check_import_source(node, key, &src, caller)?;
+                    let source = self
+                        .nodes
+                        .get(node)
+                        .and_then(|n| n.storages.get(&ssid))
+                        .and_then(|s| s.volumes.get(&svol));
+                    let (size, data, src_fmt) = source
+                        .map(|v| (v.size, v.used, v.format.clone()))
+                        .unwrap_or((0, 0, "raw".into()));
+                    // The target format falls back to the storage default if unsupported.
+                    let (supported, default) = sto.kind.formats();
+                    let fmt = match requested_fmt {
+                        Some(f) => f.to_string(),
+                        None if supported.contains(&src_fmt.as_str()) => src_fmt,
+                        None => default.unwrap_or("raw").to_string(),
+                    };
+                    let volname = self.pick_volname(node, &sid, vmid, &fmt, taken);
+                    Ok(DiskOutcome::Alloc(DiskPlan {
+                        key: key.to_string(),
+                        storage: sid,
+                        volname,
+                        format: fmt,
+                        size,
+                        import_from: Some((ssid, svol)),
+                        data_bytes: data,
+                        opts,
+                        cloudinit: false,
+                    }))
+                } else {
+                    let fmt = sto.resolve_format(requested_fmt);
+                    let size = (gib * GIB).round() as u64;
+                    let volname = self.pick_volname(node, &sid, vmid, &fmt, taken);
+                    Ok(DiskOutcome::Alloc(DiskPlan {
+                        key: key.to_string(),
+                        storage: sid,
+                        volname,
+                        format: fmt,
+                        size,
+                        import_from: None,
+                        data_bytes: 0,
+                        opts,
+                        cloudinit: false,
+                    }))
+                }
+            }
+            DriveFile::CloudInit { storage } => {
+                let sto = self.storage_on(node, &storage)?;
+                sto.check_images()?;
+                self.require(
+                    caller.who,
+                    &format!("/storage/{storage}"),
+                    "Datastore.AllocateSpace",
+                )?;
+                let fmt = if sto.kind.is_file_based() {
+                    "qcow2"
+                } else {
+                    "raw"
+                };
+                let volname = sto.image_volname(vmid, &format!("vm-{vmid}-cloudinit"), fmt);
+                let mut opts = opts;
+                opts.retain(|(k, _)| k != "media");
+                opts.push(("media".into(), "cdrom".into()));
+                Ok(DiskOutcome::Alloc(DiskPlan {
+                    key: key.to_string(),
+                    storage,
+                    volname,
+                    format: fmt.into(),
+                    size: 4 * 1024 * 1024,
+                    import_from: None,
+                    data_bytes: 0,
+                    opts,
+                    cloudinit: true,
+                }))
+            }
+            DriveFile::Existing(f) => {
+                if f == "none" || f == "cdrom" {
+                    return Ok(DiskOutcome::Keep(value.to_string()));
+                }
+                if f.starts_with('/') {
+                    if !(caller.who.userid == "root@pam" && caller.who.tokenid.is_none()) {
+                        return Err(PveError::die(
+                            "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
+                        ));
+                    }
+                    return Ok(DiskOutcome::Keep(value.to_string()));
+                }
+                let Some((sid, volname)) = parse_volid(&f) else {
+                    return Err(PveError::param(
+                        key,
+                        format!("unable to parse volume ID '{f}'"),
+                    ));
+                };
+                let sto = self.storage_on(node, sid)?;
+                let vtype = parse_volname(sto.kind, volname).map(|v| v.0);
+                if vtype == Some(Content::Iso)
+                    && self.version.iso_requires_cdrom()
+                    && prop(&props, "media") != Some("cdrom")
+                {
+                    return Err(PveError::param(
+                        key,
+                        "explicit 'media=cdrom' is required for iso images",
+                    ));
+                }
+                Ok(DiskOutcome::Keep(value.to_string()))
+            }
+        }
+    }
+
+    /// Check an `import-from` source: volid syntax, storage, vtype (`images` or `import`).
+    pub(crate) fn check_import_source(
+        &self,
+        node: &str,
+        key: &str,
+        src: &str,
+        caller: &Caller,
+    ) -> Result<(String, String), PveError> {
+        if src.starts_with('/') {
+            if !(caller.who.userid == "root@pam"
+                && caller.who.tokenid.is_none()
+                && caller.via_ticket)
+            {
+                return Err(PveError::die(
+                    "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
+                ));
+            }
+            return Err(PveError::param(
+                key,
+                format!(
+                    "'import-from': path '{src}' does not exist on this simulated node (use a volume id)"
+                ),
+            ));
+        }
+        let (sid, volname) = parse_volid(src)
+            .ok_or_else(|| PveError::param(key, format!("unable to parse volume ID '{src}'")))?;
+        let sto = self.storage_on(node, sid)?;
+        let Some((vtype, owner, _)) = parse_volname(sto.kind, volname) else {
+            return Err(PveError::param(
+                key,
+                format!("unable to parse volume ID '{src}'"),
+            ));
+        };
+        match vtype {
+            Content::Images => {
+                if let Some(owner) = owner {
+                    self.require(caller.who, &format!("/vms/{owner}"), "VM.Clone")?;
+                }
+            }
+            Content::Import if self.version.has_import_content() => {
+                self.require(caller.who, &format!("/storage/{sid}"), "Datastore.Audit")?;
+            }
+            other => {
+                return Err(PveError::param(
+                    key,
+                    format!(
+                        "{src} has wrong type '{}' - needs to be 'images' or 'import'",
+                        other.as_str()
+                    ),
+                ));
+            }
+        }
+        Ok((sid.to_string(), volname.to_string()))
+    }
+
+    /// Lay out the disk work of a task: log lines, transfers, and the first error the
+    /// current state predicts (e.g. qcow2 on lvm-thin, a missing source, a full storage).
+    pub(crate) fn layout_disks(
+        &self,
+        node: &str,
+        disks: &[DiskPlan],
+        plan: &mut TaskPlan,
+        t0: f64,
+    ) -> (f64, Option<String>) {
+        let mut t = t0;
+        let Some(n) = self.nodes.get(node) else {
+            return (t, Some(format!("node '{node}' does not exist")));
+        };
+        // Capacity already promised inside this task, per storage.
+        let mut promised: std::collections::BTreeMap<&str, u64> = Default::default();
+        for d in disks {
+            let Some(sto) = n.storages.get(&d.storage) else {
+                return (t, Some(format!("storage '{}' does not exist", d.storage)));
+            };
+            t += 0.2;
+            if sto.kind == StorageType::LvmThin && d.format != "raw" {
+                return (
+                    t,
+                    Some(format!(
+                        "unsupported format '{}' at /usr/share/perl5/PVE/Storage/LvmThinPlugin.pm line 102.",
+                        d.format
+                    )),
+                );
+            }
+            let (supported, _) = sto.kind.formats();
+            if !supported.contains(&d.format.as_str()) {
+                return (t, Some(format!("unsupported format '{}'", d.format)));
+            }
+            let p = promised.entry(sto.name.as_str()).or_default();
+            let avail = sto.avail().saturating_sub(*p);
+            if sto.kind.is_thick() && d.size > avail {
+                let short = d.volname.rsplit('/').next().unwrap_or(&d.volname);
+                return (
+                    t,
+                    Some(format!(
+                        "lvcreate 'pve/{short}' error:   Volume group \"pve\" has insufficient free space ({} extents): {} required.",
+                        avail / (4 << 20),
+                        d.size.div_ceil(4 << 20)
+                    )),
+                );
+            }
+            if sto.full {
+                return (t, Some(sto.no_space_text(&d.volname)));
+            }
+            let volid = sto.volid(&d.volname);
+            if let Some((ssid, svol)) = &d.import_from {
+                let src_ok = n
+                    .storages
+                    .get(ssid)
+                    .is_some_and(|s| s.volumes.contains_key(svol));
+                plan.line(
+                    t - t0,
+                    format!("create full clone of drive {} ({ssid}:{svol})", d.key),
+                );
+                if !src_ok {
+                    return (t, Some(format!("volume '{ssid}:{svol}' does not exist")));
+                }
+                if sto.kind == StorageType::LvmThin || sto.kind == StorageType::Lvm {
+                    plan.line(
+                        t - t0,
+                        format!("  Logical volume \"{}\" created.", d.volname),
+                    );
+                }
+                let src_speed = n
+                    .storages
+                    .get(ssid)
+                    .map_or(sto.speed_mib_s, |s| s.speed_mib_s);
+                let speed = src_speed.min(sto.speed_mib_s) * 1024.0 * 1024.0;
+                let secs = d.size as f64 / speed;
+                let needed = if sto.kind.is_thick() { 0 } else { d.data_bytes };
+                let start = t;
+                if needed > avail {
+                    // The transfer runs until the storage fills up, then qemu-img fails.
+                    let frac = if needed == 0 {
+                        0.0
+                    } else {
+                        avail as f64 / needed as f64
+                    };
+                    let fail_at = secs * frac;
+                    plan.timeline.push((
+                        start - t0,
+                        Chunk::Transfer {
+                            total: d.size,
+                            until: start - t0 + secs,
+                            style: TransferStyle::QemuImg,
+                        },
+                    ));
+                    t += fail_at;
+                    return (
+                        t,
+                        Some(format!(
+                            "qemu-img: error while writing at byte {avail}: No space left on device\ncopy failed: command '/usr/bin/qemu-img convert -p -n -O {} {} {volid}' failed: exit code 1",
+                            d.format, svol
+                        )),
+                    );
+                }
+                plan.timeline.push((
+                    start - t0,
+                    Chunk::Transfer {
+                        total: d.size,
+                        until: start - t0 + secs,
+                        style: TransferStyle::QemuImg,
+                    },
+                ));
+                t += secs;
+                *p += needed;
+            } else if !d.cloudinit {
+                match sto.kind {
+                    StorageType::LvmThin | StorageType::Lvm => {
+                        plan.line(
+                            t - t0,
+                            format!("  Logical volume \"{}\" created.", d.volname),
+                        );
+                    }
+                    _ if sto.kind.is_file_based() => plan.line(
+                        t - t0,
+                        format!(
+                            "Formatting '{}/images/{}', fmt={} size={} preallocation=off",
+                            sto.path.as_deref().unwrap_or(""),
+                            d.volname,
+                            d.format,
+                            d.size
+                        ),
+                    ),
+                    _ => {}
+                }
+                if sto.kind.is_thick() {
+                    *p += d.size;
+                }
+            }
+            let shown = crate::qemu::model::allocated_drive(&volid, &d.opts, d.size);
+            plan.line(
+                t - t0,
+                format!("{}: successfully created disk '{shown}'", d.key),
+            );
+        }
+        (t, None)
+    }
+
+    /// Replacing or deleting a disk keeps its volume as `unusedN` (like PVE).
+    pub(crate) fn detach_to_unused(
+        &self,
+        config: &mut std::collections::BTreeMap<String, String>,
+        key: &str,
+    ) {
+        let Some(old) = config.remove(key) else {
+            return;
+        };
+        let props = split_props(&old, "file");
+        let Some(file) = prop(&props, "file") else {
+            return;
+        };
+        if prop(&props, "media") == Some("cdrom")
+            || parse_volid(file).is_none()
+            || file.contains("cloudinit")
+        {
+            return;
+        }
+        let mut i = 0;
+        while config.contains_key(&format!("unused{i}")) {
+            i += 1;
+        }
+        config.insert(format!("unused{i}"), file.to_string());
+    }
+
+    /// Free a volume given a config value or volid.
+    pub fn free_volume(&mut self, node: &str, value: &str) {
+        let props = split_props(value, "file");
+        let Some(file) = prop(&props, "file") else {
+            return;
+        };
+        if let Some((sid, volname)) = parse_volid(file)
+            && let Some(sto) = self
+                .nodes
+                .get_mut(node)
+                .and_then(|n| n.storages.get_mut(sid))
+        {
+            sto.volumes.remove(volname);
+        }
+    }
+
+    /// Allocate (and import into) the planned disks and put them in the config.
+    pub fn allocate_disks(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        disks: &[DiskPlan],
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        let mut done: Vec<(String, String)> = Vec::new();
+        let result = (|| {
+            for d in disks {
+                let n = self
+                    .nodes
+                    .get_mut(node)
+                    .ok_or_else(|| format!("node '{node}' does not exist"))?;
+                let src = d.import_from.as_ref().map(|(s, v)| {
+                    n.storages
+                        .get(s)
+                        .and_then(|s| s.volumes.get(v))
+                        .map(|v| v.used)
+                });
+                if let Some(None) = src {
+                    let (s, v) = d.import_from.clone().unwrap_or_default();
+                    return Err(format!("volume '{s}:{v}' does not exist"));
+                }
+                let sto = n
+                    .storages
+                    .get_mut(&d.storage)
+                    .ok_or_else(|| format!("storage '{}' does not exist", d.storage))?;
+                sto.alloc_image(vmid, d.volname.clone(), &d.format, d.size, now as u64)?;
+                done.push((d.storage.clone(), d.volname.clone()));
+                if let Some(Some(bytes)) = src {
+                    sto.write_data(&d.volname, bytes)?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for (sid, vol) in done {
+                if let Some(s) = self
+                    .nodes
+                    .get_mut(node)
+                    .and_then(|n| n.storages.get_mut(&sid))
+                {
+                    s.volumes.remove(&vol);
+                }
+            }
+            return Err(e);
+        }
+        let lines = Vec::new();
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            for d in disks {
+                let volid = format!("{}:{}", d.storage, d.volname);
+                let val = if d.cloudinit {
+                    let mut o = d.opts.clone();
+                    o.push(("size".into(), format_size(d.size)));
+                    print_drive(&volid, &o)
+                } else {
+                    crate::qemu::model::allocated_drive(&volid, &d.opts, d.size)
+                };
+                if let Some(old) = vm.config.get(&d.key).cloned() {
+                    let props = split_props(&old, "file");
+                    if let Some(f) = prop(&props, "file")
+                        && parse_volid(f).is_some()
+                        && prop(&props, "media") != Some("cdrom")
+                    {
+                        let mut i = 0;
+                        while vm.config.contains_key(&format!("unused{i}")) {
+                            i += 1;
+                        }
+                        vm.config.insert(format!("unused{i}"), f.to_string());
+                    }
+                }
+                vm.config.insert(d.key.clone(), val);
+            }
+        }
+        Ok(lines)
+    }
+}

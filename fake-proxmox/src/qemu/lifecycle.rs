@@ -1,0 +1,438 @@
+//! Clone, resize and destroy.
+
+use std::collections::BTreeSet;
+
+use super::create::Caller;
+use crate::qemu::model::{
+    DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, is_unused_key, prop, split_props,
+};
+use crate::storage::volid::parse_volid;
+use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
+use crate::wire::{Params, PveError};
+use crate::world::Site;
+
+impl Site {
+    /// `POST .../clone`
+    #[allow(clippy::too_many_arguments)]
+    pub fn clone_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        let newid = u32::try_from(p.req_int("newid")?).map_err(|_| {
+            PveError::param("newid", "value must have a maximum value of 999999999")
+        })?;
+        let src = self.vm_on(node, vmid)?.clone();
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Clone")?;
+        self.require(caller.who, &format!("/vms/{newid}"), "VM.Allocate")?;
+        let full = p.bool("full").unwrap_or(!src.is_template());
+        if !full && p.has("storage") {
+            return Err(PveError::param(
+                "storage",
+                "parameter 'storage' not allowed for linked clones",
+            ));
+        }
+        if !full && !src.is_template() {
+            return Err(PveError::die(
+                "linked clone feature is not supported for drive 'scsi0'",
+            ));
+        }
+        let target_storage = p.str("storage");
+        if let Some(sid) = &target_storage {
+            self.storage_on(node, sid)?.check_images()?;
+            self.require(
+                caller.who,
+                &format!("/storage/{sid}"),
+                "Datastore.AllocateSpace",
+            )?;
+        }
+        if let Some(t) = p.str("target")
+            && t != node
+        {
+            return Err(PveError::die(format!(
+                "can't clone VM to node '{t}' (VM uses local storage)"
+            )));
+        }
+        if let Some(l) = &src.lock {
+            return Err(PveError::die(format!("VM is locked ({l})")));
+        }
+        if self.vms.contains_key(&newid) {
+            return Err(PveError::die(format!(
+                "unable to create VM {newid}: config file already exists"
+            )));
+        }
+        let mut cfg = std::collections::BTreeMap::new();
+        for (k, v) in &src.config {
+            if is_disk_key(k) || is_unused_key(k) || k == "template" {
+                continue;
+            }
+            if is_net_key(k) {
+                let mut nic = Nic::parse(v);
+                nic.mac = Some(self.random_mac());
+                cfg.insert(k.clone(), nic.print());
+            } else {
+                cfg.insert(k.clone(), v.clone());
+            }
+        }
+        cfg.insert(
+            "name".into(),
+            p.str("name")
+                .unwrap_or_else(|| format!("Copy-of-VM-{}", src.name())),
+        );
+        if let Some(d) = p.str("description") {
+            cfg.insert("description".into(), d);
+        }
+        self.vms.insert(
+            newid,
+            Vm {
+                vmid: newid,
+                node: node.to_string(),
+                config: cfg,
+                lock: Some("clone".into()),
+                power: Power::Stopped,
+                started_at: 0.0,
+                pid: None,
+                agent_ready_at: None,
+                leases: Default::default(),
+            },
+        );
+        let mut plan = TaskPlan::new(
+            "qmclone",
+            vmid.to_string(),
+            node,
+            &caller.who.task_user(),
+            Work::Noop,
+        );
+        let mut t = 0.3;
+        let mut err = None;
+        if let Some(n) = self.nodes.get(node) {
+            for (key, volid, size) in src.disks() {
+                let Some((sid, vol)) = parse_volid(&volid) else {
+                    continue;
+                };
+                let tsid = target_storage.clone().unwrap_or_else(|| sid.to_string());
+                let (Some(ssto), Some(tsto)) = (n.storages.get(sid), n.storages.get(&tsid)) else {
+                    err = Some(format!("clone failed: storage '{tsid}' does not exist"));
+                    break;
+                };
+                plan.line(t, format!("create full clone of drive {key} ({volid})"));
+                let speed = ssto.speed_mib_s.min(tsto.speed_mib_s) * 1024.0 * 1024.0;
+                let secs = (size as f64 / speed).max(0.1);
+                plan.timeline.push((
+                    t,
+                    Chunk::Transfer {
+                        total: size,
+                        until: t + secs,
+                        style: TransferStyle::QemuImg,
+                    },
+                ));
+                t += secs;
+                let _ = vol;
+            }
+        }
+        plan.duration = t + 0.2;
+        plan.planned_error = err;
+        plan.work = Work::Clone {
+            src: vmid,
+            newid,
+            name: p.str("name"),
+            target_storage,
+            format: p.str("format"),
+        };
+        Ok(self.start_task(plan, now))
+    }
+
+    /// Complete a clone: copy every disk of the source onto the target storage.
+    pub fn finish_clone(
+        &mut self,
+        node: &str,
+        src: u32,
+        newid: u32,
+        target: Option<&str>,
+        format: Option<&str>,
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        let Some(source) = self.vms.get(&src).cloned() else {
+            return Err(format!(
+                "clone failed: Configuration file 'nodes/{node}/qemu-server/{src}.conf' does not exist"
+            ));
+        };
+        let mut taken = BTreeSet::new();
+        let mut plans = Vec::new();
+        for (key, volid, size) in source.disks() {
+            let Some((sid, vol)) = parse_volid(&volid) else {
+                continue;
+            };
+            let tsid = target
+                .map(str::to_string)
+                .unwrap_or_else(|| sid.to_string());
+            let Some(tsto) = self.nodes.get(node).and_then(|n| n.storages.get(&tsid)) else {
+                return Err(format!("clone failed: storage '{tsid}' does not exist"));
+            };
+            let fmt = tsto.resolve_format(format);
+            let fmt = if tsto.kind.formats().0.contains(&fmt.as_str()) {
+                fmt
+            } else {
+                tsto.resolve_format(None)
+            };
+            let volname = self.pick_volname(node, &tsid, newid, &fmt, &mut taken);
+            let props = split_props(source.config.get(&key).map_or("", |s| s.as_str()), "file");
+            let opts: Vec<(String, String)> = props
+                .into_iter()
+                .filter(|(k, _)| k != "file" && k != "size")
+                .collect();
+            let used = self
+                .nodes
+                .get(node)
+                .and_then(|n| n.storages.get(sid))
+                .and_then(|s| s.volumes.get(vol))
+                .map_or(0, |v| v.used);
+            plans.push(DiskPlan {
+                key,
+                storage: tsid,
+                volname,
+                format: fmt,
+                size,
+                import_from: Some((sid.to_string(), vol.to_string())),
+                data_bytes: used,
+                opts,
+                cloudinit: false,
+            });
+        }
+        self.allocate_disks(node, newid, &plans, now)
+            .map_err(|e| format!("clone failed: {e}"))?;
+        if let Some(vm) = self.vms.get_mut(&newid) {
+            vm.lock = None;
+        }
+        Ok(Vec::new())
+    }
+
+    /// `PUT .../resize`: returns a UPID (PVE ≥ 8.0) or does it inline (7.x).
+    pub fn resize_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<Option<String>, PveError> {
+        let vm = self.vm_on(node, vmid)?;
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
+        if let Some(d) = p.str("digest")
+            && d != vm.digest()
+        {
+            return Err(PveError::die(
+                "checksum mismatch (file change by other user?)",
+            ));
+        }
+        let disk = p.req_str("disk")?;
+        let size = p.req_str("size")?;
+        let check = self.resize_target(node, vmid, &disk, &size);
+        if !self.version.resize_returns_upid() {
+            let new_size = check.map_err(PveError::die)?;
+            self.apply_resize(node, vmid, &disk, new_size)
+                .map_err(PveError::die)?;
+            return Ok(None);
+        }
+        let mut plan = TaskPlan::new(
+            "resize",
+            vmid.to_string(),
+            node,
+            &caller.who.task_user(),
+            Work::Noop,
+        );
+        match check {
+            Ok(new_size) => {
+                plan.work = Work::Resize {
+                    vmid,
+                    disk,
+                    new_size,
+                };
+                plan.duration = 0.5;
+            }
+            Err(e) => {
+                plan.planned_error = Some(e);
+                plan.duration = 0.1;
+            }
+        }
+        Ok(Some(self.start_task(plan, now)))
+    }
+
+    /// The size a resize request leads to, or the task error PVE gives.
+    pub fn resize_target(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: &str,
+    ) -> Result<u64, String> {
+        let vm = self
+            .vms
+            .get(&vmid)
+            .filter(|v| v.node == node)
+            .ok_or_else(|| {
+                format!("Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist")
+            })?;
+        if let Some(l) = &vm.lock {
+            return Err(format!("VM is locked ({l})"));
+        }
+        let val = vm
+            .config
+            .get(disk)
+            .ok_or_else(|| format!("disk '{disk}' does not exist"))?;
+        let props = split_props(val, "file");
+        if prop(&props, "media") == Some("cdrom") {
+            return Err("you can't resize a cdrom".into());
+        }
+        let cur = prop(&props, "size")
+            .and_then(crate::storage::model::parse_size)
+            .unwrap_or(0);
+        let (grow, num) = match size.strip_prefix('+') {
+            Some(r) => (true, r),
+            None => (false, size),
+        };
+        let bytes = crate::storage::model::parse_size(num)
+            .ok_or_else(|| format!("invalid size '{size}'"))?;
+        let new = if grow {
+            cur.saturating_add(bytes)
+        } else {
+            bytes
+        };
+        if new < cur {
+            return Err("shrinking disks is not supported".into());
+        }
+        Ok(new)
+    }
+
+    pub fn apply_resize(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        new_size: u64,
+    ) -> Result<(), String> {
+        let val = self
+            .vms
+            .get(&vmid)
+            .and_then(|v| v.config.get(disk))
+            .cloned()
+            .ok_or_else(|| format!("disk '{disk}' does not exist"))?;
+        let props = split_props(&val, "file");
+        let file = prop(&props, "file").unwrap_or("").to_string();
+        if let Some((sid, vol)) = parse_volid(&file)
+            && let Some(sto) = self
+                .nodes
+                .get_mut(node)
+                .and_then(|n| n.storages.get_mut(sid))
+        {
+            let thick = sto.kind.is_thick();
+            let avail = sto.avail();
+            if let Some(v) = sto.volumes.get_mut(vol) {
+                if thick {
+                    let extra = new_size.saturating_sub(v.size);
+                    if extra > avail {
+                        return Err(format!(
+                            "lvextend 'pve/{vol}' error:   Insufficient free space: {} extents needed, but only {} available",
+                            extra.div_ceil(4 << 20),
+                            avail / (4 << 20)
+                        ));
+                    }
+                    v.used = new_size;
+                }
+                v.size = new_size;
+            }
+        }
+        let opts: Vec<(String, String)> = props.into_iter().filter(|(k, _)| k != "file").collect();
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.config.insert(
+                disk.to_string(),
+                crate::qemu::model::allocated_drive(&file, &opts, new_size),
+            );
+        }
+        Ok(())
+    }
+
+    /// `DELETE /nodes/{node}/qemu/{vmid}`
+    pub fn destroy_vm(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        let vm = self.vm_on(node, vmid)?;
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Allocate")?;
+        if let Some(l) = &vm.lock
+            && !p.flag("skiplock")
+        {
+            return Err(PveError::die(format!("VM is locked ({l})")));
+        }
+        if vm.power != Power::Stopped {
+            return Err(PveError::die(format!(
+                "VM {vmid} is running - destroy failed"
+            )));
+        }
+        if vm.config.get("protection").is_some_and(|v| v == "1") {
+            return Err(PveError::die(format!(
+                "can't remove VM {vmid} - protection mode enabled"
+            )));
+        }
+        let mut plan = TaskPlan::new(
+            "qmdestroy",
+            vmid.to_string(),
+            node,
+            &caller.who.task_user(),
+            Work::Noop,
+        );
+        let mut t = 0.2;
+        for volid in vm.referenced_volumes() {
+            if let Some((sid, vol)) = parse_volid(&volid) {
+                let block = self
+                    .nodes
+                    .get(node)
+                    .and_then(|n| n.storages.get(sid))
+                    .is_some_and(|s| !s.kind.is_file_based());
+                if block {
+                    plan.line(
+                        t,
+                        format!("  Logical volume \"{vol}\" successfully removed."),
+                    );
+                }
+                t += 0.1;
+            }
+        }
+        if p.flag("purge") {
+            plan.line(
+                t,
+                format!("purging VM {vmid} from related configurations.."),
+            );
+        }
+        plan.duration = t + 0.2;
+        plan.work = Work::Destroy {
+            vmid,
+            unreferenced: p.flag("destroy-unreferenced-disks"),
+        };
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.lock = Some("destroyed".into());
+        }
+        Ok(self.start_task(plan, now))
+    }
+
+    pub fn finish_destroy(&mut self, vmid: u32, unreferenced: bool) {
+        let Some(vm) = self.vms.remove(&vmid) else {
+            return;
+        };
+        for volid in vm.referenced_volumes() {
+            self.free_volume(&vm.node, &volid);
+        }
+        if unreferenced && let Some(n) = self.nodes.get_mut(&vm.node) {
+            for s in n.storages.values_mut() {
+                s.volumes.retain(|_, v| v.vmid != Some(vmid));
+            }
+        }
+    }
+}
