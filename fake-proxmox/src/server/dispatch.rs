@@ -441,3 +441,50 @@ fn run(inner: &mut Inner, site_name: &str, p: Prepared) -> Result<Reply, PveErro
     };
     (p.handler)(&mut ctx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn h(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                *k,
+                HeaderValue::from_str(v).unwrap_or(HeaderValue::from_static("")),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn cookie_ticket_wins_over_token_header() {
+        let c = find_creds(&h(&[
+            ("cookie", "a=b; PVEAuthCookie=PVE%3Aroot@pam%3A1::sig"),
+            ("authorization", "PVEAPIToken=root@pam!t=s"),
+        ]));
+        assert!(matches!(c, Creds::Ticket(t) if t == "PVE:root@pam:1::sig"));
+    }
+
+    #[test]
+    fn authorization_ticket_then_token() {
+        let c = find_creds(&h(&[("authorization", "PVEAuthCookie=PVE:x")]));
+        assert!(matches!(c, Creds::Ticket(t) if t == "PVE:x"));
+        let c = find_creds(&h(&[("authorization", "PVEAPIToken root@pam!t=s=x")]));
+        assert!(matches!(c, Creds::Token(t) if t == "root@pam!t=s=x"));
+        assert!(matches!(find_creds(&h(&[])), Creds::None));
+        assert!(matches!(
+            find_creds(&h(&[("authorization", "Bearer x")])),
+            Creds::None
+        ));
+    }
+
+    #[test]
+    fn public_routes_are_pves_list() {
+        assert!(is_public("POST", "/access/ticket"));
+        assert!(is_public("GET", "/access/domains"));
+        assert!(!is_public("PUT", "/access/ticket"));
+        assert!(!is_public("GET", "/version"));
+    }
+}
