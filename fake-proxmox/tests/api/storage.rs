@@ -272,3 +272,41 @@ async fn download_url_refuses_block_storages() {
         "can't upload to storage type 'lvmthin', not a file based storage!\n"
     );
 }
+
+#[tokio::test]
+async fn thick_lvm_checks_free_space_with_lvms_text() {
+    let mut sc = fake_proxmox::Scenario::embedded_default();
+    sc.sites[0].nodes[0].storages.push(
+        serde_norway::from_str(
+            "name: vg-data\ntype: lvm\ncontent: [images, rootdir]\ntotal_bytes: 10737418240\n",
+        )
+        .unwrap(),
+    );
+    let f = start_with(sc, fake_proxmox::ClockMode::Stepped).await;
+    let api = f.api("site-1");
+    let st = create_vm(
+        &f,
+        &api,
+        "ml110-01",
+        &[("vmid", "100"), ("scsi0", "vg-data:20")],
+    )
+    .await;
+    assert_eq!(
+        st["exitstatus"],
+        "unable to create VM 100 - lvcreate 'pve/vm-100-disk-0' error:   Volume group \"pve\" has insufficient free space (2560 extents): 5120 required."
+    );
+    let st = create_vm(
+        &f,
+        &api,
+        "ml110-01",
+        &[("vmid", "100"), ("scsi0", "vg-data:8")],
+    )
+    .await;
+    assert_eq!(st["exitstatus"], "OK");
+    let s = api.get("/nodes/ml110-01/storage/vg-data/status").await;
+    assert_eq!(
+        s.data()["used"],
+        8u64 << 30,
+        "thick LVM reserves the whole disk"
+    );
+}
