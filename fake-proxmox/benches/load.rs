@@ -6,7 +6,8 @@
 //! `name: value unit` lines and the server's peak RSS (`VmHWM` of the child).
 //!
 //! `cargo bench -p fake-proxmox --bench load`. Env: `BENCH_SECS` (default 3 s per measurement),
-//! `BENCH_ONLY=cluster_resources,status_current,create_poll`, `BENCH_PROTO=http,https`.
+//! `BENCH_ONLY=cluster_resources,status_current,create_poll`, `BENCH_PROTO=http,https`,
+//! `BENCH_CLIENT_THREADS` (default 1).
 //! Besides throughput and latency it prints the CPU time the server and the client spent per
 //! request, which stays meaningful when other work shares the machine.
 
@@ -490,10 +491,21 @@ fn main() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let scenario = dir.path().join("bench.yaml");
     std::fs::write(&scenario, scenario_yaml())?;
-    // One client thread: the two cores are the server's to use.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    // Client threads: BENCH_CLIENT_THREADS (default 1, so the cores are left to the server).
+    let threads: usize = std::env::var("BENCH_CLIENT_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let rt = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
     let protos = std::env::var("BENCH_PROTO").unwrap_or_default();
     for tls in [false, true] {
         let name = if tls { "https" } else { "http" };
