@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::check::{UNKNOWN, add_error, check_prop};
+use super::check::{MISSING, UNKNOWN, add_error, check_prop};
 use super::facts::{Prop, PropFormat};
 use super::{ApiSchema, ParamErrors, PveVersion, formats};
 
@@ -147,8 +147,16 @@ fn check_object(
         }
     };
     for (k, prop) in format {
-        let value = res.get(k).map_or(Value::Null, |v| Value::String(v.clone()));
-        check_prop(prop, &sub(k), &value, errors);
+        match res.get(k) {
+            Some(v) => {
+                check_prop(prop, &sub(k), &Value::String(v.clone()), errors);
+            }
+            // Most keys of a drive or NIC format are absent and optional: skip building
+            // their error path unless the absence is an error.
+            None if prop.optional || prop.alias.is_some() || prop.ty.as_deref() == Some("null") => {
+            }
+            None => add_error(errors, &sub(k), MISSING),
+        }
     }
     for k in res.keys() {
         match format.get(k) {
