@@ -53,7 +53,10 @@ fn main() {
         ("name", "web-1"),
         ("memory", "2048"),
         ("cores", "2"),
-        ("scsi0", "local-lvm:0,import-from=local:import/noble.qcow2,discard=on"),
+        (
+            "scsi0",
+            "local-lvm:0,import-from=local:import/noble.qcow2,discard=on",
+        ),
         ("ide2", "local-lvm:cloudinit"),
         ("net0", "virtio,bridge=vmbr0,firewall=1"),
         ("ipconfig0", "ip=10.0.0.5/24,gw=10.0.0.1"),
