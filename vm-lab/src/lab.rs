@@ -126,6 +126,7 @@ impl Lab {
     /// Like [`Lab::up`] but returns as soon as every QEMU runs.
     pub async fn start(spec: LabSpec, opts: LabOptions) -> Result<Lab> {
         spec.validate()?;
+        let t0 = Instant::now();
         let cache = opts
             .cache_dir
             .clone()
@@ -145,7 +146,12 @@ impl Lab {
             .await
             .map_err(|e| Error::Image(format!("builder task: {e}")))??;
         let choice = opts.accel.unwrap_or(spec.accel);
+        let t_image = t0.elapsed();
         let accel = accel::resolve(choice, &image.kernel, &cache).await?;
+        tracing::debug!(
+            "image ready after {t_image:.2?}, accel after {:.2?}",
+            t0.elapsed()
+        );
 
         let nonce = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
         let root = opts.run_root.clone().unwrap_or_else(default_run_root);
@@ -225,6 +231,7 @@ impl Lab {
                 return Err(e);
             }
         }
+        tracing::debug!("all QEMUs started after {:.2?}", t0.elapsed());
         Ok(lab)
     }
 

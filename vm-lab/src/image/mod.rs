@@ -103,16 +103,17 @@ pub fn build(cache: &Path, req: &ImageRequest) -> Result<Image> {
     std::fs::create_dir_all(cache).map_err(|e| Error::io(cache, e))?;
     let _lock = lock(&cache.join("image.lock"))?;
 
-    let kernel_pkg = debs::kernel_package(KERNEL_META_PACKAGE)?;
     let mut roots: Vec<String> = BASE_PACKAGES.iter().map(|s| s.to_string()).collect();
     for p in &req.spec.packages {
         if !roots.contains(p) {
             roots.push(p.clone());
         }
     }
-    let mut all = debs::closure(&roots)?;
-    all.insert(kernel_pkg.clone());
-    let versions = debs::candidate_versions(&all)?;
+    let Resolved {
+        kernel_pkg,
+        versions,
+        ..
+    } = resolve(cache, &roots)?;
 
     let extra_files = read_extra_files(req)?;
     let hash = input_hash(&versions, &req.ssh_pubkey, &extra_files);
@@ -177,6 +178,65 @@ pub fn build(cache: &Path, req: &ImageRequest) -> Result<Image> {
     let text = serde_json::to_string_pretty(&img).map_err(|e| Error::Image(e.to_string()))?;
     std::fs::write(&manifest_path, text).map_err(|e| Error::io(&manifest_path, e))?;
     Ok(img)
+}
+
+/// Package names and versions an image is made from, as apt resolved them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Resolved {
+    apt_stamp: String,
+    kernel_pkg: String,
+    versions: BTreeMap<String, String>,
+}
+
+/// Resolve the kernel package and every package's candidate version. apt's answers only change
+/// when its lists or configuration change, so they are cached under a stamp of those files'
+/// modification times (this saves several `apt-cache` runs per lab start).
+fn resolve(cache: &Path, roots: &[String]) -> Result<Resolved> {
+    let stamp = apt_stamp();
+    let key = hex::encode(Sha256::digest(
+        format!("{BUILDER_VERSION}\0{}", roots.join(",")).as_bytes(),
+    ));
+    let file = cache.join(format!("resolved-{}.json", &key[..16]));
+    if let Ok(text) = std::fs::read_to_string(&file)
+        && let Ok(r) = serde_json::from_str::<Resolved>(&text)
+        && r.apt_stamp == stamp
+    {
+        return Ok(r);
+    }
+    let kernel_pkg = debs::kernel_package(KERNEL_META_PACKAGE)?;
+    let mut all = debs::closure(roots)?;
+    all.insert(kernel_pkg.clone());
+    let versions = debs::candidate_versions(&all)?;
+    let r = Resolved {
+        apt_stamp: stamp,
+        kernel_pkg,
+        versions,
+    };
+    if let Ok(text) = serde_json::to_string_pretty(&r) {
+        let _ = std::fs::write(&file, text);
+    }
+    Ok(r)
+}
+
+/// Modification times of what decides apt's candidates (lists, sources, preferences).
+fn apt_stamp() -> String {
+    [
+        "/var/lib/apt/lists",
+        "/etc/apt/sources.list",
+        "/etc/apt/sources.list.d",
+        "/etc/apt/preferences.d",
+    ]
+    .iter()
+    .map(|p| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos().to_string())
+            .unwrap_or_else(|| "-".into())
+    })
+    .collect::<Vec<_>>()
+    .join(",")
 }
 
 /// An exclusive lock on a file in the cache, held while building (parallel tests share the cache).
