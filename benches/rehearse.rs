@@ -1,2 +1,194 @@
-//! Rehearse benchmark (being written by the deployer helper).
-fn main() {}
+//! Rehearse benchmark: wall time of `rehearse` on the seed's 30 manifests, and of a generated
+//! rollout of 1,000 VMs over 50 nodes, with the server's and the deployer's peak RSS.
+//! Prints `name: value unit` lines. Run: `cargo bench --bench rehearse`.
+//!
+//! For the 1,000-VM rollout the fake runs in a child process (this binary re-executed with
+//! `--serve-fake`), so its peak RSS and the deployer's are measured apart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
+use provision_harness::config::{Provider, Site};
+use provision_harness::deploy::{DeployOptions, Deployer};
+use provision_harness::manifest::load_texts;
+use provision_harness::pve::Credentials;
+use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
+use provision_harness::rehearse::{RehearseOptions, rehearse};
+
+const SITES: usize = 5;
+const NODES_PER_SITE: usize = 10;
+const VMS: usize = 1000;
+const CLOCK: f64 = 2000.0;
+
+fn peak_rss_kib(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// 5 sites (clusters) × 10 nodes, each node with lvm-thin and the cloud image as an import volume.
+fn big_scenario() -> String {
+    let mut y = String::from("seed: 7\nsites:\n");
+    for s in 0..SITES {
+        let _ = write!(
+            y,
+            "  - name: bench-{s}\n    version: \"9.1\"\n    boot_delay_secs: 20\n    users:\n      - userid: root@pam\n        password: harness\n    tokens:\n      - tokenid: root@pam!bench\n        secret: 11111111-2222-3333-4444-555555555555\n        privsep: false\n    nodes:\n"
+        );
+        for n in 0..NODES_PER_SITE {
+            let _ = write!(
+                y,
+                "      - name: pve-{s}-{n}\n        ip: 10.{s}.0.{}\n        cpu_model: bench\n        sockets: 2\n        cores: 32\n        threads: 64\n        memory_bytes: 549755813888\n        bridges:\n          - name: vmbr0\n            cidr: 10.{s}.0.{}/16\n            gateway: 10.{s}.0.1\n            ports: eno1\n            dhcp_start: 10.{s}.{}.10\n            dhcp_end: 10.{s}.{}.250\n        storages:\n          - name: local\n            type: dir\n            path: /var/lib/vz\n            content: [iso, import, snippets]\n            total_bytes: 107374182400\n            volumes:\n              - volname: import/ubuntu-22.04-cloud.qcow2\n                size_bytes: 2361393152\n                used_bytes: 691863552\n          - name: local-lvm\n            type: lvmthin\n            content: [images, rootdir]\n            total_bytes: 4398046511104\n",
+                n + 10,
+                n + 10,
+                n + 1,
+                n + 1
+            );
+        }
+    }
+    y
+}
+
+fn big_manifests() -> Vec<(String, String)> {
+    (0..VMS)
+        .map(|i| {
+            let s = i % SITES;
+            let n = (i / SITES) % NODES_PER_SITE;
+            let name = format!("bench-vm-{i:04}");
+            let text = format!(
+                "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: pve-{s}-{n}\n    name: {name}\n    cpu: 2\n    memory: 2Gi\n    disk: 10Gi\n    storage: local-lvm\n    network: vmbr0\n    image: local:import/ubuntu-22.04-cloud.qcow2\n    site: bench-{s}\n"
+            );
+            (format!("{name}.yaml"), text)
+        })
+        .collect()
+}
+
+/// Child mode: serve the scenario until stdin closes.
+fn serve_fake(scenario: &str, dir: &str) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fake = FakeProxmox::builder()
+            .scenario(Scenario::from_yaml_file(scenario).unwrap())
+            .tls(true)
+            .auth_failure_delay(false)
+            .clock(ClockMode::Scaled { factor: CLOCK })
+            .state_dir(dir)
+            .start()
+            .await
+            .unwrap();
+        std::fs::write(Path::new(dir).join("ready"), "1").unwrap();
+        // Parent closes stdin when done.
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut s = String::new();
+            let _ = std::io::stdin().read_line(&mut s);
+        })
+        .await;
+        fake.shutdown().await;
+    });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-fake") {
+        serve_fake(&args[2], &args[3]);
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // 1. rehearse on the seed's 30 manifests, in-process, as the CLI runs it.
+    let opts = RehearseOptions::default();
+    let t = Instant::now();
+    let seed = rt.block_on(rehearse(None, false, &opts)).unwrap();
+    println!("rehearse_seed_30_wall: {} ms", t.elapsed().as_millis());
+    let t = Instant::now();
+    let full = rt.block_on(rehearse(None, true, &opts)).unwrap();
+    println!(
+        "rehearse_seed_and_fixed_60_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!(
+        "rehearse_fixed_ready: {} vms",
+        full.runs[1].deploy.summary.ready
+    );
+    println!(
+        "rehearse_seed_ready: {} vms",
+        seed.runs[0].deploy.summary.ready
+    );
+    println!("rehearse_inprocess_peak_rss: {} KiB", peak_rss_kib("self"));
+
+    // 2. 1,000 VMs over 50 nodes, the fake in a child process.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario_path = dir.path().join("scenario.yaml");
+    std::fs::write(&scenario_path, big_scenario()).unwrap();
+    let state_dir = dir.path().join("fake");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("--serve-fake")
+        .arg(&scenario_path)
+        .arg(&state_dir)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = state_dir.join("ready");
+    let started = Instant::now();
+    while !ready.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "fake did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let fingerprint = std::fs::read_to_string(state_dir.join("fingerprint")).unwrap();
+    let pin = parse_fingerprint(fingerprint.trim()).unwrap();
+    let sites: Vec<Site> = std::fs::read_to_string(state_dir.join("sites"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, url)| Site {
+            name: name.to_string(),
+            endpoint: url.to_string(),
+            node: None,
+            tls: TlsMode::Pinned(pin),
+        })
+        .collect();
+    let provider = Provider {
+        sites,
+        credentials: Credentials::Token {
+            token_id: "root@pam!bench".into(),
+            secret: "11111111-2222-3333-4444-555555555555".into(),
+        },
+    };
+    let files = big_manifests();
+    let set = load_texts(files.iter().map(|(p, t)| (p.as_str(), t.as_str())));
+    let mut deploy: DeployOptions = opts.deploy.clone();
+    deploy.concurrency = 64;
+    let state_file = dir.path().join("state.json");
+    deploy.state_path = Some(state_file);
+    let deployer = Deployer::new(provider, deploy).unwrap();
+    let t = Instant::now();
+    let result = rt.block_on(deployer.deploy(&set)).unwrap();
+    println!(
+        "rollout_1000_vms_50_nodes_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!("rollout_1000_ready: {} vms", result.summary.ready);
+    println!("rollout_1000_failed: {} vms", result.summary.failed);
+    println!(
+        "fake_peak_rss: {} KiB",
+        peak_rss_kib(&child.id().to_string())
+    );
+    println!("deployer_peak_rss: {} KiB", peak_rss_kib("self"));
+    drop(child.stdin.take());
+    let _ = child.wait();
+}

@@ -26,6 +26,8 @@ pub type DoneHook = Arc<dyn Fn(&str, bool) + Send + Sync>;
 
 type Signal = (watch::Sender<Option<bool>>, watch::Receiver<Option<bool>>);
 type Signals = BTreeMap<String, Signal>;
+/// Per site: the connection, or why it failed (retried on the VMs' schedule when retryable).
+type SiteSlots = BTreeMap<String, tokio::sync::Mutex<Result<Arc<SiteCtx>, StepError>>>;
 
 #[derive(Clone)]
 pub struct DeployOptions {
@@ -226,6 +228,10 @@ impl Deployer {
                     .filter_map(|i| i.plan.as_ref().ok().map(|p| p.site.clone())),
             )
             .await;
+        let sites: SiteSlots = sites
+            .into_iter()
+            .map(|(k, v)| (k, tokio::sync::Mutex::new(v)))
+            .collect();
         // One "done" signal per VM name, for dependsOn.
         let mut signals: Signals = BTreeMap::new();
         for it in &items {
@@ -286,7 +292,7 @@ impl Deployer {
     async fn run_item(
         &self,
         it: &Item,
-        sites: &BTreeMap<String, Result<Arc<SiteCtx>, StepError>>,
+        sites: &SiteSlots,
         signals: &Signals,
         sem: &Semaphore,
     ) -> bool {
@@ -310,36 +316,15 @@ impl Deployer {
                 }
             }
         }
-        let site = match sites.get(&plan.site) {
-            Some(Ok(s)) => Arc::clone(s),
-            Some(Err(e)) => {
-                self.fail(it, Some(plan), e, 0);
-                return false;
-            }
-            None => {
-                self.fail(
-                    it,
-                    Some(plan),
-                    &StepError::SiteUnknown(plan.site.clone()),
-                    0,
-                );
-                return false;
-            }
-        };
         let Ok(_permit) = sem.acquire().await else {
             return false;
-        };
-        let pipeline = Pipeline {
-            site: &site,
-            state: &self.state,
-            options: &self.options.pipeline,
-            sink: self.options.on_step.as_ref(),
         };
         let job = VmJob {
             key: it.key.clone(),
             manifest: &it.manifest,
             plan,
         };
+        let mut last_site: Option<Arc<SiteCtx>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -354,7 +339,21 @@ impl Deployer {
                     }
                 },
             );
-            match pipeline.run(&job).await {
+            let result = match self.site_for(sites, &plan.site).await {
+                Ok(site) => {
+                    last_site = Some(Arc::clone(&site));
+                    Pipeline {
+                        site: &site,
+                        state: &self.state,
+                        options: &self.options.pipeline,
+                        sink: self.options.on_step.as_ref(),
+                    }
+                    .run(&job)
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
                 Ok(()) => return true,
                 Err(e) if e.is_retryable() && attempt < self.options.backoff.max_attempts => {
                     let delay = self.options.backoff.delay(attempt);
@@ -375,13 +374,37 @@ impl Deployer {
                 }
                 Err(e) => {
                     tracing::info!(vm = %plan.name, attempt, error = %e, "failed");
-                    self.cleanup(&site, it, plan).await;
+                    if let Some(site) = &last_site {
+                        self.cleanup(site, it, plan).await;
+                    }
                     self.fail(it, Some(plan), &e, attempt);
                     let _ = self.state.persist().await;
                     return false;
                 }
             }
         }
+    }
+
+    /// The site's connection; a retryable connect failure (site down at the start) is tried
+    /// again, once per VM attempt, under the slot's lock so VMs share one reconnect.
+    async fn site_for(&self, slots: &SiteSlots, name: &str) -> Result<Arc<SiteCtx>, StepError> {
+        let Some(slot) = slots.get(name) else {
+            return Err(StepError::SiteUnknown(name.to_string()));
+        };
+        let mut guard = slot.lock().await;
+        match &*guard {
+            Ok(s) => return Ok(Arc::clone(s)),
+            Err(e) if !e.is_retryable() => return Err(e.clone()),
+            Err(_) => {}
+        }
+        let r = match self.provider.site(name) {
+            None => Err(StepError::SiteUnknown(name.to_string())),
+            Some(site) => connect(site, &self.provider.credentials, self.options.http_timeout)
+                .await
+                .map(Arc::new),
+        };
+        *guard = r.clone();
+        r
     }
 
     /// Deletes (purge) a VM this rollout created and could not finish.

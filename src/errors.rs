@@ -21,6 +21,8 @@ pub enum StepError {
     InvalidSpec(String),
     #[error("authentication refused by {site}: {detail}")]
     AuthRefused { site: String, detail: String },
+    #[error("TLS verification of {site} failed: {detail}")]
+    TlsUntrusted { site: String, detail: String },
     #[error("site '{0}' is not in the provider config")]
     SiteUnknown(String),
     #[error("node {node} is not part of {site} (nodes there: {known})")]
@@ -93,6 +95,7 @@ impl StepError {
             | Transient(_) => ErrorClass::Retryable,
             InvalidSpec(_)
             | AuthRefused { .. }
+            | TlsUntrusted { .. }
             | SiteUnknown(_)
             | NodeUnknown { .. }
             | BridgeMissing { .. }
@@ -115,6 +118,7 @@ impl StepError {
         match self {
             InvalidSpec(_) => "InvalidSpec",
             AuthRefused { .. } => "AuthRefused",
+            TlsUntrusted { .. } => "TlsUntrusted",
             SiteUnknown(_) => "SiteUnknown",
             NodeUnknown { .. } => "NodeUnknown",
             NodeUnreachable { .. } => "NodeUnreachable",
@@ -138,7 +142,15 @@ impl StepError {
 pub fn classify(site: &str, node: &str, storage: Option<&str>, err: &PveError) -> StepError {
     let text = err.text();
     let lower = text.to_lowercase();
-    if let PveError::Transport { .. } = err {
+    if let PveError::Transport { detail, .. } = err {
+        // A certificate that fails verification or the pin will not fix itself.
+        let d = detail.to_lowercase();
+        if d.contains("certificate") || d.contains("fingerprint") {
+            return StepError::TlsUntrusted {
+                site: site.to_string(),
+                detail: err.to_string(),
+            };
+        }
         return StepError::NodeUnreachable {
             node: node.to_string(),
             detail: err.to_string(),

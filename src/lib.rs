@@ -13,6 +13,7 @@ pub mod order;
 pub mod pipeline;
 pub mod plan;
 pub mod pve;
+pub mod rehearse;
 pub mod report;
 pub mod report_html;
 pub mod retry;

@@ -1,3 +1,367 @@
-fn main() {
-    println!("provision-harness: see README.md");
+//! `provision-harness`: plan, deploy, inspect and remove a ProxmoxVM rollout; rehearse it against
+//! an embedded fake-proxmox.
+//!
+//! Exit codes: 0 success · 1 internal error · 2 usage error · 3 the plan's verdict is "would fail"
+//! (`plan`, or `rehearse --strict`) · 4 some VM failed (`deploy`, `status`, `destroy`, or
+//! `rehearse --strict`) · 5 bad input (provider config, credentials, manifests dir, state file).
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use provision_harness::config::{Provider, load_provider};
+use provision_harness::deploy::{DeployOptions, Deployer, RolloutResult};
+use provision_harness::manifest::{ManifestSet, load_dir};
+use provision_harness::plan::{PlanOptions, Verdict, plan};
+use provision_harness::rehearse::{RehearseOptions, rehearse};
+use provision_harness::report::{render_plan, render_rollout};
+
+const EXIT_WOULD_FAIL: u8 = 3;
+const EXIT_VM_FAILED: u8 = 4;
+const EXIT_BAD_INPUT: u8 = 5;
+
+#[derive(Parser)]
+#[command(
+    name = "provision-harness",
+    version,
+    about = "Plan, deploy and rehearse a Proxmox VE VM rollout (seed 000's 30 VMs, done the way real PVE needs it)"
+)]
+struct Cli {
+    /// Log filter (tracing env-filter syntax), also from PROVISION_HARNESS_LOG.
+    #[arg(
+        long,
+        global = true,
+        env = "PROVISION_HARNESS_LOG",
+        default_value = "warn"
+    )]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct Inputs {
+    /// The ProviderConfig YAML (sites, endpoints, TLS options).
+    #[arg(long, default_value = "examples/sankofa/provider-config.yaml")]
+    provider_config: PathBuf,
+    /// A YAML holding the credentials Secret (default: found next to the provider config).
+    /// PVE_TOKEN_ID + PVE_TOKEN_SECRET (or PVE_USERNAME + PVE_PASSWORD) override it.
+    #[arg(long)]
+    credentials: Option<PathBuf>,
+    /// Directory of ProxmoxVM manifests (searched recursively).
+    #[arg(long, default_value = "examples/sankofa/production")]
+    manifests: PathBuf,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Seconds before one API call gives up.
+    #[arg(long, default_value_t = 30)]
+    http_timeout: u64,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check a rollout against the live API without changing anything (GET requests only).
+    Plan {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// Allowed total vCPUs per node as a multiple of its CPU threads.
+        #[arg(long, default_value_t = 1.0)]
+        cpu_overcommit: f64,
+    },
+    /// Create, configure and start every VM of the rollout; converge on re-runs.
+    Deploy {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// The rollout's state file (written atomically; a killed run resumes from it).
+        #[arg(long, default_value = "provision-state.json")]
+        state: PathBuf,
+        /// VMs deployed at once within a wave.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Attempts per VM for retryable errors (exponential backoff with jitter).
+        #[arg(long, default_value_t = 8)]
+        max_attempts: u32,
+        /// Leave VMs stopped after creating them.
+        #[arg(long)]
+        no_start: bool,
+        /// Seconds to wait for a guest agent IP after start.
+        #[arg(long, default_value_t = 120)]
+        ip_wait: u64,
+    },
+    /// What exists for each manifest right now (read-only).
+    Status {
+        #[command(flatten)]
+        inputs: Inputs,
+        #[arg(long, default_value = "provision-state.json")]
+        state: PathBuf,
+    },
+    /// Stop and delete (purge) the VMs this rollout created; adopted VMs are left alone.
+    Destroy {
+        #[command(flatten)]
+        inputs: Inputs,
+        #[arg(long, default_value = "provision-state.json")]
+        state: PathBuf,
+    },
+    /// Plan + deploy the seed rollout, then the fixed one, against an embedded fake-proxmox.
+    Rehearse {
+        /// A fake-proxmox scenario YAML to use instead of the seed's two sites.
+        #[arg(long)]
+        scenario: Option<PathBuf>,
+        /// Only the seed rollout, not the fixed one.
+        #[arg(long)]
+        seed_only: bool,
+        /// Exit 3/4 when the rehearsal finds problems (default: report them and exit 0).
+        #[arg(long)]
+        strict: bool,
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        #[arg(long)]
+        json: bool,
+        /// Also write the rollouts' timelines as one self-contained HTML page here.
+        #[arg(long, default_value = "target/rehearse-report.html")]
+        html: PathBuf,
+        /// Do not write the HTML report.
+        #[arg(long, conflicts_with = "html")]
+        no_html: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cli.command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure::BadInput(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(Failure::Internal(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+enum Failure {
+    BadInput(anyhow::Error),
+    Internal(anyhow::Error),
+}
+
+fn bad<E: Into<anyhow::Error>>(e: E) -> Failure {
+    Failure::BadInput(e.into())
+}
+
+fn internal<E: Into<anyhow::Error>>(e: E) -> Failure {
+    Failure::Internal(e.into())
+}
+
+fn load(inputs: &Inputs) -> Result<(Provider, ManifestSet), Failure> {
+    let provider =
+        load_provider(&inputs.provider_config, inputs.credentials.as_deref()).map_err(bad)?;
+    let set = load_dir(&inputs.manifests).map_err(bad)?;
+    if set.vms.is_empty() && set.unreadable.is_empty() {
+        return Err(bad(anyhow::anyhow!(
+            "no ProxmoxVM manifests under {}",
+            inputs.manifests.display()
+        )));
+    }
+    Ok((provider, set))
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(v)
+        .context("render JSON")
+        .map_err(internal)?;
+    println!("{text}");
+    Ok(())
+}
+
+/// A progress bar on stderr, only when it is a terminal.
+fn progress(total: usize, opts: &mut DeployOptions) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(total as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let b1 = bar.clone();
+    opts.on_step = Some(Arc::new(move |vm: &str, step: &str| {
+        b1.set_message(format!("{vm}: {step}"))
+    }));
+    let b2 = bar.clone();
+    opts.on_done = Some(Arc::new(move |_: &str, _: bool| b2.inc(1)));
+    Some(bar)
+}
+
+fn rollout_code(r: &RolloutResult) -> u8 {
+    if r.summary.failed > 0 || r.summary.unreadable > 0 {
+        EXIT_VM_FAILED
+    } else {
+        0
+    }
+}
+
+fn deploy_options(inputs: &Inputs, state: &Path) -> DeployOptions {
+    DeployOptions {
+        state_path: Some(state.to_path_buf()),
+        http_timeout: Duration::from_secs(inputs.http_timeout),
+        ..DeployOptions::default()
+    }
+}
+
+async fn run(command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Plan {
+            inputs,
+            cpu_overcommit,
+        } => {
+            let (provider, set) = load(&inputs)?;
+            let options = PlanOptions {
+                cpu_overcommit,
+                http_timeout: Duration::from_secs(inputs.http_timeout),
+                ..PlanOptions::default()
+            };
+            let report = plan(&provider, &set, &options).await;
+            if inputs.json {
+                print_json(&report)?;
+            } else {
+                print!("{}", render_plan(&report));
+            }
+            Ok(if report.verdict == Verdict::WouldFail {
+                EXIT_WOULD_FAIL
+            } else {
+                0
+            })
+        }
+        Command::Deploy {
+            inputs,
+            state,
+            concurrency,
+            max_attempts,
+            no_start,
+            ip_wait,
+        } => {
+            let (provider, set) = load(&inputs)?;
+            let mut opts = deploy_options(&inputs, &state);
+            opts.concurrency = concurrency;
+            opts.backoff.max_attempts = max_attempts.max(1);
+            opts.pipeline.start = !no_start;
+            opts.pipeline.ip_wait = Duration::from_secs(ip_wait);
+            let bar = progress(set.vms.len(), &mut opts);
+            let deployer = Deployer::new(provider, opts).map_err(bad)?;
+            let result = deployer.deploy(&set).await.map_err(internal)?;
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            if inputs.json {
+                print_json(&result)?;
+            } else {
+                print!("{}", render_rollout("DEPLOY", &result));
+            }
+            Ok(rollout_code(&result))
+        }
+        Command::Status { inputs, state } => {
+            let (provider, set) = load(&inputs)?;
+            let deployer = Deployer::new(provider, deploy_options(&inputs, &state)).map_err(bad)?;
+            let result = deployer.status(&set).await.map_err(internal)?;
+            if inputs.json {
+                print_json(&result)?;
+            } else {
+                print!("{}", render_rollout("STATUS", &result));
+            }
+            Ok(rollout_code(&result))
+        }
+        Command::Destroy { inputs, state } => {
+            let (provider, set) = load(&inputs)?;
+            let deployer = Deployer::new(provider, deploy_options(&inputs, &state)).map_err(bad)?;
+            let result = deployer.destroy(&set).await.map_err(internal)?;
+            if inputs.json {
+                print_json(&result)?;
+            } else {
+                print!("{}", render_rollout("DESTROY", &result));
+            }
+            Ok(if result.summary.failed > 0 {
+                EXIT_VM_FAILED
+            } else {
+                0
+            })
+        }
+        Command::Rehearse {
+            scenario,
+            seed_only,
+            strict,
+            concurrency,
+            json,
+            html,
+            no_html,
+        } => {
+            let scenario = match scenario {
+                Some(p) => Some(fake_proxmox::Scenario::from_yaml_file(&p).map_err(bad)?),
+                None => None,
+            };
+            let options = RehearseOptions {
+                concurrency,
+                ..RehearseOptions::default()
+            };
+            let report = rehearse(scenario, !seed_only, &options)
+                .await
+                .map_err(internal)?;
+            if !no_html {
+                let timelines: Vec<_> = report.runs.iter().map(|r| r.timeline.clone()).collect();
+                provision_harness::report_html::write_page(&html, "rehearse", &timelines)
+                    .with_context(|| format!("writing the HTML report {}", html.display()))
+                    .map_err(internal)?;
+                eprintln!("HTML report: {}", html.display());
+            }
+            if json {
+                print_json(&report)?;
+            } else {
+                for r in &report.runs {
+                    println!("==== {} ====\n", r.label);
+                    print!("{}", render_plan(&r.plan));
+                    println!();
+                    print!("{}", render_rollout("DEPLOY", &r.deploy));
+                    println!();
+                }
+                println!("rehearsal finished in {} ms", report.elapsed_ms);
+            }
+            if strict && report.has_problems() {
+                let plan_fails = report
+                    .runs
+                    .iter()
+                    .any(|r| r.plan.verdict == Verdict::WouldFail);
+                return Ok(if plan_fails {
+                    EXIT_WOULD_FAIL
+                } else {
+                    EXIT_VM_FAILED
+                });
+            }
+            Ok(0)
+        }
+    }
 }

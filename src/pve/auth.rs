@@ -124,6 +124,24 @@ mod tests {
     }
 
     #[test]
+    fn tickets_are_renewed_before_their_two_hours() {
+        let fresh = Ticket {
+            ticket: "t".into(),
+            csrf: "c".into(),
+            issued: Instant::now(),
+        };
+        assert!(!fresh.needs_renewal());
+        if let Some(old) = Instant::now().checked_sub(Duration::from_secs(91 * 60)) {
+            let aged = Ticket {
+                issued: old,
+                ..fresh
+            };
+            assert!(aged.needs_renewal());
+        }
+        assert!(TICKET_RENEW_AFTER < Duration::from_secs(2 * 3600));
+    }
+
+    #[test]
     fn token_header_format() {
         let c = Credentials::Token {
             token_id: "root@pam!sankofa-instance-1-api-token".into(),

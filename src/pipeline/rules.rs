@@ -1,0 +1,190 @@
+//! The pure rules of the pipeline: storage checks, the create call's parameters, and which create
+//! refusals mean "cannot import" — kept apart so they are tested without a server.
+
+use crate::errors::StepError;
+use crate::image::StorageView;
+use crate::pve::PveError;
+use crate::pve::api::StorageInfo;
+use crate::validate::VmPlan;
+
+/// Storage checks that no wait can fix.
+pub fn check_vm_storage(node: &str, s: &StorageInfo) -> Result<(), StepError> {
+    if !s.has_content("images") {
+        let hint = if s.kind == "cephfs" {
+            "; CephFS stores files, not VM disks — use an RBD storage for disks on Ceph".to_string()
+        } else {
+            String::new()
+        };
+        return Err(StepError::StorageNotForImages {
+            node: node.to_string(),
+            storage: s.storage.clone(),
+            kind: s.kind.clone(),
+            content: s.content.clone(),
+            hint,
+        });
+    }
+    if !s.enabled {
+        return Err(StepError::StorageMissing {
+            node: node.to_string(),
+            storage: format!("{} (disabled)", s.storage),
+        });
+    }
+    Ok(())
+}
+
+/// Thick storages need the whole disk free; thin ones need *some* room to start with.
+pub fn check_free_space(node: &str, s: &StorageInfo, disk_gib: u64) -> Result<(), StepError> {
+    let Some(avail) = s.avail else {
+        return Ok(());
+    };
+    let need = disk_gib * 1024 * 1024 * 1024;
+    let full = if s.is_thin() {
+        avail == 0
+    } else {
+        avail < need
+    };
+    if full {
+        return Err(StepError::StorageFull {
+            node: node.to_string(),
+            storage: s.storage.clone(),
+            detail: format!(
+                "{} GiB free, {} GiB requested ({} storage)",
+                avail / (1024 * 1024 * 1024),
+                disk_gib,
+                if s.is_thin() { "thin" } else { "thick" }
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A user-data snippet already placed for this VM (`<storage>:snippets/<name>-user.yaml`).
+pub fn find_user_snippet(views: &[StorageView], name: &str) -> Option<String> {
+    let wanted = [
+        format!("snippets/{name}-user.yaml"),
+        format!("snippets/{name}-user.yml"),
+    ];
+    views
+        .iter()
+        .filter(|v| v.info.has_content("snippets"))
+        .flat_map(|v| &v.content)
+        .find(|c| wanted.iter().any(|w| c.volid.ends_with(&format!(":{w}"))))
+        .map(|c| c.volid.clone())
+}
+
+/// The create call: disk imported with `import-from` (size 0, no format: lvm-thin is raw-only and
+/// PVE picks each storage's default), cloud-init drive on the same storage.
+pub fn create_params(
+    plan: &VmPlan,
+    vmid: u32,
+    import_from: &str,
+    snippet: Option<&str>,
+    ci_user: &str,
+) -> Vec<(&'static str, String)> {
+    let mut p = vec![
+        ("vmid", vmid.to_string()),
+        ("name", plan.name.clone()),
+        ("cores", plan.cores.to_string()),
+        ("memory", plan.memory_mib.to_string()),
+        ("ostype", "l26".to_string()),
+        ("agent", "1".to_string()),
+        ("scsihw", "virtio-scsi-single".to_string()),
+        ("net0", format!("virtio,bridge={}", plan.bridge)),
+        (
+            "scsi0",
+            format!("{}:0,import-from={import_from}", plan.storage),
+        ),
+        ("ide2", format!("{}:cloudinit", plan.storage)),
+        ("boot", "order=scsi0".to_string()),
+        ("ciuser", ci_user.to_string()),
+        ("ipconfig0", "ip=dhcp".to_string()),
+        ("serial0", "socket".to_string()),
+    ];
+    if let Some(s) = snippet {
+        p.push(("cicustom", format!("user={s}")));
+    }
+    p
+}
+
+/// Create refusals that mean "this PVE cannot import" or "this is not an importable image".
+pub fn create_refused(node: &str, plan: &VmPlan, e: &PveError) -> Option<StepError> {
+    let text = e.text();
+    if text.contains("import-from")
+        && (text.contains("not defined in schema") || text.contains("unknown"))
+    {
+        return Some(StepError::ImportNotSupported {
+            detail: format!("the node refused `import-from`: {}", text.trim()),
+        });
+    }
+    if text.contains("wrong type") || text.contains("needs to be 'images' or 'import'") {
+        return Some(StepError::ImageMissing {
+            image: plan.image.to_string(),
+            node: node.to_string(),
+            detail: text.trim().to_string(),
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::ImageSpec;
+
+    fn plan() -> VmPlan {
+        VmPlan {
+            name: "nginx-proxy-vm".into(),
+            site: "site-1".into(),
+            node: "ml110-01".into(),
+            cores: 2,
+            memory_mib: 4096,
+            disk_gib: 20,
+            storage: "local-lvm".into(),
+            bridge: "vmbr0".into(),
+            image: ImageSpec::Name {
+                name: "u.qcow2".into(),
+            },
+            user_data: None,
+        }
+    }
+
+    #[test]
+    fn create_params_are_what_pve_needs() {
+        let p = create_params(&plan(), 104, "local:import/u.qcow2", None, "admin");
+        let get = |k: &str| p.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("scsi0"),
+            Some("local-lvm:0,import-from=local:import/u.qcow2")
+        );
+        assert_eq!(get("ide2"), Some("local-lvm:cloudinit"));
+        assert_eq!(get("memory"), Some("4096"));
+        assert_eq!(get("net0"), Some("virtio,bridge=vmbr0"));
+        assert!(p.iter().all(|(_, v)| !v.contains("format=qcow2")));
+    }
+
+    #[test]
+    fn cephfs_is_refused_with_a_hint() {
+        let s: StorageInfo = serde_json::from_value(serde_json::json!({
+            "storage": "ceph-fs", "type": "cephfs", "content": "iso,vztmpl,backup,snippets", "active": 1
+        }))
+        .expect("storage");
+        let e = check_vm_storage("r630-01", &s).expect_err("no images");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("RBD"), "{e}");
+    }
+
+    #[test]
+    fn free_space_thin_vs_thick() {
+        let mk = |kind: &str, avail: u64| -> StorageInfo {
+            serde_json::from_value(serde_json::json!({
+                "storage": "s", "type": kind, "content": "images", "avail": avail
+            }))
+            .expect("storage")
+        };
+        let gib = 1024u64 * 1024 * 1024;
+        assert!(check_free_space("n", &mk("lvmthin", 5 * gib), 20).is_ok());
+        assert!(check_free_space("n", &mk("lvmthin", 0), 20).is_err());
+        assert!(check_free_space("n", &mk("lvm", 5 * gib), 20).is_err());
+        assert!(check_free_space("n", &mk("lvm", 50 * gib), 20).is_ok());
+    }
+}

@@ -1,0 +1,215 @@
+//! `rehearse`: the seed's rollout against an embedded fake-proxmox (TLS on, certificate pinned,
+//! tasks on a fast clock) — plan, then deploy — and the same for the fixed rollout, so the report
+//! shows both what goes wrong as written and that the fixes make it green.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
+use serde::Serialize;
+
+use crate::config::{Provider, parse_provider, parse_secret};
+use crate::deploy::{DeployOptions, Deployer, RolloutResult};
+use crate::examples;
+use crate::manifest::{ManifestSet, load_texts};
+use crate::pipeline::PipelineOptions;
+use crate::plan::{PlanOptions, PlanReport, Verdict, plan};
+use crate::pve::tasks::TaskWait;
+use crate::pve::tls::{TlsMode, parse_fingerprint};
+use crate::retry::Backoff;
+
+/// A rollout to rehearse: manifests, provider config and the fake's scenario.
+pub struct Rollout {
+    pub label: String,
+    pub manifests: ManifestSet,
+    pub provider: Provider,
+    pub scenario: Scenario,
+}
+
+#[derive(Clone)]
+pub struct RehearseOptions {
+    pub concurrency: usize,
+    /// Simulated seconds per real second for the fake's tasks and guest boots.
+    pub clock_factor: f64,
+    pub deploy: DeployOptions,
+    pub plan: PlanOptions,
+}
+
+impl Default for RehearseOptions {
+    fn default() -> Self {
+        let deploy = DeployOptions {
+            concurrency: 8,
+            backoff: Backoff {
+                base: Duration::from_millis(20),
+                cap: Duration::from_millis(200),
+                max_attempts: 3,
+            },
+            pipeline: PipelineOptions {
+                task_wait: TaskWait {
+                    poll: Duration::from_millis(5),
+                    timeout: Duration::from_secs(60),
+                },
+                ip_wait: Duration::from_secs(5),
+                ip_poll: Duration::from_millis(10),
+                ..PipelineOptions::default()
+            },
+            http_timeout: Duration::from_secs(10),
+            ..DeployOptions::default()
+        };
+        Self {
+            concurrency: 8,
+            clock_factor: 2000.0,
+            deploy,
+            plan: PlanOptions::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub label: String,
+    pub plan: PlanReport,
+    pub deploy: RolloutResult,
+    /// The deploy's steps over time, for the HTML report (`report_html`).
+    #[serde(skip)]
+    pub timeline: crate::report_html::Timeline,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RehearseReport {
+    pub runs: Vec<RunReport>,
+    pub elapsed_ms: u128,
+}
+
+impl RehearseReport {
+    /// Whether any run's plan would fail or any VM failed (for `--strict`).
+    pub fn has_problems(&self) -> bool {
+        self.runs
+            .iter()
+            .any(|r| r.plan.verdict == Verdict::WouldFail || !r.deploy.all_ready())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RehearseError {
+    #[error("embedded example: {0}")]
+    Example(String),
+    #[error("scenario: {0}")]
+    Scenario(#[from] fake_proxmox::ScenarioError),
+    #[error("cannot start fake-proxmox: {0}")]
+    Fake(#[from] fake_proxmox::Error),
+    #[error("fake-proxmox fingerprint: {0}")]
+    Fingerprint(String),
+    #[error("site '{0}' of the provider config is not in the scenario")]
+    SiteMissing(String),
+    #[error(transparent)]
+    Deploy(#[from] crate::deploy::DeployError),
+}
+
+fn embedded_provider(config: &str, secret: &str) -> Result<Provider, RehearseError> {
+    let (sites, secret_name) = parse_provider(config, "provider-config.yaml", Path::new("."))
+        .map_err(|e| RehearseError::Example(e.to_string()))?;
+    let credentials = parse_secret(secret, "proxmox-credentials.yaml", secret_name.as_deref())
+        .map_err(|e| RehearseError::Example(e.to_string()))?
+        .ok_or_else(|| RehearseError::Example("no credentials Secret".into()))?;
+    Ok(Provider { sites, credentials })
+}
+
+/// The seed's rollout as written, on the seed's two sites.
+pub fn seed_rollout(scenario: Option<Scenario>) -> Result<Rollout, RehearseError> {
+    Ok(Rollout {
+        label: "seed rollout as written (examples/sankofa)".into(),
+        manifests: load_texts(examples::SANKOFA_MANIFESTS.iter().copied()),
+        provider: embedded_provider(
+            examples::SANKOFA_PROVIDER_CONFIG,
+            examples::SANKOFA_CREDENTIALS,
+        )?,
+        scenario: scenario.unwrap_or_else(Scenario::embedded_default),
+    })
+}
+
+/// The rollout with its storage, image and capacity problems fixed.
+pub fn fixed_rollout() -> Result<Rollout, RehearseError> {
+    Ok(Rollout {
+        label: "fixed rollout (examples/sankofa-fixed)".into(),
+        manifests: load_texts(examples::SANKOFA_FIXED_MANIFESTS.iter().copied()),
+        provider: embedded_provider(
+            examples::SANKOFA_FIXED_PROVIDER_CONFIG,
+            examples::SANKOFA_FIXED_CREDENTIALS,
+        )?,
+        scenario: Scenario::from_yaml_str(examples::SANKOFA_FIXED_SCENARIO)?,
+    })
+}
+
+/// Starts a fake for the rollout's scenario, points every site at it (pinned certificate),
+/// plans, deploys, and shuts the fake down.
+pub async fn run(rollout: Rollout, options: &RehearseOptions) -> Result<RunReport, RehearseError> {
+    let fake = FakeProxmox::builder()
+        .scenario(rollout.scenario)
+        .tls(true)
+        .auth_failure_delay(false)
+        .clock(ClockMode::Scaled {
+            factor: options.clock_factor,
+        })
+        .start()
+        .await?;
+    let result = run_against(
+        &fake,
+        rollout.label,
+        rollout.manifests,
+        rollout.provider,
+        options,
+    )
+    .await;
+    fake.shutdown().await;
+    result
+}
+
+/// Plans and deploys against an already running fake.
+pub async fn run_against(
+    fake: &FakeProxmox,
+    label: String,
+    manifests: ManifestSet,
+    mut provider: Provider,
+    options: &RehearseOptions,
+) -> Result<RunReport, RehearseError> {
+    let names: Vec<String> = provider.sites.iter().map(|s| s.name.clone()).collect();
+    for name in names {
+        let site = fake
+            .site(&name)
+            .ok_or_else(|| RehearseError::SiteMissing(name.clone()))?;
+        let pin = parse_fingerprint(site.fingerprint()).map_err(RehearseError::Fingerprint)?;
+        provider.override_endpoint(&name, site.url(), TlsMode::Pinned(pin));
+    }
+    let plan = plan(&provider, &manifests, &options.plan).await;
+    let mut deploy = options.deploy.clone();
+    deploy.concurrency = options.concurrency;
+    let recorder = std::sync::Arc::new(crate::report_html::Recorder::new());
+    recorder.attach(&mut deploy);
+    let deployer = Deployer::new(provider, deploy)?;
+    let result = deployer.deploy(&manifests).await?;
+    let timeline = recorder.finish(&label, &result);
+    Ok(RunReport {
+        label,
+        plan,
+        deploy: result,
+        timeline,
+    })
+}
+
+/// The seed rollout (or `scenario` instead of the seed's sites), then the fixed one.
+pub async fn rehearse(
+    scenario: Option<Scenario>,
+    include_fixed: bool,
+    options: &RehearseOptions,
+) -> Result<RehearseReport, RehearseError> {
+    let started = Instant::now();
+    let mut runs = vec![run(seed_rollout(scenario)?, options).await?];
+    if include_fixed {
+        runs.push(run(fixed_rollout()?, options).await?);
+    }
+    Ok(RehearseReport {
+        runs,
+        elapsed_ms: started.elapsed().as_millis(),
+    })
+}

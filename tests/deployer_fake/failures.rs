@@ -1,0 +1,282 @@
+//! The seed's six failure modes, each with the behaviour its error class calls for.
+
+use std::time::Duration;
+
+use fake_proxmox::{FaultRule, PveVersion, Scenario};
+use provision_harness::deploy::{Deployer, Outcome};
+
+use crate::support::*;
+
+/// Issue 1: the image is not there yet → retried with backoff, succeeds once it is uploaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_not_found_is_retried_until_uploaded() {
+    let env = start(Scenario::embedded_default()).await;
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let files = [vm1("late-image-vm")];
+    let manifests = set(&files);
+    let deploy = d.deploy(&manifests);
+    let upload = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        env.ctl("site-1")
+            .upload_volume(
+                "ml110-01",
+                "local",
+                "import/ubuntu-22.04-cloud.qcow2",
+                2_361_393_152,
+            )
+            .await
+            .unwrap();
+    };
+    let (r, ()) = tokio::join!(deploy, upload);
+    let r = r.unwrap();
+    let v = vm(&r, "late-image-vm");
+    assert_eq!(v.outcome, Outcome::Ready, "{v:#?}");
+    assert!(v.attempts > 1, "retried: {v:#?}");
+    assert_eq!(env.vms_named("site-1", "late-image-vm").await.len(), 1);
+    env.shutdown().await;
+}
+
+/// Issue 2: the bridge does not exist → fails fast, no retry, nothing created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_bridge_fails_fast() {
+    let env = start(fixed_scenario()).await;
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let files = [manifest(
+        "no-bridge-vm",
+        "site-1",
+        "ml110-01",
+        "local-lvm",
+        IMPORT_IMAGE,
+        1,
+        "20Gi",
+        "vmbr9",
+    )];
+    let r = d.deploy(&set(&files)).await.unwrap();
+    let v = vm(&r, "no-bridge-vm");
+    assert_eq!(v.outcome, Outcome::Failed);
+    let e = v.error.as_ref().unwrap();
+    assert_eq!(e.reason, "BridgeMissing");
+    assert!(!e.retryable);
+    assert!(
+        e.message.contains("vmbr9") && e.message.contains("vmbr0"),
+        "{}",
+        e.message
+    );
+    assert_eq!(v.attempts, 1);
+    let j = env.journal("site-1").await;
+    assert_eq!(
+        j.iter()
+            .filter(|e| e.path == "/nodes/ml110-01/network")
+            .count(),
+        1,
+        "checked once"
+    );
+    assert!(writes(&j).is_empty(), "nothing created: {:#?}", writes(&j));
+    env.shutdown().await;
+}
+
+/// Issue 3: the node is down → backoff, then success once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_node_is_retried_with_backoff() {
+    let env = start(fixed_scenario()).await;
+    let ctl = env.ctl("site-1");
+    ctl.set_node_online("ml110-01", false).await.unwrap();
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let files = [vm1("patient-vm")];
+    let manifests = set(&files);
+    let deploy = d.deploy(&manifests);
+    let heal = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        ctl.set_node_online("ml110-01", true).await.unwrap();
+    };
+    let (r, ()) = tokio::join!(deploy, heal);
+    let r = r.unwrap();
+    let v = vm(&r, "patient-vm");
+    assert_eq!(v.outcome, Outcome::Ready, "{v:#?}");
+    assert!(v.attempts > 1);
+    env.shutdown().await;
+}
+
+/// Issue 4: a PVE without `import-from` → a clean "import not supported" failure, no VM left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_not_supported_on_old_pve_leaves_nothing() {
+    let mut scenario = fixed_scenario();
+    scenario.sites[0].version = PveVersion::V7_1;
+    let env = start(scenario).await;
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let r = d.deploy(&set(&[vm1("old-pve-vm")])).await.unwrap();
+    let v = vm(&r, "old-pve-vm");
+    assert_eq!(v.outcome, Outcome::Failed);
+    let e = v.error.as_ref().unwrap();
+    assert_eq!(e.reason, "ImportNotSupported");
+    assert!(!e.retryable);
+    assert!(e.message.contains("7.2"), "says why: {}", e.message);
+    assert!(env.vms_named("site-1", "old-pve-vm").await.is_empty());
+    assert!(env.orphan_volumes("site-1").await.is_empty());
+    env.shutdown().await;
+}
+
+/// A VM larger than its node is refused before anything is created (PVE would create it and
+/// then fail every start with "MAX 5 vcpus allowed per VM on this node").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_larger_than_its_node_is_refused_before_create() {
+    let env = start(fixed_scenario()).await;
+    let files = [manifest(
+        "too-big-vm",
+        "site-1",
+        "ml110-01",
+        "local-lvm",
+        IMPORT_IMAGE,
+        8,
+        "20Gi",
+        "vmbr0",
+    )];
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let r = d.deploy(&set(&files)).await.unwrap();
+    let v = vm(&r, "too-big-vm");
+    assert_eq!(v.outcome, Outcome::Failed);
+    assert_eq!(v.error.as_ref().unwrap().reason, "TooManyVcpus");
+    assert!(writes(&env.journal("site-1").await).is_empty());
+    env.shutdown().await;
+}
+
+/// A failure after the VM was created deletes it (purge): no half-made VM, no orphan disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_create_is_cleaned_up() {
+    let env = start(fixed_scenario()).await;
+    env.ctl("site-1")
+        .fail_next_task(
+            "ml110-01",
+            "qmstart",
+            "start failed: QEMU exited with code 1",
+        )
+        .await
+        .unwrap();
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let r = d.deploy(&set(&[vm1("doomed-vm")])).await.unwrap();
+    let v = vm(&r, "doomed-vm");
+    assert_eq!(v.outcome, Outcome::Failed, "{v:#?}");
+    assert!(
+        v.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("QEMU exited with code 1")
+    );
+    assert!(
+        v.conditions
+            .iter()
+            .any(|c| c.kind == "CleanedUp" && c.status == "True"),
+        "{v:#?}"
+    );
+    assert!(env.vms_named("site-1", "doomed-vm").await.is_empty());
+    assert!(env.orphan_volumes("site-1").await.is_empty());
+    let j = env.journal("site-1").await;
+    assert!(j.iter().any(|e| e.method == "DELETE" && e.params.get("purge").map(String::as_str) == Some("1")));
+    env.shutdown().await;
+}
+
+/// Issue 5: resources exhausted (transiently) → retried, then success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_exhaustion_is_retried() {
+    let env = start(fixed_scenario()).await;
+    env.ctl("site-1")
+        .add_fault(FaultRule {
+            method: Some("POST".into()),
+            path_pattern: Some("/nodes/*/qemu".into()),
+            count: Some(2),
+            status: Some(500),
+            message: Some("unable to create VM - insufficient resources on node 'ml110-01'".into()),
+            ..FaultRule::default()
+        })
+        .await
+        .unwrap();
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let r = d.deploy(&set(&[vm1("busy-vm")])).await.unwrap();
+    let v = vm(&r, "busy-vm");
+    assert_eq!(v.outcome, Outcome::Ready, "{v:#?}");
+    assert_eq!(v.attempts, 3);
+    assert_eq!(env.vms_named("site-1", "busy-vm").await.len(), 1);
+    env.shutdown().await;
+}
+
+/// Issue 6: storage full → a clear error naming the storage (retried first; it may be freed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_storage_names_the_storage() {
+    let env = start(fixed_scenario()).await;
+    env.ctl("site-1")
+        .set_storage_full("ml110-01", "local-lvm", true)
+        .await
+        .unwrap();
+    let mut opts = options(None);
+    opts.backoff.max_attempts = 2;
+    let d = Deployer::new(env.provider.clone(), opts).unwrap();
+    let r = d.deploy(&set(&[vm1("no-room-vm")])).await.unwrap();
+    let v = vm(&r, "no-room-vm");
+    assert_eq!(v.outcome, Outcome::Failed);
+    let e = v.error.as_ref().unwrap();
+    assert_eq!(e.reason, "StorageFull", "{e:?}");
+    assert!(
+        e.message.contains("local-lvm") && e.message.contains("ml110-01"),
+        "{}",
+        e.message
+    );
+    assert_eq!(v.attempts, 2);
+    assert!(env.vms_named("site-1", "no-room-vm").await.is_empty());
+    assert!(env.orphan_volumes("site-1").await.is_empty());
+    env.shutdown().await;
+}
+
+/// CephFS cannot hold VM disks: refused before anything is created, never retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cephfs_is_refused_up_front() {
+    let env = start(fixed_scenario()).await;
+    let files = [manifest(
+        "git-server",
+        "site-2",
+        "r630-01",
+        "ceph-fs",
+        IMPORT_IMAGE,
+        2,
+        "500Gi",
+        "vmbr0",
+    )];
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let r = d.deploy(&set(&files)).await.unwrap();
+    let e = vm(&r, "git-server").error.clone().unwrap();
+    assert_eq!(e.reason, "StorageNotForImages");
+    assert!(e.message.contains("ceph-fs") && e.message.contains("RBD"));
+    assert!(writes(&env.journal("site-2").await).is_empty());
+    env.shutdown().await;
+}
+
+/// Issue 3, site-wide: the site refuses the first connections (595) → the connect is retried on
+/// the VM's backoff schedule, then the rollout proceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_down_at_the_start_is_retried() {
+    let env = start(fixed_scenario()).await;
+    env.ctl("site-1")
+        .add_fault(FaultRule {
+            method: Some("GET".into()),
+            path_pattern: Some("/version".into()),
+            count: Some(3),
+            status: Some(595),
+            message: Some("Connection refused".into()),
+            ..FaultRule::default()
+        })
+        .await
+        .unwrap();
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let r = d.deploy(&set(&[vm1("late-site-vm")])).await.unwrap();
+    let v = vm(&r, "late-site-vm");
+    assert_eq!(v.outcome, Outcome::Ready, "{v:#?}");
+    assert!(v.attempts >= 3, "{v:#?}");
+    let j = env.journal("site-1").await;
+    assert_eq!(
+        j.iter()
+            .filter(|e| e.method == "POST" && e.path == "/nodes/ml110-01/qemu")
+            .count(),
+        1
+    );
+    env.shutdown().await;
+}
