@@ -20,7 +20,7 @@ async fn the_nextid_race_is_handled() {
         method: Some("POST".into()),
         path_pattern: Some("/nodes/*/qemu".into()),
         count: Some(1),
-        latency_ms: Some(400),
+        latency_ms: Some(3000),
         ..FaultRule::default()
     })
     .await

@@ -171,7 +171,7 @@ pub fn options(state: Option<PathBuf>) -> DeployOptions {
         backoff: Backoff {
             base: Duration::from_millis(40),
             cap: Duration::from_millis(300),
-            max_attempts: 6,
+            max_attempts: 10,
         },
         pipeline: PipelineOptions {
             task_wait: TaskWait {
