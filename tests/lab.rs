@@ -1,2 +1,90 @@
-//! Runner for the `@lab` Gherkin features (seed 002's cluster bring-up on vm-lab).
-fn main() {}
+//! Runner of the `@lab` Gherkin features (`features/lab/`): seed 002's cluster bring-up on real
+//! QEMU VMs driven by vm-lab. Scenarios run one at a time (each boots three TCG guests on a
+//! 2-core machine); each has its own lab. Reports: `target/cucumber/lab-junit.xml` and
+//! `target/cucumber/lab.json`.
+//!
+//! `cargo test --test lab -- --name 'PXE'` runs one scenario; `LAB_PROVISIONER_CMD` runs the
+//! user's own provisioner in place of the built-in one; `LAB_KEEP_ON_FAILURE=1` keeps a failed
+//! scenario's lab run directory (serial logs, disks).
+
+#[path = "lab/steps/mod.rs"]
+mod steps;
+#[path = "lab/world.rs"]
+mod world;
+
+use std::fs;
+
+use cucumber::writer::Stats as _;
+use cucumber::{World as _, WriterExt as _, writer};
+use futures::FutureExt as _;
+
+use world::LabWorld;
+
+#[tokio::main]
+async fn main() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LAB_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let root = world::workspace_root();
+    let out = root.join("target").join("cucumber");
+    fs::create_dir_all(&out).expect("target/cucumber must be creatable");
+    let junit = fs::File::create(out.join("lab-junit.xml")).expect("JUnit report file");
+    let json = fs::File::create(out.join("lab.json")).expect("cucumber JSON report file");
+    let summary = LabWorld::cucumber()
+        .max_concurrent_scenarios(1)
+        .before(|_feature, _rule, scenario, world| {
+            let reuse = scenario.tags.iter().any(|t| t == "reuses-lab");
+            async move {
+                world.reuses_lab = reuse;
+                if !reuse {
+                    // No later scenario in a row wants it: do not keep three idle VMs running.
+                    drop(world::take_spare());
+                }
+            }
+            .boxed_local()
+        })
+        .after(|_feature, _rule, _scenario, ev, world| {
+            let passed = matches!(ev, cucumber::event::ScenarioFinished::StepPassed);
+            async move {
+                let Some(w) = world else { return };
+                let Some(mut b) = w.bringup.take() else {
+                    return;
+                };
+                if w.reuses_lab && passed {
+                    world::keep_spare(b);
+                } else {
+                    if !passed {
+                        b.lab.mark_failed();
+                    }
+                    drop(b);
+                }
+            }
+            .boxed_local()
+        })
+        .with_writer(
+            writer::Basic::stdout()
+                .summarized()
+                .tee::<LabWorld, _>(writer::JUnit::for_tee(junit, 0))
+                .tee::<LabWorld, _>(writer::Json::for_tee(json))
+                .normalized(),
+        )
+        .fail_on_skipped()
+        .run(root.join("features").join("lab"))
+        .await;
+    // Tear down the lab the last `@reuses-lab` scenario left before exiting.
+    drop(world::take_spare());
+    // A plain closing line for CI's log reader (cucumber's own summary is above).
+    println!(
+        "lab steps: {} passed, {} failed, {} skipped",
+        summary.passed_steps(),
+        summary.failed_steps(),
+        summary.skipped_steps()
+    );
+    if summary.execution_has_failed() {
+        std::process::exit(1);
+    }
+}

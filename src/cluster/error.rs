@@ -27,6 +27,10 @@ pub enum ClusterError {
         source: std::io::Error,
     },
 
+    /// The lab driver failed (boot, restart, control channel).
+    #[error("lab: {0}")]
+    Lab(String),
+
     /// The harness could not reach or drive a node (SSH refused, timeout).
     #[error("{node}: transport: {cause}")]
     Transport { node: String, cause: String },

@@ -2,8 +2,8 @@
 //! command (their nixos-anywhere-style script) against the lab.
 //!
 //! Contract (also in the README's `cluster` section):
-//! - The command runs with `sh -c "$LAB_PROVISIONER_CMD"` on the host, in the staged config
-//!   directory, after S1–S4 (nodes netbooted and reachable over SSH; TLS and node configs staged
+//! - The command runs with `sh -c "$LAB_PROVISIONER_CMD"` on the host, in the harness's working
+//!   directory (the workspace root under `cargo test`), after S1–S4 (nodes netbooted and reachable over SSH; TLS and node configs staged
 //!   and checked).
 //! - It gets, in its environment:
 //!   `LAB_CLUSTER_NAME`; `LAB_NODES` (space-separated node names); per node `NAME` upper-cased,
@@ -134,7 +134,6 @@ pub async fn run(cmd: &str, ctx: &ExternalContext, timeout: Duration) -> Result<
     let child = Command::new("sh")
         .arg("-c")
         .arg(cmd)
-        .current_dir(&ctx.config_dir)
         .envs(ctx.env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -178,14 +177,7 @@ mod tests {
     fn ctx(dir: &Path) -> ExternalContext {
         let t = |n: &str, a: &str| {
             (
-                SshTarget {
-                    node: n.into(),
-                    prefix: vec![],
-                    host: a.into(),
-                    port: 22,
-                    user: "root".into(),
-                    key: "/lab/key".into(),
-                },
+                SshTarget::new(n, &[], a, 22, "root", Path::new("/lab/key")),
                 a.to_owned(),
             )
         };
@@ -208,7 +200,7 @@ mod tests {
             "test \"$LAB_NODES\" = 'node01 node-02' && test \"$LAB_NODE_NODE_02_ADDRESS\" = 192.168.100.12 \
              && test \"$LAB_SSH_KEY\" = /lab/key && test -f \"$LAB_CONFIG_DIR/nodes.json\" \
              && test \"$LAB_DISK_LABEL\" = cluster && test \"$LAB_BOOT_SCRIPT\" = /cluster/boot.sh \
-             && case \"$LAB_NODE_NODE01_SSH\" in ssh\\ -i\\ /lab/key*root@192.168.100.11) ;; *) exit 9;; esac",
+             && case \"$LAB_NODE_NODE01_SSH\" in ssh\\ -F\\ /dev/null\\ -i\\ /lab/key*root@192.168.100.11) ;; *) exit 9;; esac",
             &c,
             Duration::from_secs(10),
         )

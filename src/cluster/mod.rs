@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod etcd;
 pub mod external;
+pub mod lab;
 pub mod provision;
 pub mod tls;
 pub mod topology;

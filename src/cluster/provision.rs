@@ -18,8 +18,13 @@ use super::transport::NodeShell;
 
 /// The file-system label the boot hook looks for.
 pub const DISK_LABEL: &str = "cluster";
+/// Name of the first-boot script, in the staged node directory and at the disk's top.
+pub const BOOT_SCRIPT_FILE: &str = "boot.sh";
 /// What `boot.sh` prints on the console once etcd is started (the lab waits for it).
 pub const BOOT_MARKER: &str = "cluster-boot: etcd started";
+/// What `boot.sh`'s watcher prints once the local member commits a proposal (the cluster has
+/// quorum). Lets a plain QEMU run, with no driver, time boot-to-quorum from the console alone.
+pub const HEALTHY_MARKER: &str = "cluster-boot: member healthy";
 /// What `boot.sh` prints when it cannot start the service.
 pub const BOOT_FAILED_MARKER: &str = "cluster-boot: FAILED";
 
@@ -64,7 +69,7 @@ fail() {{ code=$1; shift; echo "provision: $*" >&2; exit "$code"; }}
 {disk}
 [ -b "$DISK" ] || fail 20 "$DISK is not a block device"
 MNT={mnt}
-for b in etcd etcdctl; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the netboot image"; done
+for b in etcd etcdctl mkfs.ext4; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the netboot image"; done
 modprobe ext4 >/dev/null 2>&1 || true
 umount "$MNT" >/dev/null 2>&1 || true
 # one primary partition for the cluster; the rest of the disk stays free
@@ -73,7 +78,9 @@ case "$DISK" in *[0-9]) PART=${{DISK}}p1 ;; *) PART=${{DISK}}1 ;; esac
 i=0
 while [ ! -b "$PART" ] && [ $i -lt 50 ]; do i=$((i+1)); partprobe "$DISK" >/dev/null 2>&1; sleep 0.2; done
 [ -b "$PART" ] || fail 21 "partition $PART did not appear after partitioning $DISK"
-mke2fs -q -L {label} -i 65536 "$PART" >/dev/null || fail 23 "mke2fs $PART failed"
+# ext4 for its journal: nodes lose power in the fault scenarios, and ext2 comes back corrupt
+mkfs.ext4 -q -F -L {label} -J size=16 -E lazy_itable_init=1,lazy_journal_init=1 "$PART" >/dev/null \
+  || fail 23 "mkfs.ext4 $PART failed"
 mkdir -p "$MNT" && mount "$PART" "$MNT" || fail 24 "cannot mount $PART on $MNT"
 mkdir -p {bin} {etc} {secrets} "$MNT/log" {data} || fail 25 "cannot create directories on $MNT"
 chmod 700 {secrets} {data}
@@ -112,7 +119,7 @@ pub fn boot_script(cfg: &NodeConfig, layout: &GuestLayout, timing: RaftTiming) -
         r#"#!/bin/sh
 # Cluster first-boot automation for {node}, installed by provision-harness.
 set -u
-say() {{ echo "$*" > /dev/console 2>/dev/null; echo "$*"; }}
+say() {{ {{ echo "$*" > /dev/console; }} 2>/dev/null || echo "$*"; }}
 fail() {{ say "{failed}: $*"; exit 1; }}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MNT={mnt}
@@ -126,10 +133,21 @@ setsid {bin}/etcd \
 {args}  >> {log} 2>&1 < /dev/null &
 echo $! > /run/etcd.pid 2>/dev/null || true
 say "{marker} (pid $!)"
+# watcher: report on the console when this member first sees a healthy (quorate) cluster
+(
+  i=0
+  while [ $i -lt 900 ]; do
+    if {health} >/dev/null 2>&1; then say "{healthy} after ${{i}} s"; exit 0; fi
+    i=$((i+1)); sleep 1
+  done
+  say "cluster-boot: member not healthy after 900 s"
+) < /dev/null > /dev/null 2>&1 &
 "#,
         node = cfg.node_id,
         failed = BOOT_FAILED_MARKER,
         marker = BOOT_MARKER,
+        healthy = HEALTHY_MARKER,
+        health = etcd::etcdctl(cfg, layout, "endpoint health"),
         cluster = cfg.cluster_name,
         etc = sh_quote(&layout.etc_dir()),
         hosts = HOSTS_FILE,
@@ -270,7 +288,7 @@ mod tests {
         }
         async fn run(&self, script: &str, _t: Duration) -> Result<CommandOutput, ClusterError> {
             self.scripts.lock().unwrap().push(script.to_owned());
-            if script.contains("mke2fs") && self.fail_disk {
+            if script.contains("mkfs.ext4") && self.fail_disk {
                 return Ok(CommandOutput {
                     code: 21,
                     stderr: "provision: partition /dev/vda1 did not appear".into(),
@@ -326,7 +344,7 @@ mod tests {
         assert_eq!(cfg.node_id, "node02");
         let scripts = node.scripts.lock().unwrap();
         assert!(
-            scripts[0].contains("mke2fs -q -L cluster"),
+            scripts[0].contains("mkfs.ext4 -q -F -L cluster"),
             "{}",
             scripts[0]
         );

@@ -162,7 +162,7 @@ impl ClusterTls {
 
 /// Writes `body` to `path` and leaves it with exactly `mode` (a 0400 file that already exists
 /// is removed first, since it cannot be opened for writing).
-pub(crate) fn write_with_mode(path: &Path, body: &str, mode: u32) -> Result<(), ClusterError> {
+pub fn write_with_mode(path: &Path, body: &str, mode: u32) -> Result<(), ClusterError> {
     if path.exists() {
         fs::remove_file(path).map_err(|e| ClusterError::io(path, e))?;
     }

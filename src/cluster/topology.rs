@@ -81,7 +81,7 @@ impl GuestLayout {
         format!("{}/cluster-config.json", self.etc_dir())
     }
     pub fn boot_script(&self) -> String {
-        format!("{}/boot.sh", self.mount)
+        format!("{}/{}", self.mount, super::provision::BOOT_SCRIPT_FILE)
     }
 }
 

@@ -77,31 +77,39 @@ pub trait NodeShell: Send + Sync {
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
 }
 
-/// How to reach a node's SSH server with the system `ssh` client.
+/// How to reach a node's SSH server with the system `ssh` client: the whole invocation up to
+/// (not including) the remote command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SshTarget {
     pub node: String,
-    /// Words put before `ssh` (e.g. `nsenter …` to enter the lab's network namespace); empty
-    /// when the address is reachable from the host as is.
-    pub prefix: Vec<String>,
-    pub host: String,
-    pub port: u16,
-    pub user: String,
+    /// `ssh … user@host`, possibly behind a prefix such as `nsenter …` that enters the lab's
+    /// network namespace.
+    pub base: Vec<String>,
+    /// The private key the invocation uses (handed to a user's own provisioner).
     pub key: PathBuf,
 }
 
 impl SshTarget {
-    /// The full argv of `ssh` running `remote` on the node. Host keys are not checked: every
-    /// lab boot makes new ones, and the lab's network is private to its namespace.
-    pub fn argv(&self, remote: &str) -> Vec<String> {
-        let mut v = self.prefix.clone();
-        v.extend(
+    /// A target reached with `prefix ssh -i key -p port user@host`. Host keys are not checked:
+    /// every lab boot makes new ones, and the lab's network is private to its namespace.
+    pub fn new(
+        node: &str,
+        prefix: &[String],
+        host: &str,
+        port: u16,
+        user: &str,
+        key: &std::path::Path,
+    ) -> Self {
+        let mut base = prefix.to_vec();
+        base.extend(
             [
                 "ssh",
+                "-F",
+                "/dev/null",
                 "-i",
-                &self.key.to_string_lossy(),
+                &key.to_string_lossy(),
                 "-p",
-                &self.port.to_string(),
+                &port.to_string(),
                 "-o",
                 "BatchMode=yes",
                 "-o",
@@ -118,23 +126,36 @@ impl SshTarget {
                 "ServerAliveInterval=5",
                 "-o",
                 "ServerAliveCountMax=3",
-                &format!("{}@{}", self.user, self.host),
-                remote,
+                &format!("{user}@{host}"),
             ]
             .map(str::to_owned),
         );
+        Self {
+            node: node.to_owned(),
+            base,
+            key: key.to_owned(),
+        }
+    }
+
+    /// The full argv running `remote` on the node.
+    pub fn argv(&self, remote: &str) -> Vec<String> {
+        let mut v = self.base.clone();
+        v.push(remote.to_owned());
         v
     }
 
     /// A shell command line a user's script can prefix to a remote command (the pluggable
     /// provisioner gets this).
     pub fn command_line(&self) -> String {
-        let mut argv = self.argv("");
-        argv.pop();
-        argv.iter()
+        self.base
+            .iter()
             .map(|a| sh_quote(a))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    fn destination(&self) -> &str {
+        self.base.last().map_or("", String::as_str)
     }
 }
 
@@ -200,13 +221,7 @@ impl SshShell {
         if code == 255 {
             return Err(ClusterError::Transport {
                 node: self.target.node.clone(),
-                cause: format!(
-                    "ssh to {}@{}:{} failed: {}",
-                    self.target.user,
-                    self.target.host,
-                    self.target.port,
-                    last_lines(&stderr, 3)
-                ),
+                cause: ssh_failure(self.target.destination(), &stderr),
             });
         }
         Ok(CommandOutput {
@@ -241,6 +256,20 @@ impl NodeShell for SshShell {
     }
 }
 
+/// Names the likely cause of an `ssh` failure (the seed lost hours to "connection refused").
+fn ssh_failure(dest: &str, stderr: &str) -> String {
+    let hint = if stderr.contains("Permission denied (publickey") {
+        " — the node does not accept the lab's SSH key (was it booted without it?)"
+    } else if stderr.contains("Connection refused") {
+        " — nothing listens on the node's SSH port (not booted, or no SSH server)"
+    } else if stderr.contains("timed out") {
+        " — the node does not answer on its SSH port"
+    } else {
+        ""
+    };
+    format!("ssh to {dest} failed: {}{hint}", last_lines(stderr, 3))
+}
+
 /// The remote command that receives a file on stdin: written next to its place, moded, then
 /// renamed, so a reader never sees half a file or a key with a wide mode.
 pub fn write_file_command(path: &str, mode: u32) -> String {
@@ -261,17 +290,19 @@ pub fn write_file_command(path: &str, mode: u32) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::path::Path;
+
     use super::*;
 
     fn target() -> SshTarget {
-        SshTarget {
-            node: "node01".into(),
-            prefix: vec!["nsenter".into(), "-t".into(), "42".into(), "-n".into()],
-            host: "192.168.100.11".into(),
-            port: 22,
-            user: "root".into(),
-            key: "/tmp/lab/id_ed25519".into(),
-        }
+        SshTarget::new(
+            "node01",
+            &["nsenter".into(), "-t".into(), "42".into(), "-n".into()],
+            "192.168.100.11",
+            22,
+            "root",
+            Path::new("/tmp/lab/id_ed25519"),
+        )
     }
 
     #[test]
@@ -290,7 +321,7 @@ mod tests {
     fn command_line_is_shell_ready_without_a_remote_command() {
         let c = target().command_line();
         assert!(
-            c.starts_with("nsenter -t 42 -n ssh -i /tmp/lab/id_ed25519 -p 22"),
+            c.starts_with("nsenter -t 42 -n ssh -F /dev/null -i /tmp/lab/id_ed25519 -p 22"),
             "{c}"
         );
         assert!(c.ends_with("root@192.168.100.11"), "{c}");
@@ -325,19 +356,24 @@ mod tests {
     #[tokio::test]
     async fn unreachable_node_is_a_transport_error() {
         // A key that does not exist and a port nobody listens on: ssh itself fails (255).
-        let shell = SshShell::new(SshTarget {
-            node: "node09".into(),
-            prefix: vec![],
-            host: "127.0.0.1".into(),
-            port: 1,
-            user: "root".into(),
-            key: "/nonexistent/key".into(),
-        });
+        let shell = SshShell::new(SshTarget::new(
+            "node09",
+            &[],
+            "127.0.0.1",
+            1,
+            "root",
+            Path::new("/nonexistent/key"),
+        ));
         let e = shell
             .run("true", Duration::from_secs(20))
             .await
             .unwrap_err();
         assert!(matches!(e, ClusterError::Transport { .. }), "{e}");
-        assert!(e.to_string().starts_with("node09: transport:"), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("node09: transport: ssh to root@127.0.0.1 failed"),
+            "{e}"
+        );
+        assert!(e.contains("nothing listens on the node's SSH port"), "{e}");
     }
 }

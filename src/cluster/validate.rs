@@ -237,19 +237,20 @@ where
     }
 }
 
-/// Waits until, through any of `nodes`, `expected` members are started and all answering members
-/// agree on one leader.
+/// Waits until, through any of `nodes`, `expected` members are started, at least `answering`
+/// of them answer, and all answering members agree on one leader.
 pub async fn wait_for_quorum<S: NodeShell>(
     nodes: &[Node<'_, S>],
     layout: &GuestLayout,
     expected: usize,
+    answering: usize,
     timeout: Duration,
 ) -> Result<Quorum, ClusterError> {
     wait_until("quorum", timeout, || async {
         let mut last = ClusterError::Validation("no node to ask".into());
         for n in nodes {
             match n.quorum(layout).await {
-                Ok(q) if q.members.len() == expected && q.answered.len() > expected / 2 => {
+                Ok(q) if q.members.len() == expected && q.answered.len() >= answering => {
                     return Ok(q);
                 }
                 Ok(q) => {

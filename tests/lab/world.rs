@@ -1,0 +1,132 @@
+//! The World of the `@lab` features: one lab (and the cluster on it) per scenario, plus what the
+//! steps remember between them (the last error, the leader before a fault, keys written).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use provision_harness::cluster::ClusterError;
+use provision_harness::cluster::config::StageOptions;
+use provision_harness::cluster::external::ENV_CMD;
+use provision_harness::cluster::lab::Bringup;
+use provision_harness::cluster::validate::Quorum;
+use vm_lab::{BootMode, LabOptions, LabSpec};
+
+/// The seed's lab file (vm-lab's), relative to the workspace root.
+pub const LAB_FILE: &str = "examples/photoncloud-t036/lab.yaml";
+
+/// Bounds for the cluster to reach a state; generous for three TCG guests on two cores.
+pub const QUORUM_TIMEOUT: Duration = Duration::from_secs(150);
+
+#[derive(Debug, Default, cucumber::World)]
+pub struct LabWorld {
+    pub bringup: Option<Bringup>,
+    pub stage: StageOptions,
+    /// The error of the last step that was expected to be able to fail.
+    pub last_error: Option<String>,
+    pub quorum: Option<Quorum>,
+    /// The leader before a fault was injected.
+    pub old_leader: Option<String>,
+    /// The user's provisioning command, when a scenario (or `LAB_PROVISIONER_CMD`) names one.
+    pub external_cmd: Option<String>,
+    /// Tagged `@reuses-lab`: the scenario never writes a node's disk, so it may take over the
+    /// booted lab a previous such scenario left (and leave it for the next one if it passes).
+    pub reuses_lab: bool,
+}
+
+/// The booted lab handed from one `@reuses-lab` scenario to the next.
+pub static SPARE_LAB: std::sync::Mutex<Option<Bringup>> = std::sync::Mutex::new(None);
+
+pub fn take_spare() -> Option<Bringup> {
+    SPARE_LAB.lock().map(|mut g| g.take()).unwrap_or(None)
+}
+
+pub fn keep_spare(b: Bringup) {
+    if let Ok(mut g) = SPARE_LAB.lock() {
+        *g = Some(b);
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl LabWorld {
+    /// S1 with the seed's lab file, every node booted in `mode`.
+    pub async fn lab_up(&mut self, mode: BootMode) -> Result<(), ClusterError> {
+        if self.external_cmd.is_none() {
+            self.external_cmd = std::env::var(ENV_CMD).ok().filter(|c| !c.trim().is_empty());
+        }
+        if self.reuses_lab
+            && mode == BootMode::Direct
+            && let Some(mut b) = take_spare()
+        {
+            b.reset_cluster_state()?;
+            self.bringup = Some(b);
+            return Ok(());
+        }
+        let path = workspace_root().join(LAB_FILE);
+        let mut spec = LabSpec::from_file(&path)
+            .map_err(|e| ClusterError::Lab(format!("{}: {e}", path.display())))?;
+        for n in &mut spec.nodes {
+            n.boot = mode;
+        }
+        let opts = LabOptions {
+            keep_on_failure: std::env::var_os("LAB_KEEP_ON_FAILURE").is_some(),
+            ..LabOptions::default()
+        };
+        self.bringup = Some(Bringup::s1_lab_up(spec, opts).await?);
+        Ok(())
+    }
+
+    pub fn b(&self) -> Result<&Bringup, ClusterError> {
+        self.bringup
+            .as_ref()
+            .ok_or_else(|| ClusterError::Lab("no lab is up in this scenario".into()))
+    }
+
+    pub fn bm(&mut self) -> Result<&mut Bringup, ClusterError> {
+        self.bringup
+            .as_mut()
+            .ok_or_else(|| ClusterError::Lab("no lab is up in this scenario".into()))
+    }
+
+    /// S5 with the built-in provisioner, or the user's command when one is set.
+    pub async fn provision(&mut self) -> Result<(), ClusterError> {
+        let cmd = self.external_cmd.clone();
+        let b = self.bm()?;
+        match cmd {
+            Some(c) => b.s5_external(&c).await,
+            None => b.s5_provision().await,
+        }
+    }
+
+    /// S1–S6 in one go, for scenarios that start from a healthy cluster.
+    pub async fn provisioned_cluster(&mut self) -> Result<(), ClusterError> {
+        self.lab_up(BootMode::Direct).await?;
+        let stage = self.stage;
+        let b = self.bm()?;
+        b.s2_ssh().await?;
+        b.s3_tls()?;
+        b.s4_configs(stage)?;
+        self.provision().await?;
+        let q = self.bm()?.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+        self.quorum = Some(q);
+        Ok(())
+    }
+
+    /// A node named in a step: a node name, or "the old leader".
+    pub fn resolve(&self, who: &str) -> Result<String, ClusterError> {
+        match who {
+            "the old leader" => self
+                .old_leader
+                .clone()
+                .ok_or_else(|| ClusterError::Validation("no leader was recorded".into())),
+            n => Ok(n.to_owned()),
+        }
+    }
+
+    /// Records the outcome of a step that a scenario expects may fail.
+    pub fn record<T>(&mut self, r: Result<T, ClusterError>) {
+        self.last_error = r.err().map(|e| e.to_string());
+    }
+}
