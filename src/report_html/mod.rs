@@ -10,11 +10,23 @@ mod render;
 
 pub use model::{Entry, Row, StepOutcome, Timeline};
 pub use recorder::{BACKOFF_STEP, Recorder};
-pub use render::{esc, fmt_ms, render, svg, tick_step};
+pub use render::{esc, fmt_ms, render, render_page, svg, tick_step};
 
 use std::path::Path;
 
-/// Renders `timeline` and writes it to `path` (parent directories created), atomically.
+/// Renders `timeline` and writes it to `path` (parent directories created).
 pub fn write(path: &Path, timeline: &Timeline) -> std::io::Result<()> {
-    crate::state::write_atomic(path, render(timeline).as_bytes())
+    write_file(path, &render(timeline))
+}
+
+/// Renders several rollouts as one page and writes it to `path` (parent directories created).
+pub fn write_page(path: &Path, title: &str, timelines: &[Timeline]) -> std::io::Result<()> {
+    write_file(path, &render_page(title, timelines))
+}
+
+fn write_file(path: &Path, html: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, html)
 }

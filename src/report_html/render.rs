@@ -15,17 +15,34 @@ const ROW_H: u64 = 22;
 const BAR_H: u64 = 14;
 const MIN_BAR_W: f64 = 2.0;
 
-/// Renders the whole report page.
+/// Renders the whole report page for one rollout.
 pub fn render(t: &Timeline) -> String {
-    let rows = t.rows();
-    let mut out = String::with_capacity(8 * 1024 + rows.len() * 1024);
+    render_page(&t.title, std::slice::from_ref(t))
+}
+
+/// Renders one page holding several rollouts (e.g. `rehearse`: the seed's, then the fixed one),
+/// each with its own heading, picture and table.
+pub fn render_page(title: &str, timelines: &[Timeline]) -> String {
+    let mut out = String::with_capacity(8 * 1024 + timelines.len() * 32 * 1024);
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n",
-        esc(&t.title),
+        esc(title),
         CSS
     );
-    let _ = writeln!(out, "<h1>{}</h1>", esc(&t.title));
+    let _ = writeln!(out, "<h1>{}</h1>", esc(title));
+    for t in timelines {
+        if timelines.len() > 1 {
+            let _ = writeln!(out, "<h2>{}</h2>", esc(&t.title));
+        }
+        section(&mut out, t);
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn section(out: &mut String, t: &Timeline) {
+    let rows = t.rows();
     let _ = write!(
         out,
         "<p class=\"meta\">started {} · {} VMs · wall time {}",
@@ -54,8 +71,6 @@ pub fn render(t: &Timeline) -> String {
     out.push_str(&svg(t, &rows));
     out.push_str("<figcaption>One row per VM, one bar per step, coloured by outcome; hover a bar for its step, duration and detail.</figcaption>\n</figure>\n");
     out.push_str(&table(&rows));
-    out.push_str("</body>\n</html>\n");
-    out
 }
 
 fn vm_word(o: StepOutcome) -> &'static str {
@@ -281,6 +296,7 @@ pub fn esc(s: &str) -> String {
 const CSS: &str = "
 body{font-family:'DejaVu Sans',Verdana,sans-serif;margin:24px;color:#1f2328;background:#fff}
 h1{font-size:20px;margin:0 0 6px}
+h2{font-size:16px;margin:22px 0 4px}
 .meta{font-size:13px;color:#444;margin:0 0 10px}
 .chip{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;text-shadow:0 0 2px #0006}
 .notes{font-size:13px;color:#7a3b00;margin:4px 0 10px}
