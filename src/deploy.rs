@@ -370,6 +370,10 @@ impl Deployer {
                             ));
                         },
                     );
+                    // Observers (progress, the HTML timeline) see the wait as a step of its own.
+                    if let Some(sink) = &self.options.on_step {
+                        sink(&plan.name, crate::report_html::BACKOFF_STEP);
+                    }
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => {

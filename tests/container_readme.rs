@@ -120,6 +120,8 @@ fn the_main_job_command_is_in_the_readme_and_runs() {
         top.contains("cargo test --workspace"),
         "the test command left the README's top"
     );
+    let report = repo().join("target/rehearse-report.html");
+    let _ = std::fs::remove_file(&report);
     let out = Command::new(env!("CARGO_BIN_EXE_provision-harness"))
         .arg("rehearse")
         .current_dir(repo())
@@ -131,6 +133,14 @@ fn the_main_job_command_is_in_the_readme_and_runs() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    // The README promises the timeline next to the tables.
+    let html = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("rehearse wrote no {}: {e}", report.display()));
+    assert!(
+        html.contains("<svg") && html.contains("class=\"bar "),
+        "no timeline in the report"
+    );
+    assert!(html.contains("seed rollout as written") && html.contains("fixed rollout"));
 }
 
 #[test]
