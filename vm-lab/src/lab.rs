@@ -157,6 +157,11 @@ impl Lab {
         let root = opts.run_root.clone().unwrap_or_else(default_run_root);
         let run_dir = root.join(format!("{}-{nonce}", spec.name));
         std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
+        // Until the Lab owns the run dir, an early error must not leave it behind.
+        let mut dir_guard = RunDirGuard {
+            path: Some(run_dir.clone()),
+            keep: opts.keep_on_failure,
+        };
         let link = spec.mcast_link(&nonce);
         let ns = tokio::task::spawn_blocking(Namespace::create)
             .await
@@ -202,6 +207,7 @@ impl Lab {
             std::fs::write(&paths.argv, line).map_err(|e| Error::io(&paths.argv, e))?;
             nodes.push(Node::new(n.clone(), paths, argv, ssh_port, ctx.clone()));
         }
+        dir_guard.path = None;
         let mut lab = Lab {
             spec,
             run_dir,
@@ -372,6 +378,24 @@ impl Drop for Lab {
     fn drop(&mut self) {
         let keep = self.keep_on_failure && (self.failed || std::thread::panicking());
         self.teardown(keep);
+    }
+}
+
+/// Removes a run directory on drop unless disarmed (`path = None`) or asked to keep it.
+struct RunDirGuard {
+    path: Option<PathBuf>,
+    keep: bool,
+}
+
+impl Drop for RunDirGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.path.take() {
+            if self.keep {
+                eprintln!("vm-lab: keeping {} after a failed start", p.display());
+            } else {
+                let _ = std::fs::remove_dir_all(p);
+            }
+        }
     }
 }
 

@@ -384,3 +384,27 @@ async fn cli_lab_pxe_isolation_and_sigkill_leaves_nothing() {
     assert!(!run_dir.exists());
     neighbour.down().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lab_that_cannot_start_leaves_no_run_dir_or_process() {
+    log_init();
+    let tmp = tempfile::tempdir().unwrap();
+    let long_arg = format!("x={}", "y".repeat(2100));
+    let spec = format!(
+        "{}\n    kernel_args: [\"{long_arg}\"]\n",
+        NEIGHBOUR_LAB.trim_end()
+    );
+    let opts = LabOptions {
+        run_root: Some(tmp.path().to_path_buf()),
+        ..LabOptions::default()
+    };
+    match Lab::start(LabSpec::from_yaml(&spec).unwrap(), opts).await {
+        Err(Error::Args(msg)) => assert!(
+            msg.contains("nbr01") && msg.contains("command line"),
+            "{msg}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    assert!(pids_mentioning(tmp.path()).is_empty());
+}
