@@ -1,4 +1,4 @@
-@fake @convergence
+@convergence
 Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitoring and destroy
   A controller reconciles again and again. Running the deployer a second time must change nothing;
   a run killed half-way must resume without creating a second VM; VMIDs from nextid are not
@@ -10,6 +10,7 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the deployer authenticates with the API token "root@pam!harness"
     And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
 
+  @fake
   Scenario: a re-run changes nothing
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     And a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"
@@ -19,6 +20,7 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And no mutating request reached Proxmox during the last run
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
 
+  @fake
   Scenario: a run killed right after the create call resumes with no duplicate
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     When the deployer is killed right after it sends "POST" "/nodes/ml110-01/qemu"
@@ -27,6 +29,7 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
 
+  @fake
   Scenario: a run killed while the disk is being imported resumes with no duplicate
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     When the deployer is killed right after it sends "GET" "/nodes/ml110-01/tasks/*/status"
@@ -35,6 +38,7 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
 
+  @fake
   Scenario: two deployers racing for the same VMID both succeed with distinct VMIDs
     Given a VM manifest "sentry-01" on node "ml110-01" at "site-1"
     And a second deployer with its own state and a VM manifest "sentry-02" on node "ml110-01" at "site-1"
@@ -47,6 +51,7 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the fake holds exactly one VM named "sentry-01" on "ml110-01" with a 20 GiB disk
     And the fake holds exactly one VM named "sentry-02" on "ml110-01" with a 20 GiB disk
 
+  @fake
   Scenario: monitoring follows the VM's state and reads its IP from the guest agent
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     And the deployer has run once and every VM is ready
@@ -56,7 +61,11 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the deployer checks the status
     Then VM "nginx-proxy-vm" is in state "stopped"
     And no mutating request reached Proxmox during the last run
+    When VM "nginx-proxy-vm" is started outside the deployer
+    And the deployer checks the status
+    Then VM "nginx-proxy-vm" is in state "running"
 
+  @fake
   Scenario: destroy removes what the rollout created, disks included
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     And a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"
@@ -66,3 +75,13 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the fake holds no VM named "cloudflare-tunnel-vm"
     And every VM delete request asked to purge
     And the fake holds no disk volume of the destroyed VMs
+
+  Scenario: a re-run keeps the VM and its VMID, and destroy removes it (runs on a real PVE too)
+    Given a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"
+    And the deployer has run once and every VM is ready
+    When the deployer runs again
+    Then every VM is ready with the same VMID as before
+    And the cluster holds exactly one VM named "cloudflare-tunnel-vm" on "r630-01" with a 20 GiB disk
+    When the deployer destroys the rollout
+    Then the cluster holds no VM named "cloudflare-tunnel-vm"
+    And the cluster holds no disk volume of the destroyed VMs

@@ -40,10 +40,6 @@ Feature: The seed's six potential issues, each with its mitigation
     And the waits between the failed health checks of "ml110-01" grew
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
 
-  # @wip: fails today. The deployer connects each site once (GET /version) before the rollout and
-  # turns a refusal there into a failure of every VM of the site with 0 attempts, although the
-  # error (595, node unreachable) is retryable. Run with HARNESS_INCLUDE_WIP=1.
-  @wip
   Scenario: Issue 3, site-wide - the site does not answer when the rollout starts: retried, then success
     Given the first 3 requests "GET" "/version" to "site-1" fail with 595 "Connection refused"
     When the deployer runs
@@ -75,3 +71,12 @@ Feature: The seed's six potential issues, each with its mitigation
     Then VM "nginx-proxy-vm" failed with reason "StorageFull"
     And the error of VM "nginx-proxy-vm" mentions "storage 'local-lvm' on node ml110-01 is full"
     And the fake holds no VM named "nginx-proxy-vm"
+
+  Scenario: Issue 6, transient - a create task that runs out of space once leaves nothing behind, and the retry succeeds
+    Given the next "qmcreate" task on node "ml110-01" fails with "unable to create VM 100 - lvcreate 'pve/vm-100-disk-0' error:   Volume group \"pve\" has insufficient free space (10 extents): 5120 required."
+    When the deployer runs
+    Then VM "nginx-proxy-vm" is ready with a VMID
+    And VM "nginx-proxy-vm" was attempted at least 2 times
+    And the journal shows exactly 2 "POST" "/nodes/ml110-01/qemu"
+    And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
+    And every disk volume on node "ml110-01" belongs to an existing VM

@@ -109,3 +109,19 @@ async fn first_requests_fail(
     .map_err(|e| anyhow!("adding the fault on {site}: {e}"))?;
     Ok(())
 }
+
+#[given(regex = r#"^the next "([^"]+)" task on node "([^"]+)" fails with "(.+)"$"#)]
+async fn next_task_fails(
+    w: &mut RolloutWorld,
+    task_type: String,
+    node: String,
+    exitstatus: String,
+) -> anyhow::Result<()> {
+    let ctl = w.control_for_node(&node).await?;
+    // Gherkin keeps the backslashes of an escaped quote; PVE's text has plain quotes.
+    let exitstatus = exitstatus.replace("\\\"", "\"");
+    ctl.fail_next_task(&node, &task_type, &exitstatus)
+        .await
+        .map_err(|e| anyhow!("arming the {task_type} failure on {node}: {e}"))?;
+    Ok(())
+}

@@ -47,7 +47,7 @@ async fn storage_full(w: &mut RolloutWorld, storage: String, node: String) -> an
 }
 
 #[then(
-    regex = r#"^the fake holds exactly one VM named "([^"]+)" on "([^"]+)" with a (\d+) GiB disk$"#
+    regex = r#"^the (?:fake|cluster) holds exactly one VM named "([^"]+)" on "([^"]+)" with a (\d+) GiB disk$"#
 )]
 async fn one_vm(w: &mut RolloutWorld, name: String, node: String, gib: u32) -> anyhow::Result<()> {
     let node = w.real_node(&node);
@@ -71,7 +71,7 @@ async fn one_vm(w: &mut RolloutWorld, name: String, node: String, gib: u32) -> a
     Ok(())
 }
 
-#[then(regex = r#"^the fake holds no VM named "([^"]+)"$"#)]
+#[then(regex = r#"^the (?:fake|cluster) holds no VM named "([^"]+)"$"#)]
 async fn no_vm(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
     for node in ["ml110-01", "r630-01"] {
         let node = w.real_node(node);
@@ -93,7 +93,7 @@ async fn no_vm(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[then("the fake holds no disk volume of the destroyed VMs")]
+#[then(regex = r"^the (?:fake|cluster) holds no disk volume of the destroyed VMs$")]
 async fn no_disks(w: &mut RolloutWorld) -> anyhow::Result<()> {
     ensure!(!w.destroyed.is_empty(), "no VM was destroyed");
     for (node, vmid) in w.destroyed.clone() {
@@ -150,5 +150,32 @@ async fn image_for_import(w: &mut RolloutWorld, volid: String) -> anyhow::Result
             IMAGE_BYTES,
         ));
     }
+    Ok(())
+}
+
+#[then(regex = r#"^every disk volume on node "([^"]+)" belongs to an existing VM$"#)]
+async fn no_orphans(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+    let node = w.real_node(&node);
+    let obs = w.observer(&node).await?;
+    let vmids: Vec<u32> = obs.vms().await?.iter().map(|v| v.vmid).collect();
+    let orphans: Vec<String> = obs
+        .image_volumes(&node)
+        .await?
+        .into_iter()
+        .filter(|v| {
+            let owner = v
+                .split(':')
+                .nth(1)
+                .and_then(|n| n.strip_prefix("vm-"))
+                .and_then(|n| n.split('-').next());
+            owner
+                .and_then(|o| o.parse::<u32>().ok())
+                .is_some_and(|id| !vmids.contains(&id))
+        })
+        .collect();
+    ensure!(
+        orphans.is_empty(),
+        "orphan disks on {node} (VMs there: {vmids:?}): {orphans:?}"
+    );
     Ok(())
 }

@@ -340,8 +340,9 @@ async fn ip_matches_agent(w: &mut RolloutWorld, name: String) -> anyhow::Result<
     Ok(())
 }
 
-#[when(regex = r#"^VM "([^"]+)" is stopped outside the deployer$"#)]
-async fn stop_outside(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+#[when(regex = r#"^VM "([^"]+)" is (stopped|started) outside the deployer$"#)]
+async fn power_outside(w: &mut RolloutWorld, name: String, how: String) -> anyhow::Result<()> {
+    let verb = if how == "stopped" { "stop" } else { "start" };
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let vmid = vm
         .vmid
@@ -349,13 +350,13 @@ async fn stop_outside(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> 
     let node = w.real_node(&vm.node);
     let obs = w.observer(&node).await?;
     let upid = obs
-        .post(&format!("/nodes/{node}/qemu/{vmid}/status/stop"), &[])
+        .post(&format!("/nodes/{node}/qemu/{vmid}/status/{verb}"), &[])
         .await?;
     let upid = upid
         .as_str()
-        .ok_or_else(|| anyhow!("stop returned no UPID: {upid}"))?
+        .ok_or_else(|| anyhow!("{verb} returned no UPID: {upid}"))?
         .to_string();
     let exit = obs.await_task(&node, &upid, super::WAIT).await?;
-    ensure!(exit == "OK", "stopping VM {vmid} ended with {exit}");
+    ensure!(exit == "OK", "{verb} of VM {vmid} ended with {exit}");
     Ok(())
 }
