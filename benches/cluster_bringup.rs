@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         line(&format!("cluster_bringup_{step}"), *d);
     }
     line("cluster_bringup_s1_to_s6", s1_s6);
-    println!("cluster_bringup_accel: {} name", b.lab.accel().name());
+    println!("# accelerator: {}", b.lab.accel().name());
 
     // Boot-to-quorum through the driver: power-cycle the provisioned nodes.
     let logs: Vec<PathBuf> = b
