@@ -275,6 +275,160 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    use crate::cluster::config::node_config;
+    use crate::cluster::topology::ClusterSpec;
+    use crate::cluster::transport::CommandOutput;
+
+    /// Answers etcdctl like a node of a 3-member cluster whose members see `leaders`.
+    struct Scripted {
+        leaders: Vec<u64>,
+    }
+
+    const MEMBERS: &str = r#"{"header":{"cluster_id":1,"member_id":11},"members":[
+        {"ID":11,"name":"node01","peerURLs":["https://node01:2380"],"clientURLs":["https://node01:2379"]},
+        {"ID":12,"name":"node02","peerURLs":["https://node02:2380"],"clientURLs":["https://node02:2379"]},
+        {"ID":13,"name":"node03","peerURLs":["https://node03:2380"],"clientURLs":["https://node03:2379"]}]}"#;
+
+    impl NodeShell for Scripted {
+        fn node(&self) -> &str {
+            "node01"
+        }
+        async fn run(&self, script: &str, _t: Duration) -> Result<CommandOutput, ClusterError> {
+            let stdout = if script.contains("member list") {
+                MEMBERS.to_owned()
+            } else if script.contains("endpoint status") {
+                let eps: Vec<String> = self
+                    .leaders
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        format!(
+                            r#"{{"Endpoint":"https://node0{n}:2379","Status":{{"header":{{"member_id":{id}}},"leader":{l},"raftTerm":4}}}}"#,
+                            n = i + 1,
+                            id = 11 + i
+                        )
+                    })
+                    .collect();
+                format!("[{}]", eps.join(","))
+            } else {
+                String::new()
+            };
+            // Like etcdctl: non-zero when an endpoint did not answer.
+            let code = i32::from(script.contains("endpoint status") && self.leaders.len() < 3);
+            Ok(CommandOutput {
+                code,
+                stdout,
+                stderr: String::new(),
+            })
+        }
+        async fn write_file(
+            &self,
+            _: &str,
+            _: &[u8],
+            _: u32,
+            _: Duration,
+        ) -> Result<(), ClusterError> {
+            Ok(())
+        }
+    }
+
+    fn cfg() -> NodeConfig {
+        let spec = ClusterSpec::seed_t036();
+        node_config(&spec, &GuestLayout::default(), &spec.nodes[0])
+    }
+
+    #[tokio::test]
+    async fn quorum_names_the_leader_all_members_agree_on() {
+        let c = cfg();
+        let sh = Scripted {
+            leaders: vec![12, 12, 12],
+        };
+        let q = Node::new(&sh, &c)
+            .quorum(&GuestLayout::default())
+            .await
+            .unwrap();
+        assert_eq!(q.leader, "node02");
+        assert_eq!(q.members, ["node01", "node02", "node03"]);
+        assert_eq!(q.answered.len(), 3);
+        assert_eq!(q.raft_term, 4);
+    }
+
+    #[tokio::test]
+    async fn quorum_with_a_member_down_still_reports_the_survivors() {
+        let c = cfg();
+        let sh = Scripted {
+            leaders: vec![11, 11],
+        };
+        let q = Node::new(&sh, &c)
+            .quorum(&GuestLayout::default())
+            .await
+            .unwrap();
+        assert_eq!(q.leader, "node01");
+        assert_eq!(q.answered.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn split_views_of_the_leader_are_an_error() {
+        let c = cfg();
+        let sh = Scripted {
+            leaders: vec![11, 12, 12],
+        };
+        let e = Node::new(&sh, &c)
+            .quorum(&GuestLayout::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("do not agree on one leader"), "{e}");
+        let sh = Scripted {
+            leaders: vec![0, 0, 0],
+        };
+        assert!(
+            Node::new(&sh, &c)
+                .quorum(&GuestLayout::default())
+                .await
+                .is_err()
+        );
+        let sh = Scripted {
+            leaders: vec![99, 99, 99],
+        };
+        let e = Node::new(&sh, &c)
+            .quorum(&GuestLayout::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a started member"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn wait_for_quorum_requires_enough_answers() {
+        let c = cfg();
+        let sh = Scripted {
+            leaders: vec![11, 11],
+        };
+        let nodes = [Node::new(&sh, &c)];
+        let e = wait_for_quorum(
+            &nodes,
+            &GuestLayout::default(),
+            3,
+            3,
+            Duration::from_millis(1),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("2 answered"), "{e}");
+        let q = wait_for_quorum(
+            &nodes,
+            &GuestLayout::default(),
+            3,
+            2,
+            Duration::from_millis(1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(q.leader, "node01");
+    }
+
     #[test]
     fn metric_parser_reads_unlabelled_samples_only() {
         let t = "# HELP etcd_server_has_leader x\n# TYPE etcd_server_has_leader gauge\n\
