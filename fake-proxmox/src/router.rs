@@ -4,7 +4,7 @@
 //! before `{param}` segments. Templates are the schema's path strings, so the table can be
 //! checked against the schema and unknown routes answer PVE's 501.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use crate::access::model::Identity;
@@ -142,10 +142,12 @@ pub fn find_template(path: &str) -> Option<(&'static str, BTreeMap<String, Strin
     match_template(t, path).map(|caps| (t, caps))
 }
 
+/// Handlers keyed by (method, template): the dispatcher looks one up on every request.
+static BY_TEMPLATE: LazyLock<HashMap<(&'static str, &'static str), &'static Route>> =
+    LazyLock::new(|| TABLE.iter().map(|r| ((r.method, r.template), r)).collect());
+
 pub fn handler_for(method: &str, template: &str) -> Option<&'static Route> {
-    table()
-        .iter()
-        .find(|r| r.method == method && r.template == template)
+    BY_TEMPLATE.get(&(method, template)).copied()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use regex::Regex;
 
 use crate::access::model::Identity;
 use crate::journal::{AuthKind, JournalEntry};
-use crate::router::{Ctx, find_template, handler_for};
+use crate::router::{Ctx, handler_for};
 use crate::server::state::{Inner, SiteCtx};
 use crate::wire::{
     MAX_BODY, PveError, RawParam, Reply, decode_urlencoded, parse_body, render_err, render_ok,
@@ -373,8 +373,10 @@ fn prepare(
         (who, via_ticket)
     };
 
-    // Route lookup: unknown routes answer like PVE's rest_handler.
-    let found = find_template(rel)
+    // Route lookup: unknown routes answer like PVE's rest_handler. The version's schema
+    // tree resolves the template as PVE's find_handler does (literal first, no backtracking).
+    let found = crate::schema::ApiSchema::get(version)
+        .find_template(rel)
         .and_then(|(t, caps)| handler_for(method, t).map(|r| (r, caps)))
         .filter(|(r, _)| crate::validate::route_exists(version, method, r.template));
     let Some((route, caps)) = found else {
