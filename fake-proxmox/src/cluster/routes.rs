@@ -2,7 +2,10 @@
 
 use serde_json::{Value, json};
 
-use crate::nodes::routes::{node_cpu, node_mem_used};
+use std::collections::HashMap;
+
+use crate::nodes::routes::{cpu_with, mem_used_with};
+use crate::qemu::model::Power;
 use crate::router::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
@@ -86,7 +89,19 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
         }
     }
     if want("node") {
+        // One pass over the VMs for every node's load, not one pass per node.
+        let mut load: HashMap<&str, (usize, u64)> = HashMap::new();
+        for vm in site.vms.values() {
+            let e = load.entry(vm.node.as_str()).or_default();
+            if vm.power == Power::Running {
+                e.0 += 1;
+            }
+            if vm.power != Power::Stopped {
+                e.1 = e.1.saturating_add(vm.memory_bytes() / 3);
+            }
+        }
         for n in site.nodes.values() {
+            let (running, vm_mem) = load.get(n.name.as_str()).copied().unwrap_or_default();
             if !site
                 .access
                 .has(&c.who, &format!("/nodes/{}", n.name), "Sys.Audit")
@@ -102,9 +117,9 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
                 "cgroup-mode": 2,
             });
             if n.online {
-                v["cpu"] = json!(node_cpu(site, n));
+                v["cpu"] = json!(cpu_with(running));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(node_mem_used(site, n));
+                v["mem"] = json!(mem_used_with(n, vm_mem));
                 v["maxmem"] = json!(n.memory);
                 v["disk"] = json!(8u64 << 30);
                 v["maxdisk"] = json!(100u64 << 30);

@@ -35,6 +35,11 @@ pub fn node_mem_used(site: &Site, node: &Node) -> u64 {
         .filter(|v| v.node == node.name && v.power != Power::Stopped)
         .map(|v| v.memory_bytes() / 3)
         .sum();
+    mem_used_with(node, vms)
+}
+
+/// Node memory used given the sum of its running VMs' share (`memory / 3` each).
+pub fn mem_used_with(node: &Node, vms: u64) -> u64 {
     (node.memory / 20).saturating_add(vms).min(node.memory)
 }
 
@@ -43,8 +48,13 @@ pub fn node_cpu(site: &Site, node: &Node) -> f64 {
         .vms
         .values()
         .filter(|v| v.node == node.name && v.power == Power::Running)
-        .count() as f64;
-    ((0.01 + running * 0.004) * 1000.0).round() / 1000.0
+        .count();
+    cpu_with(running)
+}
+
+/// Node CPU load given how many of its VMs are running.
+pub fn cpu_with(running: usize) -> f64 {
+    ((0.01 + running as f64 * 0.004) * 1000.0).round() / 1000.0
 }
 
 fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
