@@ -244,9 +244,17 @@ async fn write(
     put(w, &node, &key, &value).await
 }
 
+/// Writes like a real etcd client does: a put that lands while the survivors are still electing a
+/// leader (the one just killed or cut off may have been it) times out and is retried. A put of the
+/// same value is idempotent, so retrying it is safe; a cluster without quorum still fails the step.
 pub async fn put(w: &LabWorld, node: &str, key: &str, value: &str) -> Result<(), ClusterError> {
     let b = w.b()?;
-    b.member(node)?.put(&b.layout, key, value).await
+    provision_harness::cluster::validate::wait_until(
+        &format!("{node} writing {key}"),
+        Duration::from_secs(60),
+        || async { b.member(node)?.put(&b.layout, key, value).await },
+    )
+    .await
 }
 
 #[then(expr = "{word} reads {string} = {string}")]
