@@ -15,7 +15,7 @@ pub mod world;
 
 use std::path::{Path, PathBuf};
 
-use cucumber::{World as _, WriterExt as _, writer};
+use cucumber::{StatsWriter as _, World as _, WriterExt as _, writer};
 use futures::FutureExt as _;
 
 pub use world::RolloutWorld;
@@ -71,19 +71,18 @@ pub async fn run_all() {
     let json = std::fs::File::create(reports.join("rollout.cucumber.json")).expect("json report");
     let real = world::RealPve::from_env().is_some();
     let include_wip = std::env::var("HARNESS_INCLUDE_WIP").is_ok_and(|v| v == "1");
-    RolloutWorld::cucumber()
+    let summary = RolloutWorld::cucumber()
         .max_concurrent_scenarios(8)
         .after(after_hook)
         .with_writer(
             writer::Basic::stdout()
                 .summarized()
                 .tee::<RolloutWorld, _>(writer::JUnit::for_tee(junit, 0))
-                .discard_stats_writes()
                 .tee::<RolloutWorld, _>(writer::Json::for_tee(json))
                 .normalized(),
         )
         .fail_on_skipped()
-        .filter_run_and_exit(features_dir(), move |feat, rule, sc| {
+        .filter_run(features_dir(), move |feat, rule, sc| {
             let mut tags: Vec<String> = feat.tags.clone();
             if let Some(r) = rule {
                 tags.extend(r.tags.iter().cloned());
@@ -95,4 +94,16 @@ pub async fn run_all() {
             include_wip || !tags.iter().any(|t| t == "wip")
         })
         .await;
+    // Exit on the summary ourselves: with a `discard_stats_writes()` in the writer chain,
+    // `filter_run_and_exit` saw no failed step and exited 0 on a failing scenario.
+    if summary.execution_has_failed() {
+        eprintln!(
+            "rollout features failed: {} step(s) failed, {} skipped, {} parsing error(s), {} hook error(s)",
+            summary.failed_steps(),
+            summary.skipped_steps(),
+            summary.parsing_errors(),
+            summary.hook_errors()
+        );
+        std::process::exit(1);
+    }
 }
