@@ -42,6 +42,7 @@ use provision_harness::deploy::{DeployOptions, Deployer as BuiltInDeployer};
 use provision_harness::pipeline::PipelineOptions;
 use provision_harness::pve::tasks::TaskWait;
 use provision_harness::pve::{Credentials, TlsMode};
+use provision_harness::report_html::{self, Recorder};
 use provision_harness::retry::Backoff;
 
 use super::status::Status;
@@ -197,6 +198,30 @@ impl BuiltIn {
     }
 }
 
+/// Each built-in deploy leaves its HTML timeline in `<target>/cucumber/html/`, named after the
+/// scenario's temp dir and numbered, so a re-run in the same scenario does not overwrite the first.
+fn write_timeline(
+    req: &RunRequest,
+    recorder: &Recorder,
+    result: &provision_harness::deploy::RolloutResult,
+) -> anyhow::Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let scenario = req
+        .state_dir
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "rollout".into());
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let names: Vec<&str> = result.vms.iter().map(|v| v.name.as_str()).collect();
+    let title = format!("rollout of {} VM(s): {}", names.len(), names.join(", "));
+    let path = super::reports_dir()
+        .join("html")
+        .join(format!("{scenario}-{n}.html"));
+    report_html::write(&path, &recorder.finish(&title, result))
+        .with_context(|| format!("writing the HTML timeline {}", path.display()))
+}
+
 impl Deployer for BuiltIn {
     fn describe(&self) -> String {
         "the built-in deployer (provision_harness::deploy)".into()
@@ -205,7 +230,9 @@ impl Deployer for BuiltIn {
     fn run(&self, req: RunRequest) -> RunFuture {
         Box::pin(async move {
             let provider = Self::provider(&req)?;
-            let options = Self::options(&req);
+            let mut options = Self::options(&req);
+            let recorder = Arc::new(Recorder::new());
+            recorder.attach(&mut options);
             let set =
                 provision_harness::manifest::load_dir(&req.manifests_dir).with_context(|| {
                     format!("loading manifests from {}", req.manifests_dir.display())
@@ -219,6 +246,9 @@ impl Deployer for BuiltIn {
                 Action::Plan => anyhow::bail!("plan is not a run: use Deployer::plan"),
             }
             .context("the built-in deployer failed")?;
+            if matches!(req.action, Action::Deploy) {
+                write_timeline(&req, &recorder, &result)?;
+            }
             let json = serde_json::to_value(&result).context("serializing the rollout result")?;
             serde_json::from_value(json).context("reading the rollout result as a status")
         })

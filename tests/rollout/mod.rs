@@ -67,6 +67,9 @@ pub fn after_hook<'a>(
 pub async fn run_all() {
     let reports = reports_dir();
     std::fs::create_dir_all(&reports).expect("create the reports dir");
+    // Start from an empty HTML dir, so the check at the end counts this run's timelines only.
+    let html = reports.join("html");
+    let _ = std::fs::remove_dir_all(&html);
     let junit = std::fs::File::create(reports.join("rollout.junit.xml")).expect("junit report");
     let json = std::fs::File::create(reports.join("rollout.cucumber.json")).expect("json report");
     let real = world::RealPve::from_env().is_some();
@@ -106,4 +109,14 @@ pub async fn run_all() {
         );
         std::process::exit(1);
     }
+    let built_in = std::env::var("HARNESS_DEPLOYER_CMD").map_or(true, |c| c.trim().is_empty());
+    let timelines = std::fs::read_dir(&html).map_or(0, |d| d.count());
+    if built_in && summary.passed_steps() > 0 && timelines == 0 {
+        eprintln!(
+            "rollout features: no HTML timeline was written to {}",
+            html.display()
+        );
+        std::process::exit(1);
+    }
+    println!("rollout HTML timelines: {timelines} in {}", html.display());
 }
