@@ -4,10 +4,9 @@
 use std::collections::BTreeSet;
 
 use super::disks::DiskOutcome;
+use super::pending::{Change, Pending};
 use crate::access::model::Identity;
-use crate::qemu::model::{
-    Nic, Power, Vm, is_disk_key, is_net_key, is_unused_key, prop, split_props,
-};
+use crate::qemu::model::{DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, prop, split_props};
 use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::{Params, PveError};
 use crate::world::Site;
@@ -167,6 +166,7 @@ impl Site {
                 pid: None,
                 agent_ready_at: None,
                 leases: Default::default(),
+                pending: Pending::default(),
             },
         );
         let start_after = p.flag("start");
@@ -192,7 +192,8 @@ impl Site {
         Ok(self.start_task(plan, now))
     }
 
-    /// `POST` (async, `async_task`) and `PUT` (sync) `.../config`.
+    /// `POST` (async, `async_task`) and `PUT` (sync) `.../config`. Changes go through the
+    /// pending section (see `pending`); new disks are allocated and staged at the task's end.
     pub fn update_vm_config(
         &mut self,
         node: &str,
@@ -216,84 +217,103 @@ impl Site {
             ));
         }
         self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Options")?;
-        let deletes: Vec<String> = p
-            .str("delete")
-            .map(|d| {
-                d.split([',', ';', ' ', '\0'])
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let sets: Vec<(String, String)> =
+        let list = |k: &str| -> Vec<String> {
+            p.str(k)
+                .map(|d| {
+                    d.split([',', ';', ' ', '\0'])
+                        .filter(|s| !s.is_empty())
+                        .map(|s| if s == "cdrom" { "ide2" } else { s }.to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (mut deletes, reverts) = (list("delete"), list("revert"));
+        let mut sets: Vec<(String, String)> =
             p.0.keys()
                 .filter(|k| !UPDATE_CONTROL.contains(&k.as_str()))
                 .filter_map(|k| p.str(k).map(|v| (k.clone(), v)))
                 .collect();
-        if sets.is_empty() && deletes.is_empty() && p.str("revert").is_none() {
+        if sets.is_empty() && deletes.is_empty() && reverts.is_empty() {
             return Err(PveError::die("no options specified"));
         }
-        if let Some(k) = deletes.iter().find(|d| sets.iter().any(|(k, _)| k == *d)) {
+        let is_set = |k: &str| sets.iter().any(|(s, _)| s == k);
+        if let Some(k) = reverts.iter().find(|k| is_set(k)) {
             return Err(PveError::param(
-                k,
-                "conflicting set and delete for the same option",
+                "delete",
+                format!("you can't use '-{k}' and -revert {k}' at the same time"),
             ));
+        }
+        if let Some(k) = deletes.iter().find(|k| is_set(k)) {
+            return Err(PveError::param(
+                "delete",
+                format!("you can't use '-{k}' and -delete {k}' at the same time"),
+            ));
+        }
+        if let Some(k) = deletes.iter().find(|k| reverts.contains(k)) {
+            return Err(PveError::param(
+                "revert",
+                format!("you can't use '-delete {k}' and -revert {k}' at the same time"),
+            ));
+        }
+        // Revert: back to the current value, or drop a value that is only pending.
+        for k in &reverts {
+            if let Some(v) = vm.config.get(k) {
+                sets.push((k.clone(), v.clone()));
+            } else if vm.pending.set.contains_key(k) {
+                deletes.push(k.clone());
+            }
+        }
+        let effective = vm.effective_config();
+        if p.has("memory") || p.has("balloon") {
+            let mem = p
+                .str("memory")
+                .or_else(|| effective.get("memory").cloned())
+                .map(|m| {
+                    let pp = split_props(&m, "current");
+                    prop(&pp, "current")
+                        .and_then(|x| x.parse::<u64>().ok())
+                        .unwrap_or(512)
+                })
+                .unwrap_or(512);
+            let balloon = p
+                .str("balloon")
+                .or_else(|| effective.get("balloon").cloned())
+                .and_then(|b| b.parse::<u64>().ok())
+                .unwrap_or(0);
+            if balloon > mem {
+                return Err(PveError::die(
+                    "balloon value too large (must be smaller than assigned memory)",
+                ));
+            }
         }
         let mut taken = BTreeSet::new();
         let mut disks = Vec::new();
-        let mut new_config = vm.config.clone();
+        let mut staged = Vec::new();
         for (k, v) in &sets {
             if is_disk_key(k) {
                 match self.plan_disk(node, vmid, k, v, None, caller, &mut taken)? {
-                    DiskOutcome::Keep(v) => {
-                        self.detach_to_unused(&mut new_config, k);
-                        new_config.insert(k.clone(), v);
-                    }
+                    DiskOutcome::Keep(v) => staged.push((k.clone(), v)),
                     DiskOutcome::Alloc(d) => disks.push(d),
                 }
             } else if is_net_key(k) {
                 let mut nic = Nic::parse(v);
                 if nic.mac.is_none() {
-                    nic.mac = new_config
+                    nic.mac = effective
                         .get(k)
                         .and_then(|old| Nic::parse(old).mac)
                         .or_else(|| Some(self.random_mac()));
                 }
-                new_config.insert(k.clone(), nic.print());
+                staged.push((k.clone(), nic.print()));
             } else {
-                new_config.insert(k.clone(), v.clone());
+                staged.push((k.clone(), v.clone()));
             }
         }
-        for d in &deletes {
-            if is_disk_key(d) {
-                self.detach_to_unused(&mut new_config, d);
-            } else if is_unused_key(d) {
-                if let Some(v) = new_config.remove(d) {
-                    self.free_volume(node, &v);
-                }
-            } else {
-                new_config.remove(d);
-            }
-        }
-        let mem = {
-            let probe = Vm {
-                config: new_config.clone(),
-                ..self.vm_on(node, vmid)?.clone()
-            };
-            probe.memory_mib()
+        let change = Change {
+            deletes,
+            force: p.flag("force"),
+            sets: staged,
         };
-        if let Some(b) = new_config
-            .get("balloon")
-            .and_then(|b| b.parse::<u64>().ok())
-            && b > mem
-        {
-            return Err(PveError::die(
-                "balloon value too large (must be smaller than assigned memory)",
-            ));
-        }
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            vm.config = new_config;
-        }
+        self.change_config(vmid, &change);
         if async_task {
             let mut plan = TaskPlan::new(
                 "qmconfig",
@@ -312,9 +332,31 @@ impl Site {
             if let (_, Some(e)) = self.layout_disks(node, &disks, &mut scratch, 0.0) {
                 return Err(PveError::die(e));
             }
-            self.allocate_disks(node, vmid, &disks, now)
+            self.finish_update_config(node, vmid, &disks, now)
                 .map_err(PveError::die)?;
             Ok(None)
         }
+    }
+
+    /// The end of a config update: allocate the new disks and stage them like any change.
+    pub fn finish_update_config(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        disks: &[DiskPlan],
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        if disks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = self.allocate_volumes(node, vmid, disks, now)?;
+        self.change_config(
+            vmid,
+            &Change {
+                sets: values,
+                ..Change::default()
+            },
+        );
+        Ok(Vec::new())
     }
 }

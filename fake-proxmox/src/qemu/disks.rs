@@ -406,32 +406,6 @@ impl Site {
         (t, None)
     }
 
-    /// Replacing or deleting a disk keeps its volume as `unusedN` (like PVE).
-    pub(crate) fn detach_to_unused(
-        &self,
-        config: &mut std::collections::BTreeMap<String, String>,
-        key: &str,
-    ) {
-        let Some(old) = config.remove(key) else {
-            return;
-        };
-        let props = split_props(&old, "file");
-        let Some(file) = prop(&props, "file") else {
-            return;
-        };
-        if prop(&props, "media") == Some("cdrom")
-            || parse_volid(file).is_none()
-            || file.contains("cloudinit")
-        {
-            return;
-        }
-        let mut i = 0;
-        while config.contains_key(&format!("unused{i}")) {
-            i += 1;
-        }
-        config.insert(format!("unused{i}"), file.to_string());
-    }
-
     /// Free a volume given a config value or volid.
     pub fn free_volume(&mut self, node: &str, value: &str) {
         let props = split_props(value, "file");
@@ -448,7 +422,8 @@ impl Site {
         }
     }
 
-    /// Allocate (and import into) the planned disks and put them in the config.
+    /// Allocate (and import into) the planned disks and put them in the config (create,
+    /// clone: a new VM, nothing to replace).
     pub fn allocate_disks(
         &mut self,
         node: &str,
@@ -456,6 +431,21 @@ impl Site {
         disks: &[DiskPlan],
         now: f64,
     ) -> Result<Vec<String>, String> {
+        let values = self.allocate_volumes(node, vmid, disks, now)?;
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.config.extend(values);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Allocate (and import into) the planned disks; their config values, by key.
+    pub fn allocate_volumes(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        disks: &[DiskPlan],
+        now: f64,
+    ) -> Result<Vec<(String, String)>, String> {
         let mut done: Vec<(String, String)> = Vec::new();
         let result = (|| {
             for d in disks {
@@ -497,9 +487,9 @@ impl Site {
             }
             return Err(e);
         }
-        let lines = Vec::new();
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            for d in disks {
+        Ok(disks
+            .iter()
+            .map(|d| {
                 let volid = format!("{}:{}", d.storage, d.volname);
                 let val = if d.cloudinit {
                     let mut o = d.opts.clone();
@@ -508,22 +498,8 @@ impl Site {
                 } else {
                     crate::qemu::model::allocated_drive(&volid, &d.opts, d.size)
                 };
-                if let Some(old) = vm.config.get(&d.key).cloned() {
-                    let props = split_props(&old, "file");
-                    if let Some(f) = prop(&props, "file")
-                        && parse_volid(f).is_some()
-                        && prop(&props, "media") != Some("cdrom")
-                    {
-                        let mut i = 0;
-                        while vm.config.contains_key(&format!("unused{i}")) {
-                            i += 1;
-                        }
-                        vm.config.insert(format!("unused{i}"), f.to_string());
-                    }
-                }
-                vm.config.insert(d.key.clone(), val);
-            }
-        }
-        Ok(lines)
+                (d.key.clone(), val)
+            })
+            .collect())
     }
 }

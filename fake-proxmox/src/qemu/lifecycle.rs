@@ -97,6 +97,7 @@ impl Site {
                 pid: None,
                 agent_ready_at: None,
                 leases: Default::default(),
+                pending: Default::default(),
             },
         );
         let mut plan = TaskPlan::new(

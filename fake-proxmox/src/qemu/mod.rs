@@ -1,7 +1,16 @@
 //! QEMU VMs: create, config, power, clone, resize, destroy — with PVE's locks and tasks.
 //!
+//! Config changes go through the config's `[PENDING]` section (`pending`): a stopped VM
+//! applies them at once; a running one takes fast-plug options (name, description, tags,
+//! onboot, protection, cloud-init options …) at once and devices as its `hotplug` option
+//! allows (`hotplug`, default `network,disk,usb`); the rest waits until the QEMU process
+//! stops (stop, shutdown, reboot) or starts. `GET …/config` shows pending values unless
+//! `current=1`; `GET …/pending` lists both; the digest covers the pending section.
+//!
 //! # Deviations from real PVE
-//! - Config changes to a running VM apply at once (no pending section for hotplug).
+//! - Hot-plug never fails: where PVE reports a `hotplug problem` (changing a drive's media
+//!   type, QMP errors) the value simply stays pending. No `[special:cloudinit]` section, so no
+//!   `GET …/cloudinit`; no boot-order bookkeeping when drives come and go.
 //! - No snapshots, migration, backup/restore (`archive`), firewall, consoles or templates'
 //!   linked clones; those routes answer 501 like any route the fake does not implement.
 //! - Guest memory is only checked against the node's total at start (no overcommit model).
@@ -10,8 +19,10 @@
 
 pub mod create;
 pub mod disks;
+pub mod hotplug;
 pub mod lifecycle;
 pub mod model;
+pub mod pending;
 pub mod power;
 pub mod routes;
 pub mod work;

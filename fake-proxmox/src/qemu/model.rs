@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use sha1::{Digest, Sha1};
 
+use super::pending::Pending;
 use crate::storage::model::format_size;
 use crate::version::PveVersion;
 
@@ -34,6 +35,8 @@ pub struct Vm {
     pub agent_ready_at: Option<f64>,
     /// DHCP leases per NIC key (`net0`), from the bridge's simulated pool.
     pub leases: BTreeMap<String, Ipv4Addr>,
+    /// The config file's `[PENDING]` section (see `pending`).
+    pub pending: Pending,
 }
 
 /// A disk to allocate (or import) inside a task.
@@ -322,7 +325,7 @@ impl Vm {
         self.disks().iter().fold(0u64, |a, d| a.saturating_add(d.2))
     }
 
-    /// The config file text (what `digest` is computed over).
+    /// The config file text (what `digest` is computed over), `[PENDING]` section included.
     pub fn conf_text(&self) -> String {
         let mut s = String::new();
         if let Some(l) = &self.lock {
@@ -331,6 +334,12 @@ impl Vm {
         for (k, v) in &self.config {
             s.push_str(&format!("{k}: {v}\n"));
         }
+        if !self.pending.is_empty() {
+            s.push_str("\n[PENDING]\n");
+            for (k, v) in self.pending.lines() {
+                s.push_str(&format!("{k}: {v}\n"));
+            }
+        }
         s
     }
 
@@ -338,22 +347,19 @@ impl Vm {
         hex::encode(Sha1::digest(self.conf_text().as_bytes()))
     }
 
-    /// `GET .../config`: typed as PVE types it, `cipassword` masked, plus `digest`.
-    pub fn config_json(&self, version: PveVersion) -> Value {
+    /// `GET .../config`: pending values in unless `current`, typed as PVE types them,
+    /// `cipassword` masked, plus `lock` and `digest`.
+    pub fn config_json(&self, version: PveVersion, current: bool) -> Value {
+        let effective;
+        let config = if current {
+            &self.config
+        } else {
+            effective = self.effective_config();
+            &effective
+        };
         let mut m = Map::new();
-        for (k, v) in &self.config {
-            let val = if k == "cipassword" {
-                json!("**********")
-            } else if NUMERIC_KEYS.contains(&k.as_str())
-                || (k == "memory" && !version.memory_is_string())
-            {
-                v.parse::<i64>()
-                    .map(Value::from)
-                    .unwrap_or_else(|_| json!(v))
-            } else {
-                json!(v)
-            };
-            m.insert(k.clone(), val);
+        for (k, v) in config {
+            m.insert(k.clone(), typed_value(k, v, version));
         }
         if let Some(l) = &self.lock {
             m.insert("lock".into(), json!(l));
@@ -429,6 +435,21 @@ impl Vm {
             m.insert("tags".into(), json!(t));
         }
         m
+    }
+}
+
+/// A config value as the API returns it: integers and booleans as JSON numbers, `memory`
+/// a string from PVE 8.1 on, `cipassword` masked.
+pub fn typed_value(key: &str, value: &str, version: PveVersion) -> Value {
+    if key == "cipassword" {
+        json!("**********")
+    } else if NUMERIC_KEYS.contains(&key) || (key == "memory" && !version.memory_is_string()) {
+        value
+            .parse::<i64>()
+            .map(Value::from)
+            .unwrap_or_else(|_| json!(value))
+    } else {
+        json!(value)
     }
 }
 

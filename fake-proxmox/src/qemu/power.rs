@@ -16,25 +16,35 @@ pub struct StartCheck {
 }
 
 impl Site {
+    /// The checks `vm_start` makes before `vm_start_nolock` applies pending changes.
+    fn start_precheck(&self, node: &str, vmid: u32) -> Result<&crate::qemu::model::Vm, String> {
+        let Some(vm) = self.vms.get(&vmid).filter(|v| v.node == node) else {
+            return Err(format!(
+                "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            ));
+        };
+        if let Some(l) = &vm.lock {
+            return Err(format!("VM is locked ({l})"));
+        }
+        if vm.power != Power::Stopped {
+            return Err(format!("VM {vmid} already running"));
+        }
+        if vm.is_template() {
+            return Err("you can't start a vm if it's a template".into());
+        }
+        Ok(vm)
+    }
+
     pub fn check_start(&self, node: &str, vmid: u32) -> StartCheck {
         let fail = |e: String| StartCheck {
             lines: Vec::new(),
             error: Some(e),
         };
-        let Some(vm) = self.vms.get(&vmid).filter(|v| v.node == node) else {
-            return fail(format!(
-                "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
-            ));
+        // QEMU sees the config with pending changes applied.
+        let vm = match self.start_precheck(node, vmid) {
+            Ok(vm) => &vm.with_pending_applied(),
+            Err(e) => return fail(e),
         };
-        if let Some(l) = &vm.lock {
-            return fail(format!("VM is locked ({l})"));
-        }
-        if vm.power != Power::Stopped {
-            return fail(format!("VM {vmid} already running"));
-        }
-        if vm.is_template() {
-            return fail("you can't start a vm if it's a template".into());
-        }
         let Some(n) = self.nodes.get(node) else {
             return fail(format!("node '{node}' does not exist"));
         };
@@ -126,8 +136,12 @@ impl Site {
         self.start_task(plan, now)
     }
 
-    /// Complete a start: the VM runs, the agent answers after the boot delay.
+    /// Complete a start: pending changes are applied (even if QEMU then fails, as in
+    /// `vm_start_nolock`), the VM runs, the agent answers after the boot delay.
     pub fn finish_start(&mut self, node: &str, vmid: u32, now: f64) -> Result<Vec<String>, String> {
+        if self.start_precheck(node, vmid).is_ok() {
+            self.apply_pending(vmid);
+        }
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);
         }
@@ -332,12 +346,24 @@ impl Site {
             return Err(format!("VM {vmid} does not exist"));
         };
         match work {
+            // `vm_stop_cleanup` applies pending changes once QEMU is gone; a reboot is a
+            // shutdown that qmeventd follows with a start.
             Stop { .. } | Shutdown { .. } => {
                 vm.power = Power::Stopped;
                 vm.pid = None;
                 vm.agent_ready_at = None;
+                self.apply_pending(vmid);
             }
-            Reboot { .. } | Reset { .. } => {
+            Reboot { .. } => {
+                if vm.power == Power::Stopped {
+                    return Err(format!("VM {vmid} not running"));
+                }
+                vm.power = Power::Running;
+                vm.agent_ready_at = Some(now + boot);
+                self.apply_pending(vmid);
+            }
+            // A reset restarts the guest inside the same QEMU process: pending stays pending.
+            Reset { .. } => {
                 if vm.power == Power::Stopped {
                     return Err(format!("VM {vmid} not running"));
                 }

@@ -135,11 +135,21 @@ fn config_get(c: &mut Ctx) -> Result<Reply, PveError> {
     let id = vmid(c)?;
     let v = vm(c)?;
     c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    let current = c.p.flag("current");
     if c.p.has("snapshot") {
         let s = c.p.str("snapshot").unwrap_or_default();
+        if current && !s.is_empty() {
+            let msg = "cannot use 'snapshot' parameter with 'current'";
+            return Err(PveError::params(
+                [("snapshot", msg), ("current", msg)]
+                    .into_iter()
+                    .map(|(k, m)| (k.to_string(), m.to_string()))
+                    .collect(),
+            ));
+        }
         return Err(PveError::die(format!("snapshot '{s}' does not exist")));
     }
-    Ok(Reply::data(v.config_json(c.site.version)))
+    Ok(Reply::data(v.config_json(c.site.version, current)))
 }
 
 fn config_update(c: &mut Ctx, async_task: bool) -> Result<Reply, PveError> {
@@ -172,17 +182,7 @@ fn pending(c: &mut Ctx) -> Result<Reply, PveError> {
     let id = vmid(c)?;
     let v = vm(c)?;
     c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    let cfg = v.config_json(c.site.version);
-    let data: Vec<Value> = cfg
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(k, _)| k.as_str() != "digest")
-                .map(|(k, val)| json!({"key": k, "value": val}))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Reply::data(Value::Array(data)))
+    Ok(Reply::data(v.pending_json(c.site.version)))
 }
 
 fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -35,7 +35,9 @@ impl Site {
                 }
                 Ok(Vec::new())
             }
-            Work::UpdateConfig { vmid, disks } => self.allocate_disks(node, *vmid, disks, now),
+            Work::UpdateConfig { vmid, disks } => {
+                self.finish_update_config(node, *vmid, disks, now)
+            }
             Work::Start { vmid } => self.finish_start(node, *vmid, now),
             Work::Stop { .. }
             | Work::Shutdown { .. }

@@ -7,6 +7,7 @@ mod common;
 mod agent;
 mod auth;
 mod control;
+mod pending;
 mod storage;
 mod vms;
 mod wire;
