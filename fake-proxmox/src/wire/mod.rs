@@ -56,18 +56,30 @@ fn base_headers(h: &mut HeaderMap) {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=0"));
     h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-    let now = httpdate_now();
-    if let Ok(v) = HeaderValue::from_str(&now) {
+    if let Some(v) = httpdate_now() {
         h.insert(header::EXPIRES, v);
     }
 }
 
-fn httpdate_now() -> String {
+thread_local! {
+    /// The formatted date changes once a second, so it is formatted once a second per thread.
+    static HTTP_DATE: std::cell::RefCell<(i64, Option<HeaderValue>)> =
+        const { std::cell::RefCell::new((i64::MIN, None)) };
+}
+
+fn httpdate_now() -> Option<HeaderValue> {
     let now = time::OffsetDateTime::now_utc();
-    let fmt = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    now.format(&fmt).unwrap_or_default()
+    HTTP_DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != now.unix_timestamp() {
+            let fmt = time::macros::format_description!(
+                "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+            );
+            let text = now.format(&fmt).unwrap_or_default();
+            *cached = (now.unix_timestamp(), HeaderValue::from_str(&text).ok());
+        }
+        cached.1.clone()
+    })
 }
 
 fn json_response(status: StatusCode, reason: Option<String>, body: Vec<u8>) -> Response<Body> {
