@@ -335,7 +335,9 @@ fn report(name: &str, o: &Outcome, unit: &str) {
         println!("{name}_requests: {:.0} req/s", o.requests as f64 / secs);
     }
     println!("{name}_p50: {:.3} ms", pct(&o.lat_us, 0.50));
+    println!("{name}_p90: {:.3} ms", pct(&o.lat_us, 0.90));
     println!("{name}_p99: {:.3} ms", pct(&o.lat_us, 0.99));
+    println!("{name}_p999: {:.3} ms", pct(&o.lat_us, 0.999));
     println!("{name}_errors: {} count", o.errors);
     if o.requests > 0 {
         let per = |cpu: f64| cpu * 1e6 / o.requests as f64;

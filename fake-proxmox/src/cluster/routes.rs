@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use crate::nodes::routes::{cpu_with, mem_used_with};
 use crate::qemu::model::Power;
+use crate::qemu::status::VmStatus;
 use crate::router::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
@@ -64,7 +65,7 @@ fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {
 fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
     let ty = c.p.str("type");
     let site = &*c.site;
-    let mut out = Vec::new();
+    let mut out: Vec<Resource> = Vec::new();
     let want = |t: &str| ty.as_deref().is_none_or(|x| x == t);
     if want("vm") {
         for vm in site.vms.values() {
@@ -75,17 +76,16 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
                 continue;
             }
             let online = site.node(&vm.node).is_some_and(|n| n.online);
-            let mut m = vm.vmstatus(c.now);
-            m.insert("id".into(), json!(format!("qemu/{}", vm.vmid)));
-            m.insert("type".into(), json!("qemu"));
-            m.insert("node".into(), json!(vm.node));
-            m.insert("template".into(), b(vm.is_template()));
-            m.insert("maxcpu".into(), json!(vm.cpus()));
-            m.remove("cpus");
+            let mut st = vm.vmstatus(c.now);
+            st.id = Some(format!("qemu/{}", vm.vmid));
+            st.kind = Some("qemu");
+            st.node = Some(vm.node.clone());
+            st.template = Some(u8::from(vm.is_template()));
+            st.maxcpu = st.cpus.take();
             if !online {
-                m.insert("status".into(), json!("unknown"));
+                st.status = "unknown";
             }
-            out.push(Value::Object(m));
+            out.push(Resource::Vm(Box::new(st)));
         }
     }
     if want("node") {
@@ -125,7 +125,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
                 v["maxdisk"] = json!(100u64 << 30);
                 v["uptime"] = json!((c.now - n.booted_at) as u64);
             }
-            out.push(v);
+            out.push(Resource::Other(v));
         }
     }
     if want("storage") {
@@ -151,22 +151,30 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
                     v["disk"] = json!(s.used());
                     v["maxdisk"] = json!(s.total);
                 }
-                out.push(v);
+                out.push(Resource::Other(v));
             }
         }
     }
     if want("sdn") {
         for n in site.nodes.values() {
-            out.push(json!({
+            out.push(Resource::Other(json!({
                 "id": format!("sdn/{}/localnetwork", n.name),
                 "type": "sdn",
                 "sdn": "localnetwork",
                 "node": n.name,
                 "status": "ok",
-            }));
+            })));
         }
     }
-    Ok(Reply::data(Value::Array(out)))
+    Ok(Reply::typed(&out))
+}
+
+/// One row of `cluster/resources`: VM rows are typed (there are many), the rest are few.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Resource {
+    Vm(Box<VmStatus>),
+    Other(Value),
 }
 
 fn status(c: &mut Ctx) -> Result<Reply, PveError> {

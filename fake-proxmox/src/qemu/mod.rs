@@ -25,4 +25,5 @@ pub mod model;
 pub mod pending;
 pub mod power;
 pub mod routes;
+pub mod status;
 pub mod work;

@@ -381,61 +381,6 @@ impl Vm {
             _ => "running",
         }
     }
-
-    /// The vmstatus fields shared by the VM list, status/current and cluster resources.
-    pub fn vmstatus(&self, now: f64) -> Map<String, Value> {
-        let running = self.power != Power::Stopped;
-        let maxmem = self.memory_bytes();
-        let up = self.uptime(now);
-        let mut m = Map::new();
-        m.insert("vmid".into(), json!(self.vmid));
-        m.insert("name".into(), json!(self.name()));
-        m.insert("status".into(), json!(self.status_str()));
-        m.insert("cpus".into(), json!(self.cpus()));
-        m.insert("maxmem".into(), json!(maxmem));
-        m.insert("maxdisk".into(), json!(self.maxdisk()));
-        m.insert("mem".into(), json!(if running { maxmem / 3 } else { 0 }));
-        m.insert("cpu".into(), if running { json!(0.013) } else { json!(0) });
-        m.insert("uptime".into(), json!(up));
-        m.insert("disk".into(), json!(0));
-        m.insert(
-            "netin".into(),
-            json!(if running { up.saturating_mul(1800) } else { 0 }),
-        );
-        m.insert(
-            "netout".into(),
-            json!(if running { up.saturating_mul(900) } else { 0 }),
-        );
-        m.insert(
-            "diskread".into(),
-            json!(if running {
-                up.saturating_mul(40_000)
-            } else {
-                0
-            }),
-        );
-        m.insert(
-            "diskwrite".into(),
-            json!(if running {
-                up.saturating_mul(12_000)
-            } else {
-                0
-            }),
-        );
-        if let (true, Some(pid)) = (running, self.pid) {
-            m.insert("pid".into(), json!(pid));
-        }
-        if self.is_template() {
-            m.insert("template".into(), json!(1));
-        }
-        if let Some(l) = &self.lock {
-            m.insert("lock".into(), json!(l));
-        }
-        if let Some(t) = self.config.get("tags") {
-            m.insert("tags".into(), json!(t));
-        }
-        m
-    }
 }
 
 /// A config value as the API returns it: integers and booleans as JSON numbers, `memory`

@@ -3,8 +3,9 @@
 use serde_json::{Value, json};
 
 use crate::qemu::model::{Power, Vm};
+use crate::qemu::status::{HaStatus, VmStatus};
 use crate::router::{Ctx, Route, route};
-use crate::wire::{PveError, Reply, b};
+use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -54,7 +55,7 @@ fn upid(u: String) -> Reply {
 
 fn list(c: &mut Ctx) -> Result<Reply, PveError> {
     let node = c.node()?;
-    let data: Vec<Value> = c
+    let data: Vec<VmStatus> = c
         .site
         .vms
         .values()
@@ -65,21 +66,14 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
                 .has(&c.who, &format!("/vms/{}", v.vmid), "VM.Audit")
         })
         .map(|v| {
-            let mut m = v.vmstatus(c.now);
+            let mut st = v.vmstatus(c.now);
             if v.power != Power::Stopped {
-                m.insert(
-                    "qmpstatus".into(),
-                    json!(if v.power == Power::Paused {
-                        "paused"
-                    } else {
-                        "running"
-                    }),
-                );
+                st.qmpstatus = Some(v.qmpstatus());
             }
-            Value::Object(m)
+            st
         })
         .collect();
-    Ok(Reply::data(Value::Array(data)))
+    Ok(Reply::typed(&data))
 }
 
 fn create(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -199,30 +193,16 @@ fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
     let id = vmid(c)?;
     let v = vm(c)?;
     c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    let mut m = v.vmstatus(c.now);
-    m.insert("ha".into(), json!({"managed": 0}));
-    if v.is_agent_enabled() {
-        m.insert("agent".into(), json!(1));
+    let mut st = v.vmstatus(c.now);
+    st.ha = Some(HaStatus { managed: 0 });
+    st.agent = v.is_agent_enabled().then_some(1);
+    st.qmpstatus = Some(v.qmpstatus());
+    if v.power != Power::Stopped {
+        st.running_machine = Some("pc-i440fx-9.2+pve1");
+        st.running_qemu = Some("9.2.0");
+        st.spice = Some(0);
     }
-    match v.power {
-        Power::Stopped => {
-            m.insert("qmpstatus".into(), json!("stopped"));
-        }
-        p => {
-            m.insert(
-                "qmpstatus".into(),
-                json!(if p == Power::Paused {
-                    "paused"
-                } else {
-                    "running"
-                }),
-            );
-            m.insert("running-machine".into(), json!("pc-i440fx-9.2+pve1"));
-            m.insert("running-qemu".into(), json!("9.2.0"));
-            m.insert("spice".into(), b(false));
-        }
-    }
-    Ok(Reply::data(Value::Object(m)))
+    Ok(Reply::typed(&st))
 }
 
 fn start(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -24,12 +24,39 @@ pub const MAX_BODY: usize = 512 * 1024;
 /// A successful handler result: `data` plus optional extra top-level keys (`total`, `changes`).
 #[derive(Debug, Clone, Default)]
 pub struct Reply {
-    pub data: Value,
+    pub data: Data,
     pub extra: Vec<(String, Value)>,
+}
+
+/// The `data` of a reply: a JSON tree, or a typed payload already serialised by the handler.
+#[derive(Debug, Clone)]
+pub enum Data {
+    Value(Value),
+    Json(Vec<u8>),
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Data::Value(Value::Null)
+    }
 }
 
 impl Reply {
     pub fn data(data: Value) -> Self {
+        Reply {
+            data: Data::Value(data),
+            extra: Vec::new(),
+        }
+    }
+    /// A typed payload, serialised at once (the hot polling routes: no JSON tree built).
+    pub fn typed<T: serde::Serialize>(data: &T) -> Self {
+        let data = match serde_json::to_vec(data) {
+            Ok(bytes) => Data::Json(bytes),
+            Err(e) => {
+                tracing::error!("serialising a reply failed: {e}");
+                Data::Value(Value::Null)
+            }
+        };
         Reply {
             data,
             extra: Vec::new(),
@@ -98,15 +125,30 @@ fn json_response(status: StatusCode, reason: Option<String>, body: Vec<u8>) -> R
     resp
 }
 
-/// Render a successful reply.
+/// Render a successful reply: `{"data":…}` and the extra keys.
 pub fn render_ok(reply: Reply) -> Response<Body> {
-    let mut m = Map::new();
-    m.insert("data".into(), reply.data);
-    for (k, v) in reply.extra {
-        m.insert(k, v);
+    let mut body = Vec::with_capacity(256);
+    if let Err(e) = write_envelope(&mut body, &reply) {
+        tracing::error!("serialising a reply failed: {e}");
+        body = b"{\"data\":null}".to_vec();
     }
-    let body = serde_json::to_vec(&Value::Object(m)).unwrap_or_else(|_| b"{}".to_vec());
     json_response(StatusCode::OK, None, body)
+}
+
+fn write_envelope(body: &mut Vec<u8>, reply: &Reply) -> serde_json::Result<()> {
+    body.extend_from_slice(b"{\"data\":");
+    match &reply.data {
+        Data::Json(bytes) => body.extend_from_slice(bytes),
+        Data::Value(v) => serde_json::to_writer(&mut *body, v)?,
+    }
+    for (k, v) in &reply.extra {
+        body.push(b',');
+        serde_json::to_writer(&mut *body, k)?;
+        body.push(b':');
+        serde_json::to_writer(&mut *body, v)?;
+    }
+    body.push(b'}');
+    Ok(())
 }
 
 /// Render an error as the given PVE version does (the `message` key exists since
