@@ -64,11 +64,6 @@ fn parse_listen(s: &str) -> Result<(String, SocketAddr), String> {
     Ok((site.to_string(), addr))
 }
 
-// glibc's malloc showed as about a tenth of the server's CPU per request in the load
-// benchmark's profile (many small JSON maps and strings); mimalloc is cheaper for that pattern.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
