@@ -163,7 +163,10 @@ mod tests {
     fn stopped_vm_has_integer_zeros_and_no_pid() {
         let v = json(&vm(Power::Stopped).vmstatus(1100.0));
         assert_eq!(v["status"], "stopped");
-        assert!(v["cpu"].is_u64(), "cpu of a stopped VM is the integer 0: {v}");
+        assert!(
+            v["cpu"].is_u64(),
+            "cpu of a stopped VM is the integer 0: {v}"
+        );
         assert_eq!(v["uptime"], 0);
         assert_eq!(v["mem"], 0);
         assert!(v.get("pid").is_none());
@@ -173,7 +176,15 @@ mod tests {
         assert_eq!(v["name"], "web-1");
         assert_eq!(v["tags"], "prod");
         // Route-specific keys stay out unless a route sets them.
-        for k in ["qmpstatus", "ha", "id", "type", "node", "maxcpu", "template"] {
+        for k in [
+            "qmpstatus",
+            "ha",
+            "id",
+            "type",
+            "node",
+            "maxcpu",
+            "template",
+        ] {
             assert!(v.get(k).is_none(), "{k} should be absent: {v}");
         }
     }
