@@ -56,14 +56,17 @@ pub struct DiskPlan {
     pub cloudinit: bool,
 }
 
-static DISK_KEY: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"^(?:scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])|sata[0-5]|ide[0-3]|efidisk0|tpmstate0)$").ok()
-});
 static NEW_DISK: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"^(?:([^/:\s]+):)?(\d+(?:\.\d+)?)$").ok());
 
+/// `scsi0`–`scsi30`, `virtio0`–`virtio15`, `sata0`–`sata5`, `ide0`–`ide3`, `efidisk0`, `tpmstate0`.
 pub fn is_disk_key(k: &str) -> bool {
-    DISK_KEY.as_ref().is_some_and(|r| r.is_match(k))
+    indexed(k, "scsi", 30)
+        || indexed(k, "virtio", 15)
+        || indexed(k, "sata", 5)
+        || indexed(k, "ide", 3)
+        || k == "efidisk0"
+        || k == "tpmstate0"
 }
 
 fn indexed(k: &str, prefix: &str, max: u32) -> bool {
@@ -101,6 +104,25 @@ pub fn split_props(s: &str, default_key: &str) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// One property of a property string, as `prop(&split_props(s, default_key), key)` finds it,
+/// without building the list: the status routes read a few properties of every VM.
+pub fn find_prop<'a>(s: &'a str, default_key: &str, key: &str) -> Option<&'a str> {
+    for (i, part) in s.split(',').enumerate() {
+        if part.is_empty() {
+            continue;
+        }
+        let (k, v) = match part.split_once('=') {
+            Some((k, v)) => (k.trim(), v),
+            None if i == 0 => (default_key, part),
+            None => (part.trim(), "1"),
+        };
+        if k == key {
+            return Some(v);
+        }
+    }
+    None
 }
 
 pub fn prop<'a>(props: &'a [(String, String)], k: &str) -> Option<&'a str> {
@@ -247,8 +269,8 @@ const NUMERIC_KEYS: &[&str] = &[
 impl Vm {
     pub fn is_agent_enabled(&self) -> bool {
         self.config.get("agent").is_some_and(|a| {
-            let p = split_props(a, "enabled");
-            prop(&p, "enabled").is_some_and(|v| matches!(v, "1" | "on" | "yes" | "true"))
+            find_prop(a, "enabled", "enabled")
+                .is_some_and(|v| matches!(v, "1" | "on" | "yes" | "true"))
         })
     }
 
@@ -256,8 +278,7 @@ impl Vm {
         self.config
             .get("memory")
             .map(|m| {
-                let p = split_props(m, "current");
-                prop(&p, "current")
+                find_prop(m, "current", "current")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(512)
             })
@@ -321,8 +342,26 @@ impl Vm {
             .collect()
     }
 
+    /// The sum of the disks' sizes — `disks()` without building its list.
     pub fn maxdisk(&self) -> u64 {
-        self.disks().iter().fold(0u64, |a, d| a.saturating_add(d.2))
+        self.config
+            .iter()
+            .filter(|(k, _)| is_disk_key(k))
+            .filter_map(|(_, v)| {
+                let file = find_prop(v, "file", "file")?;
+                if find_prop(v, "file", "media") == Some("cdrom")
+                    || file == "none"
+                    || file == "cdrom"
+                {
+                    return None;
+                }
+                Some(
+                    find_prop(v, "file", "size")
+                        .and_then(crate::storage::model::parse_size)
+                        .unwrap_or(0),
+                )
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The config file text (what `digest` is computed over), `[PENDING]` section included.
@@ -479,6 +518,23 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn disk_keys_are_pves_list(k in "(scsi|virtio|sata|ide|efidisk|tpmstate|net)[0-9]{0,3}") {
+            let re = Regex::new(
+                r"^(?:scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])|sata[0-5]|ide[0-3]|efidisk0|tpmstate0)$",
+            );
+            prop_assert_eq!(is_disk_key(&k), re.is_ok_and(|r| r.is_match(&k)));
+        }
+
+        #[test]
+        fn find_prop_agrees_with_split_props(
+            s in "([a-z]{0,3}(=[a-z0-9:]{0,4})?,?){0,5}",
+            key in "(file|size|media|a|b)",
+        ) {
+            let listed = split_props(&s, "file");
+            prop_assert_eq!(find_prop(&s, "file", &key), prop(&listed, &key));
+        }
+
         #[test]
         fn property_strings_never_panic(s in "\\PC{0,60}") {
             let _ = split_props(&s, "file");
