@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use axum::Router;
 use axum::routing::any;
+// API clients wait for each answer before the next request: Nagle's algorithm only adds delay.
+use axum_server::accept::NoDelayAcceptor;
 
 use crate::clock::ClockMode;
 use crate::control::ControlClient;
@@ -117,6 +119,7 @@ impl Builder {
                     axum_server::tls_rustls::RustlsConfig::from_config(tls::server_config(&cert)?);
                 let server = axum_server::from_tcp_rustls(listener, cfg)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
+                    .map(|tls| tls.acceptor(NoDelayAcceptor::new()))
                     .handle(handle.clone());
                 tokio::spawn(async move {
                     if let Err(e) = server.serve(svc).await {
@@ -126,6 +129,7 @@ impl Builder {
             } else {
                 let server = axum_server::from_tcp(listener)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
+                    .acceptor(NoDelayAcceptor::new())
                     .handle(handle.clone());
                 tokio::spawn(async move {
                     if let Err(e) = server.serve(svc).await {
