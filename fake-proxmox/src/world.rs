@@ -12,7 +12,7 @@ use crate::access::model::Access;
 use crate::qemu::model::Vm;
 use crate::scenario::{RemoteFileSpec, Scenario, SiteSpec};
 use crate::storage::model::Storage;
-use crate::tasks::model::Task;
+use crate::tasks::store::TaskStore;
 use crate::version::PveVersion;
 
 #[derive(Clone, Debug)]
@@ -114,9 +114,7 @@ pub struct Site {
     pub access: Access,
     pub nodes: BTreeMap<String, Node>,
     pub vms: BTreeMap<u32, Vm>,
-    pub tasks: Vec<Task>,
-    /// Earliest end time of a running task (`INFINITY` when none): lets `tick` skip the scan.
-    pub next_due: f64,
+    pub tasks: TaskStore,
     pub rng: ChaCha8Rng,
 }
 
@@ -173,40 +171,16 @@ impl Site {
             access: Access::from_spec(spec, key),
             nodes,
             vms: BTreeMap::new(),
-            tasks: Vec::new(),
-            next_due: f64::INFINITY,
+            tasks: TaskStore::default(),
             rng,
         }
     }
 
     /// Finish every task whose time has come, in order of completion.
     pub fn tick(&mut self, now: f64) {
-        if now < self.next_due {
-            return;
+        while let Some(seq) = self.tasks.first_due(now) {
+            self.complete_task(seq);
         }
-        loop {
-            let next = self
-                .tasks
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.exitstatus.is_none() && t.end <= now)
-                .min_by(|a, b| a.1.end.total_cmp(&b.1.end))
-                .map(|(i, _)| i);
-            match next {
-                Some(i) => self.complete_task(i),
-                None => break,
-            }
-        }
-        self.recompute_next_due();
-    }
-
-    pub fn recompute_next_due(&mut self) {
-        self.next_due = self
-            .tasks
-            .iter()
-            .filter(|t| t.exitstatus.is_none())
-            .map(|t| t.end)
-            .fold(f64::INFINITY, f64::min);
     }
 
     /// A random MAC with Proxmox's OUI `BC:24:11`.

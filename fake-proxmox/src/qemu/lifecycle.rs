@@ -331,19 +331,21 @@ impl Site {
         {
             let thick = sto.kind.is_thick();
             let avail = sto.avail();
-            if let Some(v) = sto.volumes.get_mut(vol) {
-                if thick {
-                    let extra = new_size.saturating_sub(v.size);
-                    if extra > avail {
-                        return Err(format!(
-                            "lvextend 'pve/{vol}' error:   Insufficient free space: {} extents needed, but only {} available",
-                            extra.div_ceil(4 << 20),
-                            avail / (4 << 20)
-                        ));
-                    }
-                    v.used = new_size;
+            if let Some(v) = sto.volumes.get(vol) {
+                let extra = new_size.saturating_sub(v.size);
+                if thick && extra > avail {
+                    return Err(format!(
+                        "lvextend 'pve/{vol}' error:   Insufficient free space: {} extents needed, but only {} available",
+                        extra.div_ceil(4 << 20),
+                        avail / (4 << 20)
+                    ));
                 }
-                v.size = new_size;
+                sto.volumes.update(vol, |v| {
+                    if thick {
+                        v.used = new_size;
+                    }
+                    v.size = new_size;
+                });
             }
         }
         let opts: Vec<(String, String)> = props.into_iter().filter(|(k, _)| k != "file").collect();

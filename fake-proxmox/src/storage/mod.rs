@@ -10,3 +10,4 @@
 pub mod model;
 pub mod routes;
 pub mod volid;
+pub mod volumes;

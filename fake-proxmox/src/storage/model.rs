@@ -1,6 +1,7 @@
 //! Storage state and rules: plugin types, content types, formats, capacity accounting.
 
-use std::collections::{BTreeMap, BTreeSet};
+use super::volumes::Volumes;
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -145,14 +146,14 @@ pub struct Storage {
     pub enabled: bool,
     /// Control-plane override: the storage reports no free space.
     pub full: bool,
-    pub volumes: BTreeMap<String, Volume>,
+    pub volumes: Volumes,
 }
 
 const MIB: u64 = 1024 * 1024;
 
 impl Storage {
     pub fn from_spec(s: &StorageSpec, now: u64) -> Storage {
-        let mut volumes = BTreeMap::new();
+        let mut volumes = Volumes::default();
         for v in &s.volumes {
             if let Some((vtype, vmid, format)) = super::volid::parse_volname(s.kind, &v.volname) {
                 volumes.insert(
@@ -191,10 +192,7 @@ impl Storage {
         if self.full {
             return self.total;
         }
-        self.volumes
-            .values()
-            .fold(0u64, |a, v| a.saturating_add(v.used))
-            .min(self.total)
+        self.volumes.used().min(self.total)
     }
 
     pub fn avail(&self) -> u64 {
@@ -335,7 +333,7 @@ impl Storage {
         let avail = self.avail();
         let full = self.full;
         let kind = self.kind;
-        let Some(v) = self.volumes.get_mut(volname) else {
+        let Some(v) = self.volumes.get(volname) else {
             return Err(format!("volume '{volname}' does not exist"));
         };
         let extra = if kind.is_thick() {
@@ -349,7 +347,9 @@ impl Storage {
                 "qemu-img: error while writing at byte {at}: No space left on device"
             ));
         }
-        v.used = v.used.max(if kind.is_thick() { v.used } else { bytes });
+        self.volumes.update(volname, |v| {
+            v.used = v.used.max(if kind.is_thick() { v.used } else { bytes });
+        });
         Ok(())
     }
 
@@ -419,7 +419,7 @@ mod tests {
             shared: false,
             enabled: true,
             full: false,
-            volumes: BTreeMap::new(),
+            volumes: Volumes::default(),
         }
     }
 

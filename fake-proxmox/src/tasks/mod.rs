@@ -8,4 +8,5 @@
 
 pub mod model;
 pub mod routes;
+pub mod store;
 pub mod upid;

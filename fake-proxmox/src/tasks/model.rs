@@ -307,7 +307,6 @@ impl Site {
             })
             .collect();
         let end = now + plan.duration.max(0.05);
-        self.next_due = self.next_due.min(end);
         self.tasks.push(Task {
             upid: upid.clone(),
             node: plan.node,
@@ -326,17 +325,11 @@ impl Site {
             exitstatus: None,
             endtime: None,
         });
-        // Keep memory bounded: forget the oldest finished tasks past 10k.
-        if self.tasks.len() > 10_000
-            && let Some(i) = self.tasks.iter().position(|t| !t.running())
-        {
-            self.tasks.remove(i);
-        }
         upid
     }
 
-    pub(crate) fn complete_task(&mut self, i: usize) {
-        let Some(task) = self.tasks.get(i) else {
+    pub(crate) fn complete_task(&mut self, seq: u64) {
+        let Some(task) = self.tasks.by_seq(seq) else {
             return;
         };
         let work = task.work.clone();
@@ -351,45 +344,48 @@ impl Site {
             }
             None => self.apply_work(&node, &user, &work, end),
         };
-        let Some(task) = self.tasks.get_mut(i) else {
-            return;
-        };
         let (lines, status) = match result {
             Ok(lines) => (lines, "OK".to_string()),
             Err(e) => (Vec::new(), e),
         };
-        task.tail.extend(lines);
-        if status == "OK" {
-            task.tail.push("TASK OK".into());
-        } else {
-            task.tail.push(format!("TASK ERROR: {status}"));
-        }
-        // exitstatus is the error text with newlines turned into spaces.
-        task.exitstatus = Some(status.trim_end().replace('\n', " "));
-        task.endtime = Some(end as u64);
+        self.tasks.update(seq, |task| {
+            task.tail.extend(lines);
+            if status == "OK" {
+                task.tail.push("TASK OK".into());
+            } else {
+                task.tail.push(format!("TASK ERROR: {status}"));
+            }
+            // exitstatus is the error text with newlines turned into spaces.
+            task.exitstatus = Some(status.trim_end().replace('\n', " "));
+            task.endtime = Some(end as u64);
+        });
     }
 
     pub fn task(&self, upid: &str) -> Option<&Task> {
-        self.tasks.iter().find(|t| t.upid == upid)
+        self.tasks.get(upid)
     }
 
     /// Stop a running task (`DELETE /nodes/{node}/tasks/{upid}`).
     pub fn kill_task(&mut self, upid: &str, now: f64) -> bool {
-        let Some(i) = self.tasks.iter().position(|t| t.upid == upid) else {
+        let Some((seq, task)) = self
+            .tasks
+            .seq_of(upid)
+            .and_then(|seq| Some((seq, self.tasks.by_seq(seq)?)))
+        else {
             return false;
         };
-        if !self.tasks[i].running() {
+        if !task.running() {
             return true;
         }
-        let work = self.tasks[i].work.clone();
+        let work = task.work.clone();
         self.rollback_work(&work);
-        let t = &mut self.tasks[i];
-        t.timeline.retain(|(at, _)| *at <= now);
-        t.end = now;
-        t.tail.push("TASK ERROR: interrupted by signal".into());
-        t.exitstatus = Some("interrupted by signal".into());
-        t.endtime = Some(now as u64);
-        self.recompute_next_due();
+        self.tasks.update(seq, |t| {
+            t.timeline.retain(|(at, _)| *at <= now);
+            t.end = now;
+            t.tail.push("TASK ERROR: interrupted by signal".into());
+            t.exitstatus = Some("interrupted by signal".into());
+            t.endtime = Some(now as u64);
+        });
         true
     }
 }
