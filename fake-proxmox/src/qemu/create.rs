@@ -167,6 +167,7 @@ impl Site {
                 agent_ready_at: None,
                 leases: Default::default(),
                 pending: Pending::default(),
+                cloudinit: Default::default(),
             },
         );
         let start_after = p.flag("start");

@@ -98,6 +98,7 @@ impl Site {
                 agent_ready_at: None,
                 leases: Default::default(),
                 pending: Default::default(),
+                cloudinit: Default::default(),
             },
         );
         let mut plan = TaskPlan::new(

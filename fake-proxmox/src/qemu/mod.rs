@@ -9,14 +9,16 @@
 //!
 //! # Deviations from real PVE
 //! - Hot-plug never fails: where PVE reports a `hotplug problem` (changing a drive's media
-//!   type, QMP errors) the value simply stays pending. No `[special:cloudinit]` section, so no
-//!   `GET …/cloudinit`; no boot-order bookkeeping when drives come and go.
+//!   type, QMP errors) the value simply stays pending. No boot-order bookkeeping when drives
+//!   come and go. The cloud-init image is not built: `…/cloudinit/dump` renders what it
+//!   would hold.
 //! - No snapshots, migration, backup/restore (`archive`), firewall, consoles or templates'
 //!   linked clones; those routes answer 501 like any route the fake does not implement.
 //! - Guest memory is only checked against the node's total at start (no overcommit model).
 //! - Absolute paths as `import-from` sources are accepted only from `root@pam` with a ticket
 //!   (as PVE) and then fail: the simulated node has no filesystem.
 
+pub mod cloudinit;
 pub mod create;
 pub mod disks;
 pub mod hotplug;

@@ -37,6 +37,8 @@ pub struct Vm {
     pub leases: BTreeMap<String, Ipv4Addr>,
     /// The config file's `[PENDING]` section (see `pending`).
     pub pending: Pending,
+    /// The config file's `[special:cloudinit]` section (see `cloudinit`).
+    pub cloudinit: super::cloudinit::Section,
 }
 
 /// A disk to allocate (or import) inside a task.
@@ -376,6 +378,12 @@ impl Vm {
         if !self.pending.is_empty() {
             s.push_str("\n[PENDING]\n");
             for (k, v) in self.pending.lines() {
+                s.push_str(&format!("{k}: {v}\n"));
+            }
+        }
+        if !self.cloudinit.is_empty() {
+            s.push_str("\n[special:cloudinit]\n");
+            for (k, v) in &self.cloudinit {
                 s.push_str(&format!("{k}: {v}\n"));
             }
         }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::cloudinit::record_change;
 use super::hotplug::{Features, Live, delete_live, is_fast_plug, set_live};
 use crate::qemu::model::{Power, Vm, is_disk_key, is_unused_key, prop, split_props, typed_value};
 use crate::storage::volid::parse_volid;
@@ -164,6 +165,8 @@ impl Site {
         };
         if cloudinit {
             free.push(volid);
+            // Without its drive the image is gone, and what it was built from with it.
+            vm.cloudinit.clear();
             return;
         }
         let config = &mut vm.config;
@@ -309,6 +312,8 @@ impl Site {
             .collect();
         for k in fast {
             if let Some(v) = vm.pending.set.remove(&k) {
+                let old = vm.config.get(&k).cloned();
+                record_change(&mut vm.cloudinit, &k, old.as_deref(), Some(&v));
                 vm.config.insert(k, v);
             }
         }
@@ -317,7 +322,9 @@ impl Site {
             if !selection.contains(&key) || !delete_live(&vm.config, &features, &key) {
                 continue;
             }
-            if let Some(old) = vm.config.remove(&key)
+            let old = vm.config.remove(&key);
+            record_change(&mut vm.cloudinit, &key, old.as_deref(), None);
+            if let Some(old) = old
                 && is_disk_key(&key)
             {
                 self.drop_drive(&mut vm, &old, force, &mut free);
@@ -337,6 +344,8 @@ impl Site {
                     }
                 }
             }
+            let old = vm.config.get(&key).cloned();
+            record_change(&mut vm.cloudinit, &key, old.as_deref(), Some(&value));
             vm.config.insert(key.clone(), value);
             vm.pending.set.remove(&key);
         }
@@ -365,6 +374,7 @@ mod tests {
             agent_ready_at: None,
             leases: Default::default(),
             pending: Pending::default(),
+            cloudinit: Default::default(),
         }
     }
 
@@ -409,7 +419,28 @@ mod tests {
         assert_eq!(v.config["name"], "b");
         assert_eq!(v.pending.set["memory"], "4096");
         assert_eq!(v.effective_config()["memory"], "4096");
-        assert!(v.conf_text().ends_with("\n[PENDING]\nmemory: 4096\n"));
+        // The rename went live, so the cloud-init image (hostname) no longer matches it.
+        assert!(
+            v.conf_text()
+                .ends_with("\n[PENDING]\nmemory: 4096\n\n[special:cloudinit]\nname: a\n"),
+            "{}",
+            v.conf_text()
+        );
+    }
+
+    #[test]
+    fn live_cloud_init_changes_are_recorded_until_the_next_start() {
+        let mut s = site_with(vm(Power::Running, &[("ciuser", "a")]));
+        s.change_config(100, &sets(&[("ciuser", "b"), ("ipconfig0", "ip=dhcp")]));
+        let v = &s.vms[&100];
+        assert_eq!(v.cloudinit["ciuser"], "a");
+        assert_eq!(v.cloudinit["added"], "ipconfig0");
+        let mut stopped = site_with(vm(Power::Stopped, &[("ciuser", "a")]));
+        stopped.change_config(100, &sets(&[("ciuser", "b")]));
+        assert!(
+            stopped.vms[&100].cloudinit.is_empty(),
+            "a stopped VM builds its image at start: nothing to record"
+        );
     }
 
     #[test]

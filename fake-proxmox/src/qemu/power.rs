@@ -141,6 +141,10 @@ impl Site {
     pub fn finish_start(&mut self, node: &str, vmid: u32, now: f64) -> Result<Vec<String>, String> {
         if self.start_precheck(node, vmid).is_ok() {
             self.apply_pending(vmid);
+            // The cloud-init image is regenerated before QEMU starts.
+            if let Some(vm) = self.vms.get_mut(&vmid) {
+                vm.cloudinit.clear();
+            }
         }
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);

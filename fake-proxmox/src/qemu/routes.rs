@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use crate::qemu::cloudinit;
 use crate::qemu::model::{Power, Vm};
 use crate::qemu::status::{HaStatus, VmStatus};
 use crate::router::{Ctx, Route, route};
@@ -17,6 +18,13 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/nodes/{node}/qemu/{vmid}/config", config_post),
         route("PUT", "/nodes/{node}/qemu/{vmid}/config", config_put),
         route("GET", "/nodes/{node}/qemu/{vmid}/pending", pending),
+        route("GET", "/nodes/{node}/qemu/{vmid}/cloudinit", cloudinit_get),
+        route("PUT", "/nodes/{node}/qemu/{vmid}/cloudinit", cloudinit_put),
+        route(
+            "GET",
+            "/nodes/{node}/qemu/{vmid}/cloudinit/dump",
+            cloudinit_dump,
+        ),
         route("GET", "/nodes/{node}/qemu/{vmid}/status", status_index),
         route(
             "GET",
@@ -177,6 +185,37 @@ fn pending(c: &mut Ctx) -> Result<Reply, PveError> {
     let v = vm(c)?;
     c.require(&format!("/vms/{id}"), "VM.Audit")?;
     Ok(Reply::data(v.pending_json(c.site.version)))
+}
+
+fn cloudinit_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    let id = vmid(c)?;
+    let v = vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    Ok(Reply::data(cloudinit::pending_list(v)))
+}
+
+fn cloudinit_put(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Config.Cloudinit")?;
+    c.site.regenerate_cloudinit(&node, id)?;
+    Ok(Reply::null())
+}
+
+fn cloudinit_dump(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let v = vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    // The schema's enum has already refused anything else.
+    let ty = c.p.req_str("type")?;
+    let what = cloudinit::DumpType::parse(&ty).ok_or_else(|| {
+        PveError::param(
+            "type",
+            format!("value '{ty}' does not have a value in the enumeration 'user, network, meta'"),
+        )
+    })?;
+    let text = cloudinit::dump(v, what, &c.site.host_dns(&node));
+    Ok(Reply::data(json!(text)))
 }
 
 fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -152,6 +152,7 @@ mod tests {
             agent_ready_at: None,
             leases: BTreeMap::new(),
             pending: Pending::default(),
+            cloudinit: Default::default(),
         }
     }
 

@@ -6,6 +6,7 @@ mod common;
 
 mod agent;
 mod auth;
+mod cloudinit;
 mod control;
 mod pending;
 mod storage;
