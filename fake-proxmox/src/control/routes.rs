@@ -3,6 +3,7 @@
 // Errors are ready-made responses; their size does not matter on this cold path.
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
@@ -403,6 +404,9 @@ async fn state(State(ctx): State<SiteCtx>) -> Res {
                     "power": v.power,
                     "lock": v.lock,
                     "config": v.config,
+                    // The config file's other sections, as PVE writes them.
+                    "pending": v.pending.lines().into_iter().collect::<BTreeMap<_, _>>(),
+                    "cloudinit": v.cloudinit,
                     "agent_ready": v.agent_ready_at.is_some_and(|t| t <= now),
                     "leases": v.leases,
                 })).collect::<Vec<_>>(),

@@ -97,6 +97,17 @@ async fn memory_change_on_a_running_vm_waits_in_pending_and_name_applies_at_once
     assert_eq!(cur["digest"], with_pending["digest"]);
     assert_ne!(cur["digest"], before);
     assert_eq!(pending_item(&api, "digest").await["value"], cur["digest"]);
+    // The control API shows the config file's other sections too.
+    let state = f.ctl("site-1").state().await.unwrap();
+    let vm = state["sites"][0]["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vmid"] == 170)
+        .unwrap()
+        .clone();
+    assert_eq!(vm["pending"]["memory"], "4096", "{vm}");
+    assert_eq!(vm["cloudinit"]["name"], "web-1", "{vm}");
     // The running VM still has its old memory.
     let status = api.get(&format!("{VM}/status/current")).await;
     assert_eq!(status.data()["maxmem"], 2048u64 << 20);
