@@ -52,17 +52,12 @@ const SECRET_KEYS: &[&str] = &[
     "CSRFPreventionToken",
 ];
 
-pub fn redact(params: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    params
-        .iter()
-        .map(|(k, v)| {
-            if SECRET_KEYS.contains(&k.as_str()) {
-                (k.clone(), "<redacted>".to_string())
-            } else {
-                (k.clone(), v.clone())
-            }
-        })
-        .collect()
+pub fn redact(params: &mut BTreeMap<String, String>) {
+    for (k, v) in params.iter_mut() {
+        if SECRET_KEYS.contains(&k.as_str()) {
+            *v = "<redacted>".to_string();
+        }
+    }
 }
 
 /// Bounded so a long benchmark or rehearsal cannot grow the process without limit.
@@ -78,7 +73,7 @@ impl Journal {
     pub fn record(&mut self, mut e: JournalEntry) {
         self.next_seq += 1;
         e.seq = self.next_seq;
-        e.params = redact(&e.params);
+        redact(&mut e.params);
         if self.entries.len() >= MAX_ENTRIES {
             self.entries.pop_front();
         }

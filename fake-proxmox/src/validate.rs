@@ -16,21 +16,17 @@ pub fn validate(
     version: PveVersion,
     method: &str,
     template: &str,
-    raw: &BTreeMap<String, RawParam>,
+    raw: BTreeMap<String, RawParam>,
 ) -> Result<Params, PveError> {
-    let mut input = BTreeMap::new();
-    for (k, v) in raw {
-        match v {
-            RawParam::Text(s) => {
-                input.insert(k.clone(), RawValue::Text(s.clone()));
-            }
-            RawParam::Json(j) => {
-                input.insert(k.clone(), RawValue::Json(j.clone()));
-            }
+    let input: BTreeMap<String, RawValue> = raw
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            RawParam::Text(s) => Some((k, RawValue::Text(s))),
+            RawParam::Json(j) => Some((k, RawValue::Json(j))),
             // `?key` without a value: Perl sees undef, i.e. the parameter is absent.
-            RawParam::Null => {}
-        }
-    }
+            RawParam::Null => None,
+        })
+        .collect();
     ApiSchema::get(version)
         .validate(method, template, &input)
         .map(Params)

@@ -356,14 +356,20 @@ impl Access {
     pub fn has(&self, who: &Identity, path: &str, privilege: &str) -> bool {
         // root@pam holds everything; skip the ACL walk on this hot path (listings check
         // one privilege per VM and storage).
-        let privsep = who
-            .tokenid
-            .as_ref()
-            .is_some_and(|t| self.tokens.get(t).is_some_and(|t| t.privsep));
-        if who.userid == "root@pam" && !privsep {
+        if self.holds_everything(who) {
             return ALL_PRIVS.contains(&privilege);
         }
         self.privs(who, path).contains(privilege)
+    }
+
+    /// `root@pam`, or one of its tokens without privilege separation: every privilege on
+    /// every path, so listings need not check each entry.
+    pub fn holds_everything(&self, who: &Identity) -> bool {
+        who.userid == "root@pam"
+            && !who
+                .tokenid
+                .as_ref()
+                .is_some_and(|t| self.tokens.get(t).is_some_and(|t| t.privsep))
     }
 
     /// Paths a permissions listing covers: the root, the usual top levels and every ACL path.

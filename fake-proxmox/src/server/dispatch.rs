@@ -37,8 +37,11 @@ fn extract(header: &str, name: &str, after_semicolon: bool) -> Option<String> {
         let rest = &header[at + name.len()..];
         if starts_ok && (rest.starts_with('=') || rest.starts_with(' ')) {
             let v = rest[1..].split(';').next().unwrap_or("");
-            let decoded: Vec<u8> = percent_encoding::percent_decode_str(v).collect();
-            return Some(String::from_utf8_lossy(&decoded).into_owned());
+            return Some(
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            );
         }
         from = at + 1;
     }
@@ -136,10 +139,9 @@ fn site_version(inner: &Inner, site: &str) -> crate::version::PveVersion {
 pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();
-    let full_path = {
-        let bytes: Vec<u8> = percent_encoding::percent_decode_str(parts.uri.path()).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
+    let full_path = percent_encoding::percent_decode_str(parts.uri.path())
+        .decode_utf8_lossy()
+        .into_owned();
     let mut rec = Record {
         path: full_path.clone(),
         params: BTreeMap::new(),
@@ -462,7 +464,7 @@ fn prepare(
     let node = caps.get("node").cloned();
     rec.node = node.clone();
     // Validate (needs the typed check before node resolution: PVE validates first).
-    let params = crate::validate::validate(version, method, route.template, &raw)?;
+    let params = crate::validate::validate(version, method, route.template, raw)?;
     if let Some(n) = &node {
         match site.nodes.get(n) {
             None => {
