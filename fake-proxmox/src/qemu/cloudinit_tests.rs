@@ -20,6 +20,7 @@ fn vm(pairs: &[(&str, &str)]) -> Vm {
         leases: BTreeMap::new(),
         pending: Pending::default(),
         cloudinit: Section::new(),
+        snapshots: Default::default(),
     }
 }
 

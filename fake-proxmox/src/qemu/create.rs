@@ -168,6 +168,7 @@ impl Site {
                 leases: Default::default(),
                 pending: Pending::default(),
                 cloudinit: Default::default(),
+                snapshots: Default::default(),
             },
         );
         let start_after = p.flag("start");

@@ -26,6 +26,21 @@ impl Site {
             PveError::param("newid", "value must have a maximum value of 999999999")
         })?;
         let src = self.vm_on(node, vmid)?.clone();
+        // From a snapshot, the clone is made of the snapshot's config and disks.
+        let snapname = p.str("snapname");
+        let src = match &snapname {
+            Some(s) => {
+                let snap = src
+                    .snapshots
+                    .get(s)
+                    .ok_or_else(|| PveError::die(format!("snapshot '{s}' does not exist")))?;
+                Vm {
+                    config: snap.config.clone(),
+                    ..src
+                }
+            }
+            None => src,
+        };
         self.require(caller.who, &format!("/vms/{vmid}"), "VM.Clone")?;
         self.require(caller.who, &format!("/vms/{newid}"), "VM.Allocate")?;
         let full = p.bool("full").unwrap_or(!src.is_template());
@@ -66,7 +81,7 @@ impl Site {
         }
         let mut cfg = std::collections::BTreeMap::new();
         for (k, v) in &src.config {
-            if is_disk_key(k) || is_unused_key(k) || k == "template" {
+            if is_disk_key(k) || is_unused_key(k) || k == "template" || k == "parent" {
                 continue;
             }
             if is_net_key(k) {
@@ -99,6 +114,7 @@ impl Site {
                 leases: Default::default(),
                 pending: Default::default(),
                 cloudinit: Default::default(),
+                snapshots: Default::default(),
             },
         );
         let mut plan = TaskPlan::new(
@@ -143,25 +159,38 @@ impl Site {
             name: p.str("name"),
             target_storage,
             format: p.str("format"),
+            snapname,
         };
         Ok(self.start_task(plan, now))
     }
 
-    /// Complete a clone: copy every disk of the source onto the target storage.
+    /// Complete a clone: copy every disk of the source (or of its snapshot) onto the
+    /// target storage.
     pub fn finish_clone(
         &mut self,
         node: &str,
         src: u32,
         newid: u32,
-        target: Option<&str>,
-        format: Option<&str>,
+        opts: &CloneOptions<'_>,
         now: f64,
     ) -> Result<Vec<String>, String> {
-        let Some(source) = self.vms.get(&src).cloned() else {
+        let CloneOptions {
+            target,
+            format,
+            snapname,
+        } = *opts;
+        let Some(mut source) = self.vms.get(&src).cloned() else {
             return Err(format!(
                 "clone failed: Configuration file 'nodes/{node}/qemu-server/{src}.conf' does not exist"
             ));
         };
+        if let Some(s) = snapname {
+            let snap = source
+                .snapshots
+                .get(s)
+                .ok_or_else(|| format!("clone failed: snapshot '{s}' does not exist"))?;
+            source.config = snap.config.clone();
+        }
         let mut taken = BTreeSet::new();
         let mut plans = Vec::new();
         for (key, volid, size) in source.disks() {
@@ -433,10 +462,24 @@ impl Site {
         for volid in vm.referenced_volumes() {
             self.free_volume(&vm.node, &volid);
         }
+        // Snapshots' RAM states go with the VM (disks they reference are the VM's own).
+        for state in vm.snapshots.values().filter_map(|s| s.vmstate.as_deref()) {
+            self.free_volume(&vm.node, state);
+        }
         if unreferenced && let Some(n) = self.nodes.get_mut(&vm.node) {
             for s in n.storages.values_mut() {
                 s.volumes.retain(|_, v| v.vmid != Some(vmid));
             }
         }
     }
+}
+
+/// Where a clone's disks go and what it is taken from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CloneOptions<'a> {
+    /// Target storage (default: each disk's own).
+    pub target: Option<&'a str>,
+    pub format: Option<&'a str>,
+    /// Clone the snapshot of this name instead of the current state.
+    pub snapname: Option<&'a str>,
 }

@@ -12,8 +12,9 @@
 //!   type, QMP errors) the value simply stays pending. No boot-order bookkeeping when drives
 //!   come and go. The cloud-init image is not built: `…/cloudinit/dump` renders what it
 //!   would hold.
-//! - No snapshots, migration, backup/restore (`archive`), firewall, consoles or templates'
-//!   linked clones; those routes answer 501 like any route the fake does not implement.
+//! - No migration, backup/restore (`archive`), firewall, consoles or templates' linked
+//!   clones; those routes answer 501 like any route the fake does not implement. Snapshot
+//!   deviations are in `snapshot`.
 //! - Guest memory is only checked against the node's total at start (no overcommit model).
 //! - Absolute paths as `import-from` sources are accepted only from `root@pam` with a ticket
 //!   (as PVE) and then fail: the simulated node has no filesystem.
@@ -27,5 +28,6 @@ pub mod model;
 pub mod pending;
 pub mod power;
 pub mod routes;
+pub mod snapshot;
 pub mod status;
 pub mod work;

@@ -39,6 +39,8 @@ pub struct Vm {
     pub pending: Pending,
     /// The config file's `[special:cloudinit]` section (see `cloudinit`).
     pub cloudinit: super::cloudinit::Section,
+    /// The config file's snapshot sections by name (see `snapshot`).
+    pub snapshots: BTreeMap<String, super::snapshot::Snapshot>,
 }
 
 /// A disk to allocate (or import) inside a task.
@@ -384,6 +386,12 @@ impl Vm {
         if !self.cloudinit.is_empty() {
             s.push_str("\n[special:cloudinit]\n");
             for (k, v) in &self.cloudinit {
+                s.push_str(&format!("{k}: {v}\n"));
+            }
+        }
+        for (name, snap) in &self.snapshots {
+            s.push_str(&format!("\n[{name}]\n"));
+            for (k, v) in snap.lines() {
                 s.push_str(&format!("{k}: {v}\n"));
             }
         }

@@ -375,6 +375,7 @@ mod tests {
             leases: Default::default(),
             pending: Pending::default(),
             cloudinit: Default::default(),
+            snapshots: Default::default(),
         }
     }
 

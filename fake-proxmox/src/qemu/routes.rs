@@ -45,6 +45,37 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/nodes/{node}/qemu/{vmid}/clone", clone),
         route("PUT", "/nodes/{node}/qemu/{vmid}/resize", resize),
         route("POST", "/nodes/{node}/qemu/{vmid}/template", template),
+        route("GET", "/nodes/{node}/qemu/{vmid}/snapshot", snapshot_list),
+        route(
+            "POST",
+            "/nodes/{node}/qemu/{vmid}/snapshot",
+            snapshot_create,
+        ),
+        route(
+            "GET",
+            "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}",
+            snapshot_index,
+        ),
+        route(
+            "DELETE",
+            "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}",
+            snapshot_delete,
+        ),
+        route(
+            "POST",
+            "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
+            snapshot_rollback,
+        ),
+        route(
+            "GET",
+            "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config",
+            snapshot_config_get,
+        ),
+        route(
+            "PUT",
+            "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config",
+            snapshot_config_put,
+        ),
     ]
 }
 
@@ -216,6 +247,89 @@ fn cloudinit_dump(c: &mut Ctx) -> Result<Reply, PveError> {
     })?;
     let text = cloudinit::dump(v, what, &c.site.host_dns(&node));
     Ok(Reply::data(json!(text)))
+}
+
+fn snapshot_list(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    Ok(Reply::data(c.site.snapshot_list(&node, id)?))
+}
+
+fn snapshot_create(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Snapshot")?;
+    let name = c.p.req_str("snapname")?;
+    let user = c.who.task_user();
+    let (vmstate, description) = (c.p.flag("vmstate"), c.p.str("description"));
+    Ok(upid(c.site.start_snapshot(
+        &node,
+        id,
+        &name,
+        vmstate,
+        description,
+        &user,
+        c.now,
+    )?))
+}
+
+fn snapshot_index(c: &mut Ctx) -> Result<Reply, PveError> {
+    vm(c)?;
+    Ok(Reply::data(json!([{"cmd": "rollback"}, {"cmd": "config"}])))
+}
+
+fn snapshot_delete(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Snapshot")?;
+    let name = c.p.req_str("snapname")?;
+    let user = c.who.task_user();
+    Ok(upid(
+        c.site
+            .start_snapshot_delete(&node, id, &name, &user, c.now)?,
+    ))
+}
+
+fn snapshot_rollback(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require_any(
+        &format!("/vms/{id}"),
+        &["VM.Snapshot", "VM.Snapshot.Rollback"],
+    )?;
+    let name = c.p.req_str("snapname")?;
+    let user = c.who.task_user();
+    let start = c.p.flag("start");
+    Ok(upid(
+        c.site
+            .start_rollback(&node, id, &name, start, &user, c.now)?,
+    ))
+}
+
+fn snapshot_config_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require_any(
+        &format!("/vms/{id}"),
+        &["VM.Snapshot", "VM.Snapshot.Rollback", "VM.Audit"],
+    )?;
+    let name = c.p.req_str("snapname")?;
+    let version = c.site.version;
+    Ok(Reply::data(
+        c.site.snapshot(&node, id, &name)?.config_json(version),
+    ))
+}
+
+fn snapshot_config_put(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Snapshot")?;
+    let name = c.p.req_str("snapname")?;
+    let description = c.p.str("description");
+    c.site
+        .set_snapshot_description(&node, id, &name, description)?;
+    Ok(Reply::null())
 }
 
 fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {

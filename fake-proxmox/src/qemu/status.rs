@@ -153,6 +153,7 @@ mod tests {
             leases: BTreeMap::new(),
             pending: Pending::default(),
             cloudinit: Default::default(),
+            snapshots: Default::default(),
         }
     }
 

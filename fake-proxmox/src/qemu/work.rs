@@ -54,14 +54,18 @@ impl Site {
                 newid,
                 target_storage,
                 format,
+                snapname,
                 ..
             } => {
                 let r = self.finish_clone(
                     node,
                     *src,
                     *newid,
-                    target_storage.as_deref(),
-                    format.as_deref(),
+                    &super::lifecycle::CloneOptions {
+                        target: target_storage.as_deref(),
+                        format: format.as_deref(),
+                        snapname: snapname.as_deref(),
+                    },
                     now,
                 );
                 if r.is_err() {
@@ -96,6 +100,15 @@ impl Site {
                 }
                 Ok(Vec::new())
             }
+            Work::SnapshotCreate { vmid, snapname } => self.finish_snapshot(*vmid, snapname),
+            Work::SnapshotDelete { vmid, snapname } => {
+                self.finish_snapshot_delete(node, *vmid, snapname)
+            }
+            Work::SnapshotRollback {
+                vmid,
+                snapname,
+                start,
+            } => self.finish_rollback(node, *vmid, snapname, *start, now),
         }
     }
 
@@ -123,6 +136,9 @@ impl Site {
                     vm.lock = None;
                 }
             }
+            Work::SnapshotCreate { .. }
+            | Work::SnapshotDelete { .. }
+            | Work::SnapshotRollback { .. } => self.abort_snapshot_work(work),
             _ => {}
         }
     }

@@ -56,6 +56,7 @@ pub enum Work {
         name: Option<String>,
         target_storage: Option<String>,
         format: Option<String>,
+        snapname: Option<String>,
     },
     Resize {
         vmid: u32,
@@ -70,6 +71,19 @@ pub enum Work {
     DeleteVolume {
         storage: String,
         volname: String,
+    },
+    SnapshotCreate {
+        vmid: u32,
+        snapname: String,
+    },
+    SnapshotDelete {
+        vmid: u32,
+        snapname: String,
+    },
+    SnapshotRollback {
+        vmid: u32,
+        snapname: String,
+        start: bool,
     },
 }
 

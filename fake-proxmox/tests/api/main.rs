@@ -9,6 +9,7 @@ mod auth;
 mod cloudinit;
 mod control;
 mod pending;
+mod snapshot;
 mod storage;
 mod vms;
 mod wire;
