@@ -407,6 +407,7 @@ async fn state(State(ctx): State<SiteCtx>) -> Res {
                     // The config file's other sections, as PVE writes them.
                     "pending": v.pending.lines().into_iter().collect::<BTreeMap<_, _>>(),
                     "cloudinit": v.cloudinit,
+                    "snapshots": v.snapshots,
                     "agent_ready": v.agent_ready_at.is_some_and(|t| t <= now),
                     "leases": v.leases,
                 })).collect::<Vec<_>>(),

@@ -89,6 +89,18 @@ async fn snapshot_then_rollback_restores_the_config_and_keeps_new_disks_as_unuse
     assert_eq!(current["description"], "You are here!");
     assert_eq!(current["running"], 0);
     assert_eq!(config(&api).await["parent"], "before");
+    let state = f.ctl("site-1").state().await.unwrap();
+    let vm = state["sites"][0]["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vmid"] == 190)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        vm["snapshots"]["before"]["config"]["memory"], "2048",
+        "{vm}"
+    );
 
     let r = api
         .send("GET", &format!("{VM}/snapshot/before/config"), &[])
