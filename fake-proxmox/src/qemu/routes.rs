@@ -45,6 +45,8 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/nodes/{node}/qemu/{vmid}/clone", clone),
         route("PUT", "/nodes/{node}/qemu/{vmid}/resize", resize),
         route("POST", "/nodes/{node}/qemu/{vmid}/template", template),
+        route("GET", "/nodes/{node}/qemu/{vmid}/feature", feature),
+        route("PUT", "/nodes/{node}/qemu/{vmid}/unlink", unlink),
         route("GET", "/nodes/{node}/qemu/{vmid}/snapshot", snapshot_list),
         route(
             "POST",
@@ -247,6 +249,40 @@ fn cloudinit_dump(c: &mut Ctx) -> Result<Reply, PveError> {
     })?;
     let text = cloudinit::dump(v, what, &c.site.host_dns(&node));
     Ok(Reply::data(json!(text)))
+}
+
+fn feature(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    let name = c.p.req_str("feature")?;
+    // The schema's enum has already refused anything else.
+    let feature = crate::storage::features::Feature::parse(&name).ok_or_else(|| {
+        PveError::param(
+            "feature",
+            format!(
+                "value '{name}' does not have a value in the enumeration 'snapshot, clone, copy'"
+            ),
+        )
+    })?;
+    let snapname = c.p.str("snapname");
+    Ok(Reply::data(c.site.vm_feature(
+        &node,
+        id,
+        feature,
+        snapname.as_deref(),
+    )?))
+}
+
+/// `PUT …/unlink`: PVE runs it as a synchronous config update deleting `idlist`.
+fn unlink(c: &mut Ctx) -> Result<Reply, PveError> {
+    let id = vmid(c)?;
+    vm(c)?;
+    c.require(&format!("/vms/{id}"), "VM.Config.Disk")?;
+    if let Some(list) = c.p.0.remove("idlist") {
+        c.p.0.insert("delete".into(), list);
+    }
+    config_update(c, false)
 }
 
 fn snapshot_list(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::model::{Power, Vm, is_disk_key, is_unused_key, prop, split_props, typed_value};
+use crate::storage::features::{Feature, VolumeState, has_feature};
 use crate::storage::model::StorageType;
 use crate::storage::volid::parse_volid;
 use crate::tasks::model::{TaskPlan, Work};
@@ -112,34 +113,70 @@ impl Site {
         self.nodes.get(node)?.storages.get(sid)
     }
 
-    /// `has_feature('snapshot', …)` over the VM's volumes.
-    fn can_snapshot(&self, node: &str, config: &BTreeMap<String, String>) -> bool {
+    /// `has_feature` over the config's volumes (CD-ROMs skipped): every one must support
+    /// `feature` (on its snapshot when `of_snapshot`).
+    fn has_volume_feature(
+        &self,
+        node: &str,
+        config: &BTreeMap<String, String>,
+        feature: Feature,
+        of_snapshot: bool,
+    ) -> bool {
         volumes(config).iter().all(|(_, volid)| {
-            let Some(sto) = self.storage_of(node, volid) else {
+            let (Some(sto), Some((_, vol))) = (self.storage_of(node, volid), parse_volid(volid))
+            else {
                 return false;
             };
-            let format = parse_volid(volid)
-                .and_then(|(_, vol)| sto.volumes.get(vol))
-                .map_or_else(
-                    || {
-                        if volid.ends_with(".qcow2") {
-                            "qcow2"
-                        } else {
-                            "raw"
-                        }
-                        .to_string()
-                    },
-                    |v| v.format.clone(),
-                );
-            match sto.kind {
-                StorageType::LvmThin
-                | StorageType::Rbd
-                | StorageType::ZfsPool
-                | StorageType::Btrfs => true,
-                StorageType::Dir | StorageType::Nfs | StorageType::Cifs => format == "qcow2",
-                StorageType::Lvm | StorageType::CephFs => false,
-            }
+            let format = sto.volumes.get(vol).map_or_else(
+                || {
+                    if vol.ends_with(".qcow2") {
+                        "qcow2"
+                    } else {
+                        "raw"
+                    }
+                    .to_string()
+                },
+                |v| v.format.clone(),
+            );
+            has_feature(
+                sto.kind,
+                feature,
+                VolumeState::of(vol, of_snapshot),
+                &format,
+            )
         })
+    }
+
+    fn can_snapshot(&self, node: &str, config: &BTreeMap<String, String>) -> bool {
+        self.has_volume_feature(node, config, Feature::Snapshot, false)
+    }
+
+    /// `GET …/feature`: whether the VM (or its snapshot) supports `feature`, and the nodes
+    /// it could run on (`shared_nodes`: only this one once any volume is on local storage).
+    pub fn vm_feature(
+        &self,
+        node: &str,
+        vmid: u32,
+        feature: Feature,
+        snapname: Option<&str>,
+    ) -> Result<Value, PveError> {
+        let vm = self.vm_on(node, vmid)?;
+        let config = match snapname {
+            Some(s) => &self.snapshot(node, vmid, s)?.config,
+            None => &vm.config,
+        };
+        let has = self.has_volume_feature(node, config, feature, snapname.is_some());
+        let local = config
+            .iter()
+            .filter(|(k, _)| is_disk_key(k) || is_unused_key(k))
+            .filter_map(|(_, v)| prop(&split_props(v, "file"), "file").map(str::to_string))
+            .any(|volid| self.storage_of(node, &volid).is_some_and(|s| !s.shared));
+        let nodes: Vec<&String> = if local {
+            self.nodes.keys().filter(|n| n.as_str() == node).collect()
+        } else {
+            self.nodes.keys().collect()
+        };
+        Ok(json!({"hasFeature": u8::from(has), "nodes": nodes}))
     }
 
     /// The log lines a storage prints for one volume's snapshot `action`.

@@ -7,6 +7,7 @@
 //! - Nothing is stored on disk: volumes are records with a size.
 //! - Upload (multipart) is not implemented; `POST /_fake/.../volumes` places files instead.
 
+pub mod features;
 pub mod model;
 pub mod routes;
 pub mod volid;

@@ -333,3 +333,71 @@ async fn a_running_vm_is_locked_while_snapshotting_and_rollback_stops_it() {
     );
     assert_eq!(json!(list(&api).await.len()), json!(2));
 }
+
+#[tokio::test]
+async fn feature_answers_per_storage_and_unlink_detaches_or_frees_disks() {
+    let f = start().await;
+    let api = f.api("site-1");
+    let st = create_vm(
+        &f,
+        &api,
+        NODE,
+        &[
+            ("vmid", "190"),
+            ("scsi0", "local-lvm:1"),
+            ("scsi1", "local-lvm:1"),
+        ],
+    )
+    .await;
+    assert_eq!(st["exitstatus"], "OK");
+    let feature = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let r = api
+                .send("GET", &format!("{VM}/feature"), &[("feature", name)])
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.data().clone()
+        }
+    };
+    assert_eq!(
+        feature("snapshot").await,
+        json!({"hasFeature": 1, "nodes": ["ml110-01"]})
+    );
+    assert_eq!(feature("copy").await["hasFeature"], 1);
+    assert_eq!(
+        feature("clone").await["hasFeature"],
+        0,
+        "a linked clone needs a template's base image"
+    );
+
+    // unlink: detached to unusedN, then (as unusedN) freed; force frees at once.
+    let r = api
+        .send("PUT", &format!("{VM}/unlink"), &[("idlist", "scsi1")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json, json!({"data": null}));
+    let cfg = config(&api).await;
+    assert_eq!(cfg["unused0"], "local-lvm:vm-190-disk-1", "{cfg}");
+    let r = api
+        .send("PUT", &format!("{VM}/unlink"), &[("idlist", "unused0")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = api
+        .send(
+            "PUT",
+            &format!("{VM}/unlink"),
+            &[("idlist", "scsi0"), ("force", "1")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let cfg = config(&api).await;
+    assert!(
+        cfg.get("scsi0").is_none() && cfg.get("unused0").is_none(),
+        "{cfg}"
+    );
+    let content = api
+        .get(&format!("/nodes/{NODE}/storage/local-lvm/content"))
+        .await;
+    assert!(!content.body.contains("vm-190-disk"), "{}", content.body);
+}
