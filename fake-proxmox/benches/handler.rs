@@ -16,30 +16,12 @@ use axum::http::Request;
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 use tower::ServiceExt;
 
-const NODES: usize = 50;
-const VMS: u32 = 1000;
-const TOKEN: &str = "PVEAPIToken=root@pam!bench=0b6f3c1e-2f4d-4b7a-9c8e-1d2e3f4a5b6c";
+#[path = "common/site.rs"]
+mod site;
+use site::{FIRST_VMID, TOKEN, VMS, node_of, scenario_yaml};
 
 fn scenario() -> Result<Scenario> {
-    let mut y = String::from(
-        "seed: 1\nsites:\n  - name: bench\n    version: \"9.1\"\n    \
-         users:\n      - userid: root@pam\n        password: bench\n    tokens:\n      \
-         - tokenid: root@pam!bench\n        secret: 0b6f3c1e-2f4d-4b7a-9c8e-1d2e3f4a5b6c\n        \
-         privsep: false\n    nodes:\n",
-    );
-    for n in 1..=NODES {
-        y.push_str(&format!(
-            "      - name: node{n:02}\n        cores: 64\n        threads: 128\n        \
-             memory_bytes: 549755813888\n        bridges:\n          - name: vmbr0\n        \
-             storages:\n          - name: local-lvm\n            type: lvmthin\n            \
-             content: [images, rootdir]\n            total_bytes: 10995116277760\n"
-        ));
-    }
-    Ok(Scenario::from_yaml_str(&y)?)
-}
-
-fn node_of(vmid: u32) -> String {
-    format!("node{:02}", (vmid as usize % NODES) + 1)
+    Ok(Scenario::from_yaml_str(&scenario_yaml())?)
 }
 
 async fn call(app: &Router, method: &str, uri: &str, form: Option<String>) -> Result<Vec<u8>> {
@@ -102,7 +84,7 @@ fn main() -> Result<()> {
             .await?;
         let app = fake_proxmox::app(fake.shared().clone(), "bench");
         let mut upid = String::new();
-        for vmid in 100..100 + VMS {
+        for vmid in FIRST_VMID..FIRST_VMID + VMS {
             let form = format!(
                 "vmid={vmid}&name=vm{vmid}&memory=512&cores=1&scsi0=local-lvm%3A1&net0=virtio%2Cbridge%3Dvmbr0"
             );
@@ -112,12 +94,12 @@ fn main() -> Result<()> {
         }
         let enc: String =
             percent_encoding::utf8_percent_encode(&upid, percent_encoding::NON_ALPHANUMERIC).to_string();
-        let last = 100 + VMS - 1;
+        let last = FIRST_VMID + VMS - 1;
         per_request(
             "status_current_handler",
             iters,
             |i| {
-                let vmid = 100 + (i.wrapping_mul(7919) % VMS);
+                let vmid = FIRST_VMID + (i.wrapping_mul(7919) % VMS);
                 format!("/api2/json/nodes/{}/qemu/{vmid}/status/current", node_of(vmid))
             },
             &app,

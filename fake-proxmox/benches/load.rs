@@ -24,33 +24,9 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-const NODES: usize = 50;
-const VMS: u32 = 1000;
-const FIRST_VMID: u32 = 100;
-const TOKEN: &str = "PVEAPIToken=root@pam!bench=0b6f3c1e-2f4d-4b7a-9c8e-1d2e3f4a5b6c";
-
-fn scenario_yaml() -> String {
-    let mut y = String::from(
-        "seed: 1\nsites:\n  - name: bench\n    version: \"9.1\"\n    cluster_name: bench\n    \
-         users:\n      - userid: root@pam\n        password: bench\n    tokens:\n      \
-         - tokenid: root@pam!bench\n        secret: 0b6f3c1e-2f4d-4b7a-9c8e-1d2e3f4a5b6c\n        \
-         privsep: false\n    nodes:\n",
-    );
-    for n in 1..=NODES {
-        y.push_str(&format!(
-            "      - name: node{n:02}\n        cores: 64\n        threads: 128\n        \
-             memory_bytes: 549755813888\n        bridges:\n          - name: vmbr0\n        \
-             storages:\n          - name: local-lvm\n            type: lvmthin\n            \
-             content: [images, rootdir]\n            total_bytes: 10995116277760\n            \
-             speed_mib_s: 100000\n"
-        ));
-    }
-    y
-}
-
-fn node_of(vmid: u32) -> String {
-    format!("node{:02}", (vmid as usize % NODES) + 1)
-}
+#[path = "common/site.rs"]
+mod site;
+use site::{FIRST_VMID, TOKEN, VMS, node_of, scenario_yaml};
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}

@@ -21,20 +21,9 @@ use super::model::{Nic, Vm, is_ipconfig_key, is_net_key, prop, split_props};
 /// The `[special:cloudinit]` section: recorded old values by key, plus `added`.
 pub type Section = BTreeMap<String, String>;
 
-/// `$confdesc_cloudinit` without the `ipconfigN` keys.
-const CLOUDINIT_OPTIONS: &[&str] = &[
-    "cicustom",
-    "cipassword",
-    "citype",
-    "ciupgrade",
-    "ciuser",
-    "nameserver",
-    "searchdomain",
-    "sshkeys",
-];
-
-/// `$cloudinitoptions` of the API: the keys `GET …/cloudinit` reports values of.
-const REPORTED_OPTIONS: &[&str] = &[
+/// `$confdesc_cloudinit` without the `ipconfigN` keys; also the API's `$cloudinitoptions`,
+/// the keys `GET …/cloudinit` reports values of.
+pub const OPTIONS: &[&str] = &[
     "cicustom",
     "cipassword",
     "citype",
@@ -49,7 +38,7 @@ const MASK: &str = "**********";
 
 /// `cloudinit_pending_properties`: cloud-init options, `ipconfigN`, `name` and `netN`.
 pub fn is_recorded_key(key: &str) -> bool {
-    CLOUDINIT_OPTIONS.contains(&key) || key == "name" || is_ipconfig_key(key) || is_net_key(key)
+    OPTIONS.contains(&key) || key == "name" || is_ipconfig_key(key) || is_net_key(key)
 }
 
 /// Perl truthiness of a config value: unset, empty and `0` are false.
@@ -124,7 +113,7 @@ pub fn pending_list(vm: &Vm) -> Value {
     for key in split_list(&added) {
         out.push(json!({"key": key, "pending": conf.get(key)}));
     }
-    for opt in REPORTED_OPTIONS {
+    for opt in OPTIONS {
         let Some(current) = truthy(conf.get(*opt)) else {
             continue;
         };

@@ -9,8 +9,8 @@ use crate::qemu::model::{Nic, is_disk_key, is_ipconfig_key, is_net_key, prop, sp
 
 type Config = BTreeMap<String, String>;
 
-/// Options a running VM takes without touching QEMU (`$fast_plug_option` plus every
-/// cloud-init option: those only matter when the cloud-init drive is next generated).
+/// Options a running VM takes without touching QEMU (`$fast_plug_option`); every cloud-init
+/// option is one too: those only matter when the cloud-init drive is next generated.
 const FAST_PLUG: &[&str] = &[
     "description",
     "hookscript",
@@ -24,19 +24,10 @@ const FAST_PLUG: &[&str] = &[
     "startup",
     "tags",
     "vmstatestorage",
-    // $confdesc_cloudinit
-    "cicustom",
-    "cipassword",
-    "citype",
-    "ciupgrade",
-    "ciuser",
-    "nameserver",
-    "searchdomain",
-    "sshkeys",
 ];
 
 pub fn is_fast_plug(key: &str) -> bool {
-    FAST_PLUG.contains(&key) || is_ipconfig_key(key)
+    FAST_PLUG.contains(&key) || super::cloudinit::OPTIONS.contains(&key) || is_ipconfig_key(key)
 }
 
 fn is_usb_key(key: &str) -> bool {

@@ -301,10 +301,7 @@ impl Site {
             None
         };
         if let Some(e) = refused {
-            plan.work = Work::Noop;
-            plan.planned_error = Some(e);
-            plan.duration = 0.1;
-            return Ok(self.start_task(plan, now));
+            return Ok(self.fail_at_start(plan, e, now));
         }
         let mut snap = Snapshot {
             config: copied(&vm.config),
@@ -328,12 +325,7 @@ impl Site {
                     );
                     snap.vmstate = Some(volid);
                 }
-                Err(e) => {
-                    plan.work = Work::Noop;
-                    plan.planned_error = Some(e);
-                    plan.duration = 0.1;
-                    return Ok(self.start_task(plan, now));
-                }
+                Err(e) => return Ok(self.fail_at_start(plan, e, now)),
             }
         }
         for (key, volid) in volumes(&vm.config) {
@@ -434,10 +426,7 @@ impl Site {
             Some(_) => None,
         };
         if let Some(e) = refused {
-            plan.work = Work::Noop;
-            plan.planned_error = Some(e);
-            plan.duration = 0.1;
-            return Ok(self.start_task(plan, now));
+            return Ok(self.fail_at_start(plan, e, now));
         }
         let mut offset = 0.2;
         if let Some(s) = vm.snapshots.get(name) {
@@ -490,10 +479,7 @@ impl Site {
             }
         };
         if let Some(e) = refused {
-            plan.work = Work::Noop;
-            plan.planned_error = Some(e);
-            plan.duration = 0.1;
-            return Ok(self.start_task(plan, now));
+            return Ok(self.fail_at_start(plan, e, now));
         }
         let mut offset = 0.2;
         if let Some(s) = vm.snapshots.get(name) {
@@ -512,6 +498,15 @@ impl Site {
             v.lock = Some("rollback".into());
         }
         Ok(self.start_task(plan, now))
+    }
+
+    /// A task whose checks failed as it started: it ends at once with that error and
+    /// changes nothing.
+    fn fail_at_start(&mut self, mut plan: TaskPlan, error: String, now: f64) -> String {
+        plan.work = Work::Noop;
+        plan.planned_error = Some(error);
+        plan.duration = 0.1;
+        self.start_task(plan, now)
     }
 
     /// QEMU is gone: what `vm_stop` leaves behind.
