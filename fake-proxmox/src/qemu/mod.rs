@@ -25,6 +25,7 @@ pub mod disks;
 pub mod hotplug;
 pub mod lifecycle;
 pub mod model;
+pub mod move_disk;
 pub mod pending;
 pub mod power;
 pub mod routes;

@@ -47,6 +47,7 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/nodes/{node}/qemu/{vmid}/template", template),
         route("GET", "/nodes/{node}/qemu/{vmid}/feature", feature),
         route("PUT", "/nodes/{node}/qemu/{vmid}/unlink", unlink),
+        route("POST", "/nodes/{node}/qemu/{vmid}/move_disk", move_disk),
         route("GET", "/nodes/{node}/qemu/{vmid}/snapshot", snapshot_list),
         route(
             "POST",
@@ -272,6 +273,16 @@ fn feature(c: &mut Ctx) -> Result<Reply, PveError> {
         feature,
         snapname.as_deref(),
     )?))
+}
+
+fn move_disk(c: &mut Ctx) -> Result<Reply, PveError> {
+    let (node, id) = (c.node()?, vmid(c)?);
+    let (who, p) = (c.who.clone(), c.p.clone());
+    let caller = crate::qemu::create::Caller {
+        who: &who,
+        via_ticket: c.via_ticket,
+    };
+    Ok(upid(c.site.move_disk(&node, id, &caller, &p, c.now)?))
 }
 
 /// `PUT …/unlink`: PVE runs it as a synchronous config update deleting `idlist`.

@@ -100,6 +100,12 @@ impl Site {
                 }
                 Ok(Vec::new())
             }
+            Work::MoveDisk {
+                vmid,
+                plan,
+                old_volid,
+                delete,
+            } => self.finish_move_disk(node, *vmid, plan, old_volid, *delete, now),
             Work::SnapshotCreate { vmid, snapname } => self.finish_snapshot(*vmid, snapname),
             Work::SnapshotDelete { vmid, snapname } => {
                 self.finish_snapshot_delete(node, *vmid, snapname)

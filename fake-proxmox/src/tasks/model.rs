@@ -72,6 +72,12 @@ pub enum Work {
         storage: String,
         volname: String,
     },
+    MoveDisk {
+        vmid: u32,
+        plan: DiskPlan,
+        old_volid: String,
+        delete: bool,
+    },
     SnapshotCreate {
         vmid: u32,
         snapname: String,

@@ -1,0 +1,206 @@
+//! `POST …/move_disk`: copy a disk to another storage (or format) in a `qmmove` task; the
+//! old volume becomes `unusedN`, or is freed with `delete=1`.
+//!
+//! The checks and their texts follow qemu-server's `move_vm_disk` (made before the task is
+//! forked, so they answer 500). Deviations: a running VM's disk is copied like a stopped
+//! one's (PVE mirrors it with `drive-mirror`, with other log lines); moving a disk to
+//! another VM (`target-vmid`) is not implemented.
+
+use std::collections::BTreeSet;
+
+use super::create::Caller;
+use super::model::{DiskPlan, prop, split_props};
+use crate::storage::volid::parse_volid;
+use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
+use crate::wire::{Params, PveError};
+use crate::world::Site;
+
+impl Site {
+    pub fn move_disk(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        caller: &Caller,
+        p: &Params,
+        now: f64,
+    ) -> Result<String, PveError> {
+        let vm = self.vm_on(node, vmid)?.clone();
+        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
+        let target_vmid = p.int("target-vmid").filter(|t| *t != i64::from(vmid));
+        let storage = match (p.str("storage"), target_vmid) {
+            (Some(_), Some(_)) => {
+                return Err(PveError::die(
+                    "either set 'storage' or 'target-vmid', but not both",
+                ));
+            }
+            (None, None) => return Err(PveError::die("either set 'storage' or 'target-vmid'")),
+            (None, Some(_)) => {
+                return Err(PveError::die(
+                    "moving a disk to another VM is not implemented by fake-proxmox",
+                ));
+            }
+            (Some(s), None) => s,
+        };
+        let disk = p.req_str("disk")?;
+        let format = p.str("format");
+        let tsto = self.storage_on(node, &storage)?;
+        tsto.check_images()?;
+        self.require(
+            caller.who,
+            &format!("/storage/{storage}"),
+            "Datastore.AllocateSpace",
+        )?;
+
+        // `$load_and_check_move`.
+        if let Some(l) = &vm.lock {
+            return Err(PveError::die(format!("VM is locked ({l})")));
+        }
+        if let Some(d) = p.str("digest")
+            && d != vm.digest()
+        {
+            return Err(PveError::die(
+                "detected modified configuration - file changed by other user? Try again.",
+            ));
+        }
+        let value = vm
+            .config
+            .get(&disk)
+            .ok_or_else(|| PveError::die(format!("disk '{disk}' does not exist")))?;
+        let props = split_props(value, "file");
+        let old_volid = prop(&props, "file")
+            .filter(|f| !f.is_empty())
+            .ok_or_else(|| PveError::die(format!("disk '{disk}' has no associated volume")))?
+            .to_string();
+        if prop(&props, "media") == Some("cdrom") || old_volid == "cdrom" {
+            return Err(PveError::die("you can't move a cdrom"));
+        }
+        let (old_sid, old_vol) = parse_volid(&old_volid)
+            .ok_or_else(|| PveError::die(format!("unable to parse volume ID '{old_volid}'")))?;
+        let old_fmt = [".raw", ".qcow2", ".vmdk"]
+            .iter()
+            .find(|ext| old_vol.ends_with(*ext))
+            .map(|ext| &ext[1..]);
+        if old_sid == storage
+            && (format.is_none() || old_fmt.is_none() || old_fmt == format.as_deref())
+        {
+            return Err(PveError::die(
+                "you can't move to the same storage with same format",
+            ));
+        }
+        let snapshotted = vm.snapshots.values().any(|s| {
+            s.config
+                .get(&disk)
+                .is_some_and(|v| prop(&split_props(v, "file"), "file") == Some(old_volid.as_str()))
+        });
+        let delete = p.flag("delete");
+        if snapshotted && delete {
+            return Err(PveError::die(
+                "you can't move a disk with snapshots and delete the source",
+            ));
+        }
+
+        let source = self
+            .nodes
+            .get(node)
+            .and_then(|n| n.storages.get(old_sid))
+            .and_then(|s| Some((s.speed_mib_s, s.volumes.get(old_vol)?.clone())));
+        let Some((src_speed, src)) = source else {
+            return Err(PveError::die(format!(
+                "volume '{old_volid}' does not exist"
+            )));
+        };
+        let tsto = self.storage_on(node, &storage)?;
+        let fmt = tsto.resolve_format(format.as_deref());
+        let fmt = if tsto.kind.formats().0.contains(&fmt.as_str()) {
+            fmt
+        } else {
+            tsto.resolve_format(None)
+        };
+        let speed = src_speed.min(tsto.speed_mib_s) * 1024.0 * 1024.0;
+        let volname = self.pick_volname(node, &storage, vmid, &fmt, &mut BTreeSet::new());
+        let size = prop(&props, "size")
+            .and_then(crate::storage::model::parse_size)
+            .unwrap_or(src.size);
+        let plan = DiskPlan {
+            key: disk.clone(),
+            storage: storage.clone(),
+            volname,
+            format: fmt,
+            size,
+            import_from: Some((old_sid.to_string(), old_vol.to_string())),
+            data_bytes: src.used,
+            opts: props
+                .into_iter()
+                .filter(|(k, _)| k != "file" && k != "size")
+                .collect(),
+            cloudinit: false,
+        };
+        let secs = (size as f64 / speed).max(0.1);
+        let mut task = TaskPlan::new(
+            "qmmove",
+            vmid.to_string(),
+            node,
+            &caller.who.task_user(),
+            Work::MoveDisk {
+                vmid,
+                plan,
+                old_volid: old_volid.clone(),
+                delete,
+            },
+        );
+        task.line(
+            0.1,
+            format!("create full clone of drive {disk} ({old_volid})"),
+        );
+        task.timeline.push((
+            0.2,
+            Chunk::Transfer {
+                total: size,
+                until: 0.2 + secs,
+                style: TransferStyle::QemuImg,
+            },
+        ));
+        task.duration = 0.4 + secs;
+        Ok(self.start_task(task, now))
+    }
+
+    /// A `qmmove` task finished: the copy replaces the drive; the old volume is freed
+    /// (`delete`) or kept as `unusedN`.
+    pub(crate) fn finish_move_disk(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        plan: &DiskPlan,
+        old_volid: &str,
+        delete: bool,
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        let values = self.allocate_volumes(node, vmid, std::slice::from_ref(plan), now)?;
+        let Some(vm) = self.vms.get_mut(&vmid) else {
+            return Err(format!("VM {vmid} does not exist"));
+        };
+        let unused_key = plan.key.starts_with("unused");
+        for (k, v) in values {
+            // An unused volume stays a bare volume id.
+            let v = if unused_key {
+                prop(&split_props(&v, "file"), "file")
+                    .unwrap_or(&v)
+                    .to_string()
+            } else {
+                v
+            };
+            vm.config.insert(k, v);
+        }
+        if delete {
+            self.free_volume(node, old_volid);
+        } else {
+            let mut i = 0;
+            while vm.config.contains_key(&format!("unused{i}")) {
+                i += 1;
+            }
+            vm.config
+                .insert(format!("unused{i}"), old_volid.to_string());
+        }
+        Ok(Vec::new())
+    }
+}
