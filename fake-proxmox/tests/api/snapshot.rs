@@ -401,3 +401,43 @@ async fn feature_answers_per_storage_and_unlink_detaches_or_frees_disks() {
         .await;
     assert!(!content.body.contains("vm-190-disk"), "{}", content.body);
 }
+
+#[tokio::test]
+async fn deleting_a_snapshot_in_the_middle_relinks_its_child() {
+    let f = start().await;
+    let api = f.api("site-1");
+    vm_with_disk(&f, &api, "local-lvm:1").await;
+    for name in ["s1", "s2", "s3"] {
+        let (st, _) = task(
+            &f,
+            &api,
+            "POST",
+            &format!("{VM}/snapshot"),
+            &[("snapname", name)],
+        )
+        .await;
+        assert_eq!(st["exitstatus"], "OK");
+    }
+    let parent_of = |snaps: &[Value], name: &str| {
+        snaps
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s.get("parent").cloned().unwrap_or(Value::Null))
+    };
+    let snaps = list(&api).await;
+    assert_eq!(parent_of(&snaps, "s2"), Some(json!("s1")));
+    assert_eq!(parent_of(&snaps, "s3"), Some(json!("s2")));
+    assert_eq!(parent_of(&snaps, "current"), Some(json!("s3")));
+
+    let (st, _) = task(&f, &api, "DELETE", &format!("{VM}/snapshot/s2"), &[]).await;
+    assert_eq!(st["exitstatus"], "OK");
+    let snaps = list(&api).await;
+    assert_eq!(parent_of(&snaps, "s2"), None);
+    assert_eq!(parent_of(&snaps, "s3"), Some(json!("s1")), "{snaps:?}");
+    assert_eq!(parent_of(&snaps, "current"), Some(json!("s3")));
+
+    // The newest one: the current state falls back to its parent.
+    let (st, _) = task(&f, &api, "DELETE", &format!("{VM}/snapshot/s3"), &[]).await;
+    assert_eq!(st["exitstatus"], "OK");
+    assert_eq!(parent_of(&list(&api).await, "current"), Some(json!("s1")));
+}
