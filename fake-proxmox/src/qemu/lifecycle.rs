@@ -203,12 +203,7 @@ impl Site {
             let Some(tsto) = self.nodes.get(node).and_then(|n| n.storages.get(&tsid)) else {
                 return Err(format!("clone failed: storage '{tsid}' does not exist"));
             };
-            let fmt = tsto.resolve_format(format);
-            let fmt = if tsto.kind.formats().0.contains(&fmt.as_str()) {
-                fmt
-            } else {
-                tsto.resolve_format(None)
-            };
+            let fmt = tsto.supported_format(format);
             let volname = self.pick_volname(node, &tsid, newid, &fmt, &mut taken);
             let props = split_props(source.config.get(&key).map_or("", |s| s.as_str()), "file");
             let opts: Vec<(String, String)> = props

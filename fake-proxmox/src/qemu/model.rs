@@ -90,6 +90,15 @@ pub fn is_unused_key(k: &str) -> bool {
     indexed(k, "unused", 255)
 }
 
+/// Keep a volume as the lowest free `unusedN` (`add_unused_volume`).
+pub fn add_unused(config: &mut BTreeMap<String, String>, volid: String) {
+    let mut i = 0;
+    while config.contains_key(&format!("unused{i}")) {
+        i += 1;
+    }
+    config.insert(format!("unused{i}"), volid);
+}
+
 pub fn is_ipconfig_key(k: &str) -> bool {
     indexed(k, "ipconfig", 31)
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::create::Caller;
-use super::model::{DiskPlan, prop, split_props};
+use super::model::{DiskPlan, add_unused, prop, split_props};
 use crate::storage::volid::parse_volid;
 use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
 use crate::wire::{Params, PveError};
@@ -110,12 +110,7 @@ impl Site {
             )));
         };
         let tsto = self.storage_on(node, &storage)?;
-        let fmt = tsto.resolve_format(format.as_deref());
-        let fmt = if tsto.kind.formats().0.contains(&fmt.as_str()) {
-            fmt
-        } else {
-            tsto.resolve_format(None)
-        };
+        let fmt = tsto.supported_format(format.as_deref());
         let speed = src_speed.min(tsto.speed_mib_s) * 1024.0 * 1024.0;
         let volname = self.pick_volname(node, &storage, vmid, &fmt, &mut BTreeSet::new());
         let size = prop(&props, "size")
@@ -194,12 +189,7 @@ impl Site {
         if delete {
             self.free_volume(node, old_volid);
         } else {
-            let mut i = 0;
-            while vm.config.contains_key(&format!("unused{i}")) {
-                i += 1;
-            }
-            vm.config
-                .insert(format!("unused{i}"), old_volid.to_string());
+            add_unused(&mut vm.config, old_volid.to_string());
         }
         Ok(Vec::new())
     }

@@ -175,11 +175,7 @@ impl Site {
         {
             return;
         }
-        let mut i = 0;
-        while config.contains_key(&format!("unused{i}")) {
-            i += 1;
-        }
-        config.insert(format!("unused{i}"), volid);
+        super::model::add_unused(config, volid);
     }
 
     /// A drive leaves the config: forced, its own volume is freed (`try_deallocate_drive`);

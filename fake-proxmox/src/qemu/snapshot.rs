@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::model::{Power, Vm, is_disk_key, is_unused_key, prop, split_props, typed_value};
+use super::model::{
+    Power, Vm, add_unused, is_disk_key, is_unused_key, prop, split_props, typed_value,
+};
 use crate::storage::features::{Feature, VolumeState, has_feature};
 use crate::storage::model::StorageType;
 use crate::storage::volid::parse_volid;
@@ -619,11 +621,7 @@ impl Site {
                 .and_then(|s| s.volumes.get(parse_volid(&volid)?.1))
                 .is_some_and(|v| v.vmid == Some(vmid));
             if owned && !kept.contains(&volid) && !config.values().any(|v| *v == volid) {
-                let mut i = 0;
-                while config.contains_key(&format!("unused{i}")) {
-                    i += 1;
-                }
-                config.insert(format!("unused{i}"), volid);
+                add_unused(&mut config, volid);
             }
         }
         config.extend(snap.config.clone());

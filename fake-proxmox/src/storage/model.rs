@@ -248,6 +248,17 @@ impl Storage {
             .unwrap_or_else(|| default.unwrap_or("raw").to_string())
     }
 
+    /// The format a copy onto this storage gets: the requested one if the storage takes it,
+    /// else the storage's default.
+    pub fn supported_format(&self, requested: Option<&str>) -> String {
+        let fmt = self.resolve_format(requested);
+        if self.kind.formats().0.contains(&fmt.as_str()) {
+            fmt
+        } else {
+            self.resolve_format(None)
+        }
+    }
+
     /// `alloc_image` as the storage plugin does it; errors are the plugin's `die` texts
     /// (without the task's `unable to create VM N - ` prefix).
     pub fn alloc_image(

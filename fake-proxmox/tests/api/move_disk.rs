@@ -20,22 +20,27 @@ async fn start_with_images_on_local() -> Fake {
     start_with(sc, ClockMode::Stepped).await
 }
 
-#[tokio::test]
-async fn a_disk_moves_between_storages_and_the_old_volume_is_kept_or_freed() {
-    let f = start_with_images_on_local().await;
-    let api = f.api("site-1");
+/// VM 195 with `scsi0` as given and the seed's image as a CD-ROM.
+async fn vm_with_disk_and_cdrom(f: &Fake, api: &Api, scsi0: &str) {
     let st = create_vm(
-        &f,
-        &api,
+        f,
+        api,
         NODE,
         &[
             ("vmid", "195"),
-            ("scsi0", "local-lvm:1,discard=on"),
+            ("scsi0", scsi0),
             ("ide2", "local:iso/ubuntu-22.04-cloud.img,media=cdrom"),
         ],
     )
     .await;
     assert_eq!(st["exitstatus"], "OK");
+}
+
+#[tokio::test]
+async fn a_disk_moves_between_storages_and_the_old_volume_is_kept_or_freed() {
+    let f = start_with_images_on_local().await;
+    let api = f.api("site-1");
+    vm_with_disk_and_cdrom(&f, &api, "local-lvm:1,discard=on").await;
 
     let r = api
         .post(
@@ -91,18 +96,7 @@ async fn a_disk_moves_between_storages_and_the_old_volume_is_kept_or_freed() {
 async fn pves_refusals_answer_before_any_task() {
     let f = start_with_images_on_local().await;
     let api = f.api("site-1");
-    let st = create_vm(
-        &f,
-        &api,
-        NODE,
-        &[
-            ("vmid", "195"),
-            ("scsi0", "local-lvm:1"),
-            ("ide2", "local:iso/ubuntu-22.04-cloud.img,media=cdrom"),
-        ],
-    )
-    .await;
-    assert_eq!(st["exitstatus"], "OK");
+    vm_with_disk_and_cdrom(&f, &api, "local-lvm:1").await;
     let refused = |form: Vec<(&'static str, &'static str)>, text: &'static str| {
         let api = api.clone();
         async move {
