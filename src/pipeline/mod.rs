@@ -247,11 +247,7 @@ impl Pipeline<'_> {
     /// the lowest VMID with that name (adoption). Never a VM of another name.
     async fn find_existing(&self, job: &VmJob<'_>) -> Result<Option<u32>, StepError> {
         let plan = job.plan;
-        let resources = self
-            .client()
-            .vm_resources()
-            .await
-            .map_err(|e| self.err(job, &e))?;
+        let resources = self.resources_after_our_create(job).await?;
         let named: Vec<&ClusterResource> = resources
             .iter()
             .filter(|r| r.kind == "qemu" && !r.template)
@@ -300,6 +296,50 @@ impl Pipeline<'_> {
             }
         });
         Ok(Some(vmid))
+    }
+
+    /// `/cluster/resources`, read again once a create this rollout started (and was killed
+    /// during) has finished. PVE lists a VM under creation with `lock: create` and without its
+    /// name, so matching by name alone would miss it and create a duplicate: the VMID recorded
+    /// before the create call wins.
+    async fn resources_after_our_create(
+        &self,
+        job: &VmJob<'_>,
+    ) -> Result<Vec<ClusterResource>, StepError> {
+        let rec = self.state.get(&job.key);
+        let ours = rec
+            .as_ref()
+            .filter(|r| r.created_here)
+            .and_then(|r| r.vmid)
+            .map(u64::from);
+        let started = Instant::now();
+        loop {
+            let resources = self
+                .client()
+                .vm_resources()
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            let creating = resources.iter().find(|r| {
+                r.kind == "qemu"
+                    && ours.is_some()
+                    && r.vmid == ours
+                    && r.lock.as_deref() == Some("create")
+                    && r.name.as_deref() != Some(job.plan.name.as_str())
+            });
+            let Some(vm) = creating else {
+                return Ok(resources);
+            };
+            if started.elapsed() >= self.options.task_wait.timeout {
+                return Err(StepError::Locked(format!(
+                    "VM {} (recorded by an earlier run for {}) is still being created after {:?}",
+                    vm.vmid.unwrap_or_default(),
+                    job.plan.name,
+                    self.options.task_wait.timeout
+                )));
+            }
+            tracing::info!(vm = %job.plan.name, vmid = ?vm.vmid, "waiting out the create an earlier run started");
+            tokio::time::sleep(self.options.task_wait.poll).await;
+        }
     }
 
     /// Waits out a create still running from an earlier run; removes a half-made VM (no boot

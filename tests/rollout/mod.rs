@@ -9,6 +9,7 @@ pub mod adapter;
 pub mod journal;
 pub mod manifest;
 pub mod pve;
+pub mod resume;
 pub mod status;
 mod steps;
 pub mod world;
