@@ -37,8 +37,17 @@ pub struct FaultRule {
     pub status: Option<u16>,
     #[serde(default)]
     pub message: Option<String>,
+    /// Holds the request this long before it is handled.
     #[serde(default)]
     pub latency_ms: Option<u64>,
+    /// Holds the answer this long after the request was handled (and journaled): the client
+    /// has not heard back although the work is done, as when it dies before reading the reply.
+    #[serde(default)]
+    pub answer_latency_ms: Option<u64>,
+    /// Lets this many matching requests through before the rule fires, so a test can aim at
+    /// the n-th request (crash-point exploration).
+    #[serde(default)]
+    pub skip: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +67,7 @@ pub struct Faults {
 #[derive(Debug, Default)]
 pub struct FaultHit {
     pub latency_ms: u64,
+    pub answer_latency_ms: u64,
     pub error: Option<PveError>,
 }
 
@@ -99,8 +109,9 @@ impl Faults {
         {
             return Err(format!("status {s} is not an HTTP status"));
         }
-        if rule.status.is_none() && rule.latency_ms.is_none() {
-            return Err("a fault rule needs a status or a latency_ms".into());
+        if rule.status.is_none() && rule.latency_ms.is_none() && rule.answer_latency_ms.is_none()
+        {
+            return Err("a fault rule needs a status, a latency_ms or an answer_latency_ms".into());
         }
         let path = match &rule.path_pattern {
             Some(p) => Some(glob_to_regex(p).map_err(|e| format!("bad path_pattern: {e}"))?),
@@ -136,6 +147,13 @@ impl Faults {
             {
                 continue;
             }
+            if let Some(n) = &mut c.rule.skip
+                && *n > 0
+            {
+                *n -= 1;
+                continue;
+            }
+            let r = &c.rule;
             let p = r.probability.unwrap_or(1.0);
             if p < 1.0 && self.rng.random::<f64>() >= p {
                 continue;
@@ -145,6 +163,7 @@ impl Faults {
             }
             let r = &c.rule;
             hit.latency_ms += r.latency_ms.unwrap_or(0);
+            hit.answer_latency_ms += r.answer_latency_ms.unwrap_or(0);
             if hit.error.is_none()
                 && let Some(status) = r.status
             {
@@ -206,6 +225,30 @@ mod tests {
                 .error
                 .is_none()
         );
+    }
+
+    #[test]
+    fn skip_aims_at_the_nth_matching_request() {
+        let mut f = Faults::new(1);
+        f.add(FaultRule {
+            method: Some("GET".into()),
+            answer_latency_ms: Some(60_000),
+            skip: Some(2),
+            count: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+        let held = |f: &mut Faults, method: &str| {
+            f.check("s", method, "/version", None).answer_latency_ms > 0
+        };
+        // A request the rule does not match does not use up a skip.
+        assert!(!held(&mut f, "POST"));
+        assert!(!held(&mut f, "GET"));
+        assert!(!held(&mut f, "GET"));
+        assert!(held(&mut f, "GET"));
+        assert!(!held(&mut f, "GET"));
+        assert_eq!(f.list()[0].count, Some(0));
+        assert_eq!(f.list()[0].skip, Some(0));
     }
 
     #[test]
