@@ -48,6 +48,10 @@ pub struct FaultRule {
     /// the n-th request (crash-point exploration).
     #[serde(default)]
     pub skip: Option<u32>,
+    /// When the rule fires, the site's clock stops (becomes stepped) before the request is
+    /// handled: tasks running then stay running until the clock is set again.
+    #[serde(default)]
+    pub stop_clock: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -68,6 +72,7 @@ pub struct Faults {
 pub struct FaultHit {
     pub latency_ms: u64,
     pub answer_latency_ms: u64,
+    pub stop_clock: bool,
     pub error: Option<PveError>,
 }
 
@@ -109,9 +114,15 @@ impl Faults {
         {
             return Err(format!("status {s} is not an HTTP status"));
         }
-        if rule.status.is_none() && rule.latency_ms.is_none() && rule.answer_latency_ms.is_none()
+        if rule.status.is_none()
+            && rule.latency_ms.is_none()
+            && rule.answer_latency_ms.is_none()
+            && rule.stop_clock != Some(true)
         {
-            return Err("a fault rule needs a status, a latency_ms or an answer_latency_ms".into());
+            return Err(
+                "a fault rule needs a status, a latency_ms, an answer_latency_ms or stop_clock"
+                    .into(),
+            );
         }
         let path = match &rule.path_pattern {
             Some(p) => Some(glob_to_regex(p).map_err(|e| format!("bad path_pattern: {e}"))?),
@@ -164,6 +175,7 @@ impl Faults {
             let r = &c.rule;
             hit.latency_ms += r.latency_ms.unwrap_or(0);
             hit.answer_latency_ms += r.answer_latency_ms.unwrap_or(0);
+            hit.stop_clock |= r.stop_clock == Some(true);
             if hit.error.is_none()
                 && let Some(status) = r.status
             {
@@ -249,6 +261,21 @@ mod tests {
         assert!(!held(&mut f, "GET"));
         assert_eq!(f.list()[0].count, Some(0));
         assert_eq!(f.list()[0].skip, Some(0));
+    }
+
+    #[test]
+    fn a_rule_may_only_stop_the_clock() {
+        let mut f = Faults::new(1);
+        f.add(FaultRule {
+            path_pattern: Some("/nodes/*/qemu".into()),
+            stop_clock: Some(true),
+            count: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+        let hit = f.check("s", "POST", "/nodes/n/qemu", Some("n"));
+        assert!(hit.stop_clock && hit.error.is_none() && hit.latency_ms == 0);
+        assert!(!f.check("s", "POST", "/nodes/n/qemu", Some("n")).stop_clock);
     }
 
     #[test]

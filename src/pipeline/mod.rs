@@ -189,12 +189,7 @@ impl Pipeline<'_> {
                 .await
                 .map_err(|e| self.err(job, &e))?;
             if cur.status != "running" {
-                let upid = self
-                    .client()
-                    .start_vm(node, vmid)
-                    .await
-                    .map_err(|e| self.err(job, &e))?;
-                self.wait(job, &upid).await?;
+                self.start(job, vmid).await?;
             }
             self.record(job, |r| r.stage = r.stage.max(Stage::Started));
             self.step(job, "monitor");
@@ -206,6 +201,29 @@ impl Pipeline<'_> {
             });
         }
         self.persist().await
+    }
+
+    /// Starts the VM. A start that finds it already running is a success: a run killed during
+    /// its own start leaves that start task going, and the resumed run sees the VM `stopped`
+    /// until QEMU is up.
+    async fn start(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
+        let node = job.plan.node.as_str();
+        let started = match self.client().start_vm(node, vmid).await {
+            Ok(upid) => self
+                .client()
+                .await_task(&upid, self.options.task_wait)
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(()) => Ok(()),
+            Err(e) if e.text().contains(&format!("VM {vmid} already running")) => {
+                tracing::info!(vm = %job.plan.name, vmid, "already running (an earlier run's start)");
+                Ok(())
+            }
+            Err(e) => Err(self.err(job, &e)),
+        }
     }
 
     /// Tells an unknown node (fail fast) from an unreachable one (retry).

@@ -17,6 +17,19 @@ impl RolloutWorld {
         Ok(())
     }
 
+    /// Every site's clock stops where it is: running tasks stay running until [`Self::run_clock`].
+    pub async fn hold_clock(&mut self) -> anyhow::Result<()> {
+        let fake = self.fake().await?;
+        for site in fake.sites() {
+            site.control()
+                .set_clock(ClockMode::Stepped)
+                .await
+                .map_err(|e| anyhow!("stopping the clock of {}: {e}", site.name()))?;
+        }
+        self.clock = ClockMode::Stepped;
+        Ok(())
+    }
+
     /// Every site's clock runs fast again (the default of the features).
     pub async fn run_clock(&mut self) -> anyhow::Result<()> {
         let fake = self.fake().await?;

@@ -495,6 +495,9 @@ fn prepare(
         }
     }
     let hit = inner.faults.check(site_name, method, rel, node.as_deref());
+    if hit.stop_clock {
+        inner.clock.set_mode(crate::clock::ClockMode::Stepped);
+    }
     Ok((
         Prepared {
             handler: route.handler,
