@@ -19,27 +19,24 @@ impl RolloutWorld {
 
     /// Every site's clock stops where it is: running tasks stay running until [`Self::run_clock`].
     pub async fn hold_clock(&mut self) -> anyhow::Result<()> {
-        let fake = self.fake().await?;
-        for site in fake.sites() {
-            site.control()
-                .set_clock(ClockMode::Stepped)
-                .await
-                .map_err(|e| anyhow!("stopping the clock of {}: {e}", site.name()))?;
-        }
-        self.clock = ClockMode::Stepped;
-        Ok(())
+        self.set_clock_everywhere(ClockMode::Stepped).await
     }
 
     /// Every site's clock runs fast again (the default of the features).
     pub async fn run_clock(&mut self) -> anyhow::Result<()> {
+        self.set_clock_everywhere(ClockMode::Scaled(CLOCK_FACTOR))
+            .await
+    }
+
+    async fn set_clock_everywhere(&mut self, mode: ClockMode) -> anyhow::Result<()> {
         let fake = self.fake().await?;
         for site in fake.sites() {
             site.control()
-                .set_clock(ClockMode::Scaled(CLOCK_FACTOR))
+                .set_clock(mode)
                 .await
-                .map_err(|e| anyhow!("starting the clock of {}: {e}", site.name()))?;
+                .map_err(|e| anyhow!("setting the clock of {} to {mode:?}: {e}", site.name()))?;
         }
-        self.clock = ClockMode::Scaled(CLOCK_FACTOR);
+        self.clock = mode;
         Ok(())
     }
 
