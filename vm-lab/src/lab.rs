@@ -14,7 +14,7 @@ use crate::image::{self, Image, ImageRequest};
 use crate::machine::{self, LabCtx, Node, Timeouts};
 use crate::namespace::Namespace;
 use crate::qemu_args::{self, Boot, NodeArgs, NodePaths};
-use crate::spec::{AccelChoice, BootMode, LabSpec, McastLink};
+use crate::spec::{AccelChoice, BootMode, LabSpec, McastLink, NodeSpec};
 
 /// Options that are not part of the spec.
 #[derive(Debug, Clone, Default)]
@@ -68,6 +68,9 @@ pub struct NodeState {
     pub boot: BootMode,
     pub ssh_port: u16,
     pub dir: PathBuf,
+    /// The node's full spec (absent in state files of older versions).
+    #[serde(default)]
+    pub spec: Option<NodeSpec>,
 }
 
 impl LabState {
@@ -180,8 +183,10 @@ impl Lab {
             let paths = NodePaths::new(&run_dir.join(&n.name));
             std::fs::create_dir_all(&paths.dir).map_err(|e| Error::io(&paths.dir, e))?;
             if n.disk_gib > 0 {
-                create_disk(&paths.disk, n.disk_gib).await?;
+                create_qcow2(&paths.disk, &format!("{}G", n.disk_gib)).await?;
             }
+            // Only snapshot metadata and memory images land here; the size is nominal.
+            create_qcow2(&paths.state, "1M").await?;
             let cmdline = qemu_args::kernel_cmdline(n, &hosts)?;
             let boot = match n.boot {
                 BootMode::Direct => Boot::Direct {
@@ -263,6 +268,7 @@ impl Lab {
                     boot: n.spec().boot,
                     ssh_port: n.ssh_port(),
                     dir: n.paths().dir.clone(),
+                    spec: Some(n.spec().clone()),
                 })
                 .collect(),
         };
@@ -399,14 +405,14 @@ impl Drop for RunDirGuard {
     }
 }
 
-async fn create_disk(path: &Path, gib: u64) -> Result<()> {
+async fn create_qcow2(path: &Path, size: &str) -> Result<()> {
     if path.exists() {
         return Ok(());
     }
     let out = tokio::process::Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2"])
         .arg(path)
-        .arg(format!("{gib}G"))
+        .arg(size)
         .output()
         .await
         .map_err(|e| Error::tool("qemu-img", format!("cannot run (install qemu-utils): {e}")))?;

@@ -54,9 +54,11 @@ pub mod image;
 pub mod lab;
 pub mod machine;
 pub mod namespace;
+pub mod netfault;
 pub mod qemu_args;
 pub mod qga;
 pub mod qmp;
+pub mod snapshot;
 pub mod spec;
 
 pub use accel::Accel;

@@ -37,6 +37,8 @@ pub struct NodePaths {
     pub argv: PathBuf,
     pub pid: PathBuf,
     pub disk: PathBuf,
+    /// Holds the node's saved memory images (lab snapshots), attached to no device.
+    pub state: PathBuf,
 }
 
 impl NodePaths {
@@ -53,6 +55,7 @@ impl NodePaths {
             argv: dir.join("argv.json"),
             pid: dir.join("pid"),
             disk: dir.join("disk.qcow2"),
+            state: dir.join("state.qcow2"),
         }
     }
 }
@@ -109,6 +112,7 @@ pub fn node_argv(a: &NodeArgs<'_>) -> Result<Vec<String>> {
     if a.with_disk {
         v.extend(disk_args(&a.paths.disk));
     }
+    v.extend(state_drive_args(&a.paths.state));
     if let Boot::Direct {
         kernel,
         initrd,
@@ -254,6 +258,18 @@ pub fn disk_args(disk: &Path) -> Vec<String> {
         ),
         "-device".into(),
         "virtio-blk-pci,drive=disk0,id=vda".into(),
+    ]
+}
+
+/// A qcow2 image on no device: `savevm` needs one writable qcow2 to keep the memory image
+/// in, and a node without a disk would have none.
+pub fn state_drive_args(state: &Path) -> Vec<String> {
+    vec![
+        "-drive".into(),
+        format!(
+            "file={},if=none,id=vmstate,format=qcow2,cache=writeback",
+            state.display()
+        ),
     ]
 }
 
@@ -462,6 +478,7 @@ mod tests {
         assert!(joined.contains("-qmp unix:/tmp/l/node01/qmp.sock,server=on,wait=off"));
         assert!(joined.contains("-qmp unix:/tmp/l/node01/qmp-ctl.sock,server=on,wait=off"));
         assert!(joined.contains("logfile=/tmp/l/node01/serial.log"));
+        assert!(joined.contains("-drive file=/tmp/l/node01/state.qcow2,if=none,id=vmstate"));
         assert!(joined.contains("name=org.qemu.guest_agent.0"));
         a.boot = Boot::Pxe {
             tftp_dir: "/c".into(),

@@ -127,6 +127,47 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     n1.write_file("/tmp/hello", b"bytes\x00\xff").await.unwrap();
     assert_eq!(n1.read_file("/tmp/hello").await.unwrap(), b"bytes\x00\xff");
 
+    // Waits: ports, processes, files and console text, each on the lab's one retry loop.
+    let short = Duration::from_secs(30);
+    n1.wait_for_open_port(22, patience(&lab)).await.unwrap(); // dropbear
+    n1.wait_for_closed_port(7777, short).await.unwrap();
+    n1.wait_for_no_process("nc", short).await.unwrap();
+    n1.succeed("(nc -l -p 7777 >/dev/null 2>&1 </dev/null &); true")
+        .await
+        .unwrap();
+    n1.wait_for_open_port(7777, short).await.unwrap();
+    let pids = n1.wait_for_process("nc", short).await.unwrap();
+    assert!(!pids.is_empty());
+    n1.succeed(&format!("kill {}", pids[0])).await.unwrap();
+    n1.wait_for_closed_port(7777, short).await.unwrap();
+    n1.wait_for_no_process("nc", short).await.unwrap();
+    n1.succeed("(sleep 2; echo later > /tmp/later) >/dev/null 2>&1 </dev/null &")
+        .await
+        .unwrap();
+    n1.fail("test -e /tmp/later").await.unwrap();
+    n1.wait_for_file("/tmp/later", short).await.unwrap();
+    n1.succeed("echo wait-probe-4711 > /dev/ttyS0")
+        .await
+        .unwrap();
+    let line = n1
+        .wait_for_console_text(r"wait-probe-\d+", short)
+        .await
+        .unwrap();
+    assert!(line.contains("wait-probe-4711"), "{line}");
+    match n1.wait_for_open_port(7778, Duration::from_secs(2)).await {
+        Err(Error::Timeout {
+            node, what, serial, ..
+        }) => {
+            assert_eq!(node, "node01");
+            assert!(what.contains("7778"), "{what}");
+            assert!(serial.contains("wait-probe-4711"), "{serial}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    net_faults_measured_in_the_guests(&lab).await;
+    whole_lab_snapshot_and_restore(&lab).await;
+
     // Link down isolates node03 in both directions; the others still talk; link up heals.
     let n3 = lab.node("node03").unwrap();
     n3.link_down().await.unwrap();
@@ -202,6 +243,154 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     lab.down().await.unwrap();
     assert!(!dir.exists());
     assert!(pids_mentioning(&dir).is_empty());
+}
+
+/// Ping summary as busybox prints it: (transmitted, received, min round trip in ms).
+fn ping_stats(out: &str) -> (u32, u32, Option<f64>) {
+    let mut sent = 0;
+    let mut got = 0;
+    let mut min = None;
+    for l in out.lines() {
+        if let Some((a, rest)) = l.split_once(" packets transmitted, ") {
+            sent = a.trim().parse().unwrap_or(0);
+            got = rest
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0);
+        }
+        if let Some((_, v)) = l.split_once(" = ") {
+            min = v.split('/').next().and_then(|x| x.trim().parse().ok());
+        }
+    }
+    (sent, got, min)
+}
+
+/// The guest kernel's count of ICMP echo requests it received (`/proc/net/snmp`).
+async fn in_echos(n: &vm_lab::Node) -> u64 {
+    let snmp = String::from_utf8(n.read_file("/proc/net/snmp").await.unwrap()).unwrap();
+    let icmp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Icmp:")).collect();
+    let names: Vec<&str> = icmp[0].split_whitespace().collect();
+    let vals: Vec<&str> = icmp[1].split_whitespace().collect();
+    let i = names.iter().position(|x| *x == "InEchos").unwrap();
+    vals[i].parse().unwrap()
+}
+
+/// Every per-link fault, proven by what the guests themselves measure.
+async fn net_faults_measured_in_the_guests(lab: &Lab) {
+    let n1 = lab.node("node01").unwrap();
+    let n2 = lab.node("node02").unwrap();
+    let n3 = lab.node("node03").unwrap();
+
+    // Delay on node01<->node02 only: each direction waits 300 ms, so no round trip is
+    // shorter than 600 ms there, while node01<->node03 stays fast.
+    lab.net_delay("node01", "node02", Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    let out = n1.succeed("ping -c3 -W3 192.168.100.12").await.unwrap();
+    let (sent, got, min) = ping_stats(&out);
+    assert_eq!((sent, got), (3, 3), "{out}");
+    assert!(min.unwrap() >= 600.0, "{out}");
+    let out = n1.succeed("ping -c3 -W3 192.168.100.13").await.unwrap();
+    assert!(ping_stats(&out).2.unwrap() < 300.0, "{out}");
+    assert_eq!(
+        lab.net_faults().unwrap().get("node02", "node01").delay,
+        Some(Duration::from_millis(300))
+    );
+
+    // Loss: half the packets each way between node01 and node03 (a quarter of the round
+    // trips survive), so some of 20 pings are lost, and none on the healthy link.
+    lab.net_heal().await.unwrap();
+    let loss = vm_lab::netfault::LinkFault {
+        loss_pct: Some(50.0),
+        ..Default::default()
+    };
+    lab.net_shape("node01", "node03", loss).await.unwrap();
+    let out = n1.exec("ping -c20 -i0.2 -W1 192.168.100.13").await.unwrap();
+    let (sent, got, _) = ping_stats(&out.stdout);
+    assert!(sent == 20 && got < 20, "{out:?}");
+    let out = n1
+        .succeed("ping -c5 -i0.2 -W2 192.168.100.12")
+        .await
+        .unwrap();
+    assert_eq!(ping_stats(&out).1, 5, "{out}");
+
+    // Partition node01 | node02,node03: nothing crosses; the majority still talks.
+    lab.net_heal().await.unwrap();
+    lab.net_partition(&["node01"], &["node02", "node03"])
+        .await
+        .unwrap();
+    n1.fail("ping -c2 -W1 192.168.100.12").await.unwrap();
+    n3.fail("ping -c2 -W1 192.168.100.11").await.unwrap();
+    n2.succeed("ping -c1 -W2 192.168.100.13").await.unwrap();
+
+    // Asymmetric: node01's packets no longer reach node02, node02's still reach node01.
+    // Measured by each guest's own count of echo requests received.
+    lab.net_heal().await.unwrap();
+    lab.net_cut("node01", &["node02"]).await.unwrap();
+    let (e1, e2) = (in_echos(n1).await, in_echos(n2).await);
+    n2.fail("ping -c3 -W1 192.168.100.11").await.unwrap(); // the replies are lost
+    n1.fail("ping -c3 -W1 192.168.100.12").await.unwrap();
+    assert!(in_echos(n1).await >= e1 + 3, "node01 must hear node02");
+    assert_eq!(in_echos(n2).await, e2, "node02 must not hear node01");
+    n3.succeed("ping -c1 -W2 192.168.100.11").await.unwrap();
+
+    lab.net_heal().await.unwrap();
+    assert!(lab.net_faults().unwrap().list().is_empty());
+    n1.wait_until_succeeds("ping -c1 -W1 192.168.100.12", patience(lab))
+        .await
+        .unwrap();
+    n2.succeed("! /sbin/tc qdisc show dev eth0 | grep -q netem")
+        .await
+        .unwrap();
+}
+
+/// A snapshot brings back every node's memory (tmpfs files), a powered-off node, and the
+/// network faults in force when it was taken; the guests' clocks are set to the host's.
+async fn whole_lab_snapshot_and_restore(lab: &Lab) {
+    let n1 = lab.node("node01").unwrap();
+    let n3 = lab.node("node03").unwrap();
+    n1.succeed("echo before > /tmp/snap").await.unwrap();
+    n3.succeed("echo n3 > /tmp/snap3").await.unwrap();
+    lab.net_delay("node01", "node03", Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    let info = lab.snapshot("s1").await.unwrap();
+    assert_eq!(info.nodes, ["node01", "node02", "node03"]);
+    assert_eq!(lab.snapshots().len(), 1);
+
+    n1.succeed("echo after > /tmp/snap; echo extra > /tmp/extra")
+        .await
+        .unwrap();
+    lab.net_heal().await.unwrap();
+    n3.kill().await.unwrap();
+    let host_before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+
+    lab.restore("s1").await.unwrap();
+    assert_eq!(n1.succeed("cat /tmp/snap").await.unwrap(), "before\n");
+    n1.fail("test -e /tmp/extra").await.unwrap();
+    assert!(n3.is_running().await);
+    assert_eq!(n3.run_state().await.unwrap(), "running");
+    // node03 resumed where it was (its tmpfs file is back), not from a fresh boot.
+    assert_eq!(n3.succeed("cat /tmp/snap3").await.unwrap(), "n3\n");
+    assert_eq!(
+        lab.net_faults().unwrap().get("node01", "node03").delay,
+        Some(Duration::from_millis(200))
+    );
+    let out = n1.succeed("ping -c2 -W3 192.168.100.13").await.unwrap();
+    assert!(ping_stats(&out).2.unwrap() >= 400.0, "{out}");
+    for n in lab.nodes() {
+        let t: u64 = n.succeed("date +%s").await.unwrap().trim().parse().unwrap();
+        assert!(t >= host_before, "{}: clock {t} < {host_before}", n.name());
+    }
+    match lab.restore("nope").await {
+        Err(Error::Lab(m)) => assert!(m.contains("no snapshot named"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    lab.net_heal().await.unwrap();
 }
 
 const CLI_LAB: &str = r#"
@@ -324,6 +513,81 @@ async fn cli_lab_pxe_isolation_and_sigkill_leaves_nothing() {
         "node02",
         "{}",
         text(&ssh)
+    );
+
+    // Waits from the CLI; a timeout prints the node's last serial lines.
+    let w = vm_lab(&root, &["wait", "node02", "port", "22", "--timeout", "60"]);
+    assert!(w.status.success(), "{}", text(&w));
+    let w = vm_lab(&root, &["wait", "node02", "console", r"READY host=node\d+"]);
+    assert!(
+        w.status.success() && text(&w).contains("VMLAB-READY host=node02"),
+        "{}",
+        text(&w)
+    );
+    let w = vm_lab(
+        &root,
+        &["wait", "node02", "file", "/nonexistent", "--timeout", "2"],
+    );
+    let wt = text(&w);
+    assert!(
+        !w.status.success() && wt.contains("timed out") && wt.contains("VMLAB-READY host=node02"),
+        "{wt}"
+    );
+
+    // Network faults from the CLI, measured in the guests.
+    let ping = ["exec", "pxe01", "--", "ping -c2 -W2 192.168.100.22"];
+    let n = vm_lab(&root, &["net", "partition", "pxe01", "|", "node02"]);
+    assert!(n.status.success(), "{}", text(&n));
+    assert_eq!(vm_lab(&root, &ping).status.code(), Some(1));
+    let show = text(&vm_lab(&root, &["net", "show"]));
+    assert!(show.contains("pxe01 -> node02: loss 100%"), "{show}");
+    assert!(vm_lab(&root, &["net", "heal"]).status.success());
+    let ex = vm_lab(&root, &ping);
+    assert!(ex.status.success(), "{}", text(&ex));
+    let n = vm_lab(&root, &["net", "delay", "pxe01", "node02", "200ms"]);
+    assert!(n.status.success(), "{}", text(&n));
+    let ex = vm_lab(&root, &ping);
+    let min = ping_stats(&String::from_utf8_lossy(&ex.stdout)).2;
+    assert!(min.unwrap_or(0.0) >= 400.0, "{}", text(&ex));
+    assert!(vm_lab(&root, &["net", "heal"]).status.success());
+
+    // Whole-lab snapshot and restore from the CLI.
+    assert!(
+        vm_lab(&root, &["exec", "node02", "--", "echo one > /tmp/s"])
+            .status
+            .success()
+    );
+    let sn = vm_lab(&root, &["snapshot", "base"]);
+    assert!(sn.status.success(), "{}", text(&sn));
+    assert!(text(&vm_lab(&root, &["snapshots"])).contains("base"));
+    assert!(
+        vm_lab(&root, &["exec", "node02", "--", "echo two > /tmp/s"])
+            .status
+            .success()
+    );
+    let rs = vm_lab(&root, &["restore", "base"]);
+    assert!(rs.status.success(), "{}", text(&rs));
+    let ex = vm_lab(&root, &["exec", "node02", "--", "cat /tmp/s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&ex.stdout),
+        "one\n",
+        "{}",
+        text(&ex)
+    );
+
+    // A node killed from the CLI comes back with `vm-lab start`.
+    assert!(vm_lab(&root, &["fault", "node02", "kill"]).status.success());
+    let st = vm_lab(&root, &["start", "node02"]);
+    assert!(st.status.success(), "{}", text(&st));
+    let ex = vm_lab(
+        &root,
+        &["exec", "node02", "--", "hostname; cat /tmp/s || echo fresh"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ex.stdout),
+        "node02\nfresh\n",
+        "{}",
+        text(&ex)
     );
 
     // Two labs at once, same group:port and subnet: neither sees the other.

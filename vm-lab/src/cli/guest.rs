@@ -104,9 +104,12 @@ pub(super) async fn inject_fault(
         "resume" => vm_lab::qmp::execute(&sock, qmp::cont {}, t)
             .await
             .map(|_| ()),
-        "kill" => vm_lab::qmp::execute(&sock, qmp::quit {}, t)
+        // A power loss, as the library's: SIGKILL, and wait until QEMU is gone, so an
+        // immediate `vm-lab start` finds it off.
+        "kill" => vm_lab::Node::attach(&s, n)?
+            .kill()
             .await
-            .map(|_| ()),
+            .map_err(|e| e.to_string()),
         other => bail!("unknown fault {other:?}: link-down, link-up, pause, resume or kill"),
     };
     res.map_err(|e| anyhow!("node {node}: {e}"))?;
@@ -138,5 +141,82 @@ pub(super) async fn image(spec: Option<&Path>) -> Result<ExitCode> {
         img.initrd_bytes
     );
     println!("release {}", img.kernel_release);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `vm-lab wait` can wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum WaitFor {
+    /// TCP port ARG is listened on.
+    Port,
+    /// Nothing listens on TCP port ARG.
+    ClosedPort,
+    /// A serial console line matches the regular expression ARG.
+    Console,
+    /// The file ARG exists.
+    File,
+    /// A process named ARG runs.
+    Process,
+    /// No process named ARG runs.
+    NoProcess,
+    /// The shell command ARG exits 0.
+    Succeeds,
+}
+
+pub(super) async fn wait(
+    root: &Path,
+    which: Option<&str>,
+    node: &str,
+    what: WaitFor,
+    arg: &str,
+    timeout: Duration,
+) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let n = vm_lab::Node::attach(&s, s.node(node)?)?;
+    let port = || {
+        arg.parse::<u16>()
+            .map_err(|e| anyhow!("{arg:?} is not a TCP port: {e}"))
+    };
+    let seen = match what {
+        WaitFor::Port => n
+            .wait_for_open_port(port()?, timeout)
+            .await
+            .map(|()| None)?,
+        WaitFor::ClosedPort => n
+            .wait_for_closed_port(port()?, timeout)
+            .await
+            .map(|()| None)?,
+        WaitFor::Console => Some(n.wait_for_console_text(arg, timeout).await?),
+        WaitFor::File => n.wait_for_file(arg, timeout).await.map(|()| None)?,
+        WaitFor::Process => {
+            let pids = n.wait_for_process(arg, timeout).await?;
+            Some(format!("pids {pids:?}"))
+        }
+        WaitFor::NoProcess => n.wait_for_no_process(arg, timeout).await.map(|()| None)?,
+        WaitFor::Succeeds => Some(n.wait_until_succeeds(arg, timeout).await?),
+    };
+    match seen {
+        Some(s) => println!("{node}: {}", s.trim_end()),
+        None => println!("{node}: ok"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Power a node on again (after `fault kill`); with `wait`, until it is ready.
+pub(super) async fn start(
+    root: &Path,
+    which: Option<&str>,
+    node: &str,
+    wait: bool,
+) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let n = vm_lab::Node::attach(&s, s.node(node)?)?;
+    n.start().await?;
+    if wait {
+        n.wait_ready().await?;
+        println!("{node}: running and ready");
+    } else {
+        println!("{node}: started");
+    }
     Ok(ExitCode::SUCCESS)
 }

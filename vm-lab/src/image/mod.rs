@@ -26,22 +26,28 @@ use crate::spec::ImageSpec;
 use cpio::Tree;
 
 /// Bump when the builder's output changes for the same inputs.
-const BUILDER_VERSION: &str = "vm-lab-image-3";
+const BUILDER_VERSION: &str = "vm-lab-image-4";
 pub const KERNEL_META_PACKAGE: &str = "linux-image-cloud-amd64";
 /// Packages every image carries; their programs are copied in.
-pub const BASE_PACKAGES: [&str; 4] = [
+/// iproute2 brings `tc` for the per-link network faults (busybox's has no netem).
+pub const BASE_PACKAGES: [&str; 5] = [
     "busybox-static",
     "qemu-guest-agent",
     "dropbear-bin",
     "e2fsprogs",
+    "iproute2",
 ];
 /// Kernel modules loaded at boot (their dependencies are added automatically).
-pub const MODULES: [&str; 5] = [
+/// `sch_prio`, `cls_u32` and `sch_netem` shape the lab traffic per peer (see `netfault`).
+pub const MODULES: [&str; 8] = [
     "virtio_pci",
     "virtio_net",
     "virtio_blk",
     "virtio_console",
     "virtio_rng",
+    "sch_prio",
+    "cls_u32",
+    "sch_netem",
 ];
 const INIT_SCRIPT: &str = include_str!("init.sh");
 const LIB_DIR: &str = "/lib/x86_64-linux-gnu";
