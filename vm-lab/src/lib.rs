@@ -49,6 +49,7 @@
 //! The key is `<cache>/ssh/id_ed25519` (made once with `ssh-keygen`), baked into the image.
 
 pub mod accel;
+pub mod clock;
 pub mod error;
 pub mod image;
 pub mod lab;

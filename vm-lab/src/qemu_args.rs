@@ -303,6 +303,9 @@ pub fn kernel_cmdline(node: &NodeSpec, hosts: &[(String, Ipv4Addr)]) -> Result<S
         let list: Vec<String> = hosts.iter().map(|(n, ip)| format!("{n}={ip}")).collect();
         parts.push(format!("vmlab.hosts={}", list.join(",")));
     }
+    if node.clock_offset_s != 0 {
+        parts.push(format!("vmlab.clock_offset={}", node.clock_offset_s));
+    }
     parts.extend(node.kernel_args.iter().cloned());
     let line = parts.join(" ");
     if line.len() > MAX_CMDLINE {
@@ -364,6 +367,7 @@ mod tests {
             address: "192.168.100.11/24".parse().unwrap(),
             boot: BootMode::Direct,
             kernel_args: vec![],
+            clock_offset_s: 0,
         }
     }
 
@@ -444,6 +448,14 @@ mod tests {
         assert!(c.contains("vmlab.hostname=node01"));
         assert!(c.contains("vmlab.lan=52:54:00:00:01:01,192.168.100.11/24"));
         assert!(c.contains("vmlab.hosts=node01=192.168.100.11,node02=192.168.100.12"));
+        assert!(!c.contains("clock_offset"));
+        let mut skewed = node();
+        skewed.clock_offset_s = -86400;
+        assert!(
+            kernel_cmdline(&skewed, &hosts)
+                .unwrap()
+                .contains(" vmlab.clock_offset=-86400")
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! `state.qcow2` that holds the memory image, plus its disk if it has one), then resumes them
 //! all. Restoring pauses every node (powering on any that was off), loads each with `loadvm`,
 //! restores the network faults recorded with the snapshot, resumes them all, and sets every
-//! guest's wall clock to the host's (the guests would otherwise wake up at the snapshot's
-//! time). The snapshot's metadata lives in `snapshots/NAME.json` in the run directory.
+//! guest's wall clock to the host's plus the node's clock offset at the snapshot (the guests
+//! would otherwise wake up at the snapshot's time). The snapshot's metadata lives in `snapshots/NAME.json` in the run directory.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,6 +26,9 @@ pub struct SnapshotInfo {
     pub taken_at: u64,
     pub nodes: Vec<String>,
     pub net: NetFaults,
+    /// Run-time clock offsets in force (see `clock`).
+    #[serde(default)]
+    pub clock: std::collections::BTreeMap<String, i64>,
     /// How long the nodes were paused while saving.
     pub paused_ms: u64,
 }
@@ -101,6 +104,7 @@ pub async fn take(run_dir: &Path, nodes: &[&Node], name: &str) -> Result<Snapsho
             .unwrap_or(0),
         nodes: nodes.iter().map(|n| n.name().to_string()).collect(),
         net: NetFaults::load(run_dir)?,
+        clock: crate::clock::load(run_dir)?,
         paused_ms,
     };
     let p = info_path(run_dir, name);
@@ -145,22 +149,12 @@ pub async fn restore(run_dir: &Path, nodes: &[&Node], name: &str) -> Result<Dura
         return loaded.map(|()| Duration::ZERO);
     }
     info.net.save(run_dir)?;
+    crate::clock::save(run_dir, &info.clock)?;
     all(nodes, |n| n.resume()).await?;
-    all(nodes, sync_clock).await?;
+    crate::clock::resync(run_dir, nodes).await?;
     let took = t.elapsed();
     tracing::info!("restored snapshot {name} in {took:.2?}");
     Ok(took)
-}
-
-/// Set the guest's wall clock to the host's (whole seconds).
-async fn sync_clock(n: &Node) -> Result<()> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    n.succeed(&format!("date -u -s @{now} >/dev/null"))
-        .await
-        .map(|_| ())
 }
 
 impl crate::Lab {

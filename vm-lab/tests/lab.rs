@@ -52,7 +52,19 @@ nodes:
   - name: node03
     mac: "52:54:00:00:01:03"
     address: 192.168.100.13/24
+    clock_offset_s: -86400
 "#;
+
+/// The guest's clock offset from the host's must be `want`, give or take a few seconds (the
+/// measurement itself takes an agent round trip).
+async fn assert_offset(n: &vm_lab::Node, want: i64) {
+    let got = vm_lab::clock::measure_offset(n).await.unwrap();
+    assert!(
+        (got - want).abs() <= 5,
+        "{}: offset {got}, want {want}",
+        n.name()
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
@@ -166,6 +178,18 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     }
 
     net_faults_measured_in_the_guests(&lab).await;
+
+    // Clock faults: node03 booted a day behind; node02 jumps two years ahead and back.
+    assert_offset(lab.node("node03").unwrap(), -86_400).await;
+    assert_offset(n1, 0).await;
+    lab.set_clock_offset("node02", 2 * 365 * 86_400)
+        .await
+        .unwrap();
+    assert_offset(lab.node("node02").unwrap(), 2 * 365 * 86_400).await;
+    assert_eq!(lab.clock_offsets().unwrap()["node03"], -86_400);
+    lab.set_clock_offset("node02", 0).await.unwrap();
+    assert_offset(lab.node("node02").unwrap(), 0).await;
+
     whole_lab_snapshot_and_restore(&lab).await;
 
     // Link down isolates node03 in both directions; the others still talk; link up heals.
@@ -355,6 +379,7 @@ async fn whole_lab_snapshot_and_restore(lab: &Lab) {
     lab.net_delay("node01", "node03", Duration::from_millis(200), None)
         .await
         .unwrap();
+    lab.set_clock_offset("node01", 3600).await.unwrap();
     let info = lab.snapshot("s1").await.unwrap();
     assert_eq!(info.nodes, ["node01", "node02", "node03"]);
     assert_eq!(lab.snapshots().len(), 1);
@@ -363,11 +388,8 @@ async fn whole_lab_snapshot_and_restore(lab: &Lab) {
         .await
         .unwrap();
     lab.net_heal().await.unwrap();
+    lab.set_clock_offset("node01", 0).await.unwrap();
     n3.kill().await.unwrap();
-    let host_before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
 
     lab.restore("s1").await.unwrap();
     assert_eq!(n1.succeed("cat /tmp/snap").await.unwrap(), "before\n");
@@ -382,10 +404,11 @@ async fn whole_lab_snapshot_and_restore(lab: &Lab) {
     );
     let out = n1.succeed("ping -c2 -W3 192.168.100.13").await.unwrap();
     assert!(ping_stats(&out).2.unwrap() >= 400.0, "{out}");
-    for n in lab.nodes() {
-        let t: u64 = n.succeed("date +%s").await.unwrap().trim().parse().unwrap();
-        assert!(t >= host_before, "{}: clock {t} < {host_before}", n.name());
-    }
+    // Every guest's clock is the host's plus its offset at the snapshot, not the snapshot's time.
+    assert_offset(n1, 3600).await;
+    assert_offset(lab.node("node02").unwrap(), 0).await;
+    assert_offset(n3, -86_400).await;
+    lab.set_clock_offset("node01", 0).await.unwrap();
     match lab.restore("nope").await {
         Err(Error::Lab(m)) => assert!(m.contains("no snapshot named"), "{m}"),
         other => panic!("{other:?}"),
@@ -550,6 +573,19 @@ async fn cli_lab_pxe_isolation_and_sigkill_leaves_nothing() {
     let min = ping_stats(&String::from_utf8_lossy(&ex.stdout)).2;
     assert!(min.unwrap_or(0.0) >= 400.0, "{}", text(&ex));
     assert!(vm_lab(&root, &["net", "heal"]).status.success());
+
+    // Clock faults from the CLI.
+    let c = vm_lab(&root, &["clock", "node02", "-3d"]);
+    assert!(c.status.success(), "{}", text(&c));
+    let show = text(&vm_lab(&root, &["clock"]));
+    let line = show.lines().find(|l| l.starts_with("node02")).unwrap_or("");
+    let secs: i64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!((secs + 259_200).abs() <= 5, "{show}");
+    assert!(vm_lab(&root, &["clock", "node02", "0"]).status.success());
 
     // Whole-lab snapshot and restore from the CLI.
     assert!(

@@ -220,3 +220,33 @@ pub(super) async fn start(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `vm-lab clock [NODE OFFSET]`: set a node's wall-clock offset from the host's, or show every
+/// node's offset as measured in the guest.
+pub(super) async fn clock(
+    root: &Path,
+    which: Option<&str>,
+    node: Option<&str>,
+    offset: Option<&str>,
+) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    match (node, offset) {
+        (Some(node), Some(offset)) => {
+            let secs = vm_lab::clock::parse_offset(offset)?;
+            let n = vm_lab::Node::attach(&s, s.node(node)?)?;
+            vm_lab::clock::set_offset(&s.run_dir, &n, secs).await?;
+            println!("{node}: clock at host time {secs:+} s");
+        }
+        (None, None) => {
+            for ns in &s.nodes {
+                let n = vm_lab::Node::attach(&s, ns)?;
+                match vm_lab::clock::measure_offset(&n).await {
+                    Ok(off) => println!("{:<10} {off:+} s", ns.name),
+                    Err(e) => println!("{:<10} unknown ({e})", ns.name),
+                }
+            }
+        }
+        _ => bail!("give both NODE and OFFSET (e.g. `vm-lab clock node02 -3d`), or neither"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 use vm_lab::lab::default_run_root;
 use vm_lab::{AccelChoice, LabOptions};
 
-use guest::{WaitFor, exec, image, inject_fault, ssh, start, wait};
+use guest::{WaitFor, clock, exec, image, inject_fault, ssh, start, wait};
 use inspect::{logs, status};
 use lifecycle::{down, prune, restore, snapshot, snapshots, supervise, up};
 use net::{NetCmd, net};
@@ -101,6 +101,15 @@ enum Cmd {
         #[command(subcommand)]
         cmd: NetCmd,
         #[arg(long, global = true)]
+        lab: Option<String>,
+    },
+    /// Set a node's wall clock OFFSET from the host's (+2y, -3d, 90s; 0 = host time), or with
+    /// no arguments show every node's offset as measured in the guest.
+    Clock {
+        node: Option<String>,
+        #[arg(allow_hyphen_values = true)]
+        offset: Option<String>,
+        #[arg(long)]
         lab: Option<String>,
     },
     /// Save the whole lab (every node paused, memory + devices + disks) under NAME.
@@ -252,6 +261,9 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
                 Duration::from_secs(timeout),
             )
             .await
+        }
+        Cmd::Clock { node, offset, lab } => {
+            clock(&root, lab.as_deref(), node.as_deref(), offset.as_deref()).await
         }
         Cmd::Snapshot { name, lab } => snapshot(&root, lab.as_deref(), &name).await,
         Cmd::Restore { name, lab } => restore(&root, lab.as_deref(), &name).await,

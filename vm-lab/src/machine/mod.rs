@@ -159,6 +159,7 @@ impl Node {
                 address: node.address.parse()?,
                 boot: node.boot,
                 kernel_args: Vec::new(),
+                clock_offset_s: 0,
             },
         };
         let ctx = Arc::new(LabCtx {
