@@ -5,7 +5,9 @@
 //!
 //! `cargo test --test lab -- --name 'PXE'` runs one scenario; `LAB_PROVISIONER_CMD` runs the
 //! user's own provisioner in place of the built-in one; `LAB_KEEP_ON_FAILURE=1` keeps a failed
-//! scenario's lab run directory (serial logs, disks).
+//! scenario's lab run directory (serial logs, disks). Features tagged `@provisioned` start
+//! each scenario from a snapshot of the provisioned cluster, taken once and restored in about
+//! a second; `LAB_REBUILD=1` rebuilds the cluster for every such scenario instead.
 
 #[path = "lab/steps/mod.rs"]
 mod steps;
@@ -36,13 +38,21 @@ async fn main() {
     let json = fs::File::create(out.join("lab.json")).expect("cucumber JSON report file");
     let summary = LabWorld::cucumber()
         .max_concurrent_scenarios(1)
-        .before(|_feature, _rule, scenario, world| {
+        .before(|feature, _rule, scenario, world| {
             let reuse = scenario.tags.iter().any(|t| t == "reuses-lab");
+            let provisioned = feature
+                .tags
+                .iter()
+                .chain(&scenario.tags)
+                .any(|t| t == "provisioned");
             async move {
                 world.reuses_lab = reuse;
                 if !reuse {
                     // No later scenario in a row wants it: do not keep three idle VMs running.
                     drop(world::take_spare());
+                }
+                if !provisioned {
+                    drop(world::take_provisioned());
                 }
             }
             .boxed_local()
@@ -54,7 +64,10 @@ async fn main() {
                 let Some(mut b) = w.bringup.take() else {
                     return;
                 };
-                if w.reuses_lab && passed {
+                if w.holds_snapshot {
+                    // The next @provisioned scenario restores its snapshot, whatever this one did.
+                    world::keep_provisioned(b);
+                } else if w.reuses_lab && passed {
                     world::keep_spare(b);
                 } else {
                     if !passed {
@@ -75,8 +88,9 @@ async fn main() {
         .fail_on_skipped()
         .run(root.join("features").join("lab"))
         .await;
-    // Tear down the lab the last `@reuses-lab` scenario left before exiting.
+    // Tear down the labs the last `@reuses-lab` and `@provisioned` scenarios left before exiting.
     drop(world::take_spare());
+    drop(world::take_provisioned());
     // A plain closing line for CI's log reader (cucumber's own summary is above).
     println!(
         "lab steps: {} passed, {} failed, {} skipped",
