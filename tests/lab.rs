@@ -31,6 +31,8 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    // A CI timeout's SIGTERM must not leave lab run directories (disks, snapshot images) behind.
+    vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();
     let out = root.join("target").join("cucumber");
     fs::create_dir_all(&out).expect("target/cucumber must be creatable");

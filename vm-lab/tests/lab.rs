@@ -708,3 +708,78 @@ async fn a_lab_that_cannot_start_leaves_no_run_dir_or_process() {
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     assert!(pids_mentioning(tmp.path()).is_empty());
 }
+
+/// Set in the child process of the SIGTERM test: the run root its lab goes under.
+const SIGTERM_CHILD_ENV: &str = "VM_LAB_TEST_SIGTERM_ROOT";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_the_run_dir_of_an_in_process_lab() {
+    if let Ok(root) = std::env::var(SIGTERM_CHILD_ENV) {
+        // The child: own a lab until SIGTERM.
+        vm_lab::lab::remove_run_dirs_on_sigterm().unwrap();
+        let opts = LabOptions {
+            run_root: Some(PathBuf::from(root)),
+            ..LabOptions::default()
+        };
+        let _lab = Lab::start(LabSpec::from_yaml(NEIGHBOUR_LAB).unwrap(), opts)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        panic!("the child lab was not stopped");
+    }
+    log_init();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("run");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sigterm_removes_the_run_dir_of_an_in_process_lab",
+            "--nocapture",
+        ])
+        .env(SIGTERM_CHILD_ENV, &root)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until its node's QEMU runs.
+    let start = Instant::now();
+    let pid_file = loop {
+        let found = std::fs::read_dir(&root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("nbr01").join("pid"))
+            .find(|p| p.exists());
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the child lab did not start"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child exited early"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let qemu: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(qemu));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{status}");
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+    let start = Instant::now();
+    while alive(qemu) && start.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(qemu), "QEMU outlived its driver");
+    assert!(pids_mentioning(&root).is_empty());
+}
