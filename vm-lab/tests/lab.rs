@@ -557,6 +557,37 @@ async fn cli_lab_pxe_isolation_and_sigkill_leaves_nothing() {
         "{wt}"
     );
 
+    // The serial console is a root shell: commands piped in, their answer awaited.
+    let mut sh = Command::new(env!("CARGO_BIN_EXE_vm-lab"))
+        .arg("--run-root")
+        .arg(&root)
+        .args([
+            "shell",
+            "node02",
+            "--until",
+            "shell-probe-42",
+            "--timeout",
+            "60",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = sh.stdin.take().unwrap();
+        stdin
+            .write_all(b"echo shell-probe-$((6*7)); hostname\n")
+            .unwrap();
+    }
+    let out = sh.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("shell-probe-42"),
+        "{}",
+        text(&out)
+    );
+
     // Network faults from the CLI, measured in the guests.
     let ping = ["exec", "pxe01", "--", "ping -c2 -W2 192.168.100.22"];
     let n = vm_lab(&root, &["net", "partition", "pxe01", "|", "node02"]);

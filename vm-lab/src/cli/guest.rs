@@ -250,3 +250,121 @@ pub(super) async fn clock(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Puts the terminal in raw mode while alive (with `stty`, only when stdin is a terminal), so
+/// keys reach the guest's shell as typed; the previous settings come back on drop.
+struct RawTerminal(Option<String>);
+
+impl RawTerminal {
+    fn enable() -> RawTerminal {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return RawTerminal(None);
+        }
+        let saved = std::process::Command::new("stty")
+            .arg("-g")
+            .stdin(std::process::Stdio::inherit())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        if saved.is_some() {
+            let _ = std::process::Command::new("stty")
+                .args(["raw", "-echo"])
+                .stdin(std::process::Stdio::inherit())
+                .status();
+        }
+        RawTerminal(saved)
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            let _ = std::process::Command::new("stty")
+                .arg(s)
+                .stdin(std::process::Stdio::inherit())
+                .status();
+        }
+    }
+}
+
+/// Ctrl-] leaves the console, as in telnet.
+const ESCAPE: u8 = 0x1d;
+
+/// `vm-lab shell NODE`: attach to the node's serial console (a root shell). With `until`, leave
+/// once the console prints a match (for scripts: pipe commands in, wait for their answer).
+pub(super) async fn shell(
+    root: &Path,
+    which: Option<&str>,
+    node: &str,
+    until: Option<&str>,
+    timeout: Duration,
+) -> Result<ExitCode> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = find_lab(root, which)?;
+    let n = s.node(node)?;
+    let until = until.map(regex::Regex::new).transpose()?;
+    let sock = n.dir.join("serial.sock");
+    let stream = tokio::net::UnixStream::connect(&sock)
+        .await
+        .map_err(|e| anyhow!("node {node}: serial console {}: {e}", sock.display()))?;
+    let (mut from_guest, mut to_guest) = stream.into_split();
+    eprintln!("vm-lab: {node}'s serial console (Ctrl-] leaves)\r");
+    let _raw = RawTerminal::enable();
+    // An Enter, so the shell prints a fresh prompt.
+    to_guest.write_all(b"\n").await?;
+    let keys = async {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0u8; 1024];
+        loop {
+            let k = stdin.read(&mut buf).await?;
+            if k == 0 {
+                // Piped input ended: keep showing the console (until a match or the timeout).
+                return std::future::pending::<Result<()>>().await;
+            }
+            let chunk = &buf[..k];
+            if let Some(i) = chunk.iter().position(|b| *b == ESCAPE) {
+                to_guest.write_all(&chunk[..i]).await?;
+                return Ok(());
+            }
+            to_guest.write_all(chunk).await?;
+        }
+    };
+    let screen = async {
+        let mut out = tokio::io::stdout();
+        let mut seen = String::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let k = from_guest.read(&mut buf).await?;
+            if k == 0 {
+                bail!("node {node}: the serial console closed (QEMU exited?)");
+            }
+            out.write_all(&buf[..k]).await?;
+            out.flush().await?;
+            if let Some(re) = &until {
+                seen.push_str(&String::from_utf8_lossy(&buf[..k]));
+                if re.is_match(&seen) {
+                    return Ok(());
+                }
+                // Keep what a match could still span.
+                if seen.len() > 64 * 1024 {
+                    seen.drain(..seen.len() - 4096);
+                }
+            }
+        }
+    };
+    let bounded = async {
+        match until {
+            Some(_) => tokio::time::timeout(timeout, screen).await.map_err(|_| {
+                anyhow!("node {node}: no console output matched within {timeout:?}")
+            })?,
+            None => screen.await,
+        }
+    };
+    tokio::select! {
+        r = keys => r?,
+        r = bounded => r?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 use vm_lab::lab::default_run_root;
 use vm_lab::{AccelChoice, LabOptions};
 
-use guest::{WaitFor, clock, exec, image, inject_fault, ssh, start, wait};
+use guest::{WaitFor, clock, exec, image, inject_fault, shell, ssh, start, wait};
 use inspect::{logs, status};
 use lifecycle::{down, prune, restore, snapshot, snapshots, supervise, up};
 use net::{NetCmd, net};
@@ -65,6 +65,18 @@ enum Cmd {
         lab: Option<String>,
         #[arg(last = true)]
         command: Vec<String>,
+    },
+    /// Attach to a node's serial console (a root shell); Ctrl-] leaves.
+    Shell {
+        node: String,
+        #[arg(long)]
+        lab: Option<String>,
+        /// Leave once the console prints a match of this regex (for scripts).
+        #[arg(long)]
+        until: Option<String>,
+        /// Seconds to wait for --until.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
     /// Run a command in a node through the guest agent; exits with its status.
     Exec {
@@ -198,7 +210,10 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli.cmd, root)) {
+    let res = rt.block_on(run(cli.cmd, root));
+    // A read of the terminal (`shell`) may still be blocked in a worker: do not wait for it.
+    rt.shutdown_background();
+    match res {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vm-lab: {e:#}");
@@ -222,6 +237,21 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
         }
         Cmd::Supervise { spec, opts } => supervise(&spec, &opts, &root, true).await,
         Cmd::Status { lab } => status(&root, lab.as_deref()).await,
+        Cmd::Shell {
+            node,
+            lab,
+            until,
+            timeout,
+        } => {
+            shell(
+                &root,
+                lab.as_deref(),
+                &node,
+                until.as_deref(),
+                Duration::from_secs(timeout),
+            )
+            .await
+        }
         Cmd::Ssh { node, lab, command } => ssh(&root, lab.as_deref(), &node, &command),
         Cmd::Exec {
             node,

@@ -26,7 +26,7 @@ use crate::spec::ImageSpec;
 use cpio::Tree;
 
 /// Bump when the builder's output changes for the same inputs.
-const BUILDER_VERSION: &str = "vm-lab-image-4";
+const BUILDER_VERSION: &str = "vm-lab-image-5";
 pub const KERNEL_META_PACKAGE: &str = "linux-image-cloud-amd64";
 /// Packages every image carries; their programs are copied in.
 /// iproute2 brings `tc` for the per-link network faults (busybox's has no netem).
@@ -60,7 +60,9 @@ const LIB_SEARCH: [&str; 5] = [
     "usr/lib",
 ];
 
-const INITTAB: &str = "::ctrlaltdel:/sbin/reboot -f\n::shutdown:/bin/sync\n";
+/// A root shell on the serial console, for `vm-lab shell NODE` (respawned when it exits).
+const INITTAB: &str =
+    "ttyS0::respawn:-/bin/sh\n::ctrlaltdel:/sbin/reboot -f\n::shutdown:/bin/sync\n";
 const PASSWD: &str =
     "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
 const GROUP: &str = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";
