@@ -8,6 +8,8 @@
 //! scenario's lab run directory (serial logs, disks). Features tagged `@provisioned` start
 //! each scenario from a snapshot of the provisioned cluster, taken once and restored in about
 //! a second; `LAB_REBUILD=1` rebuilds the cluster for every such scenario instead.
+//! `LAB_BREAK_ON_FAILURE=1` keeps a failed scenario's lab running, prints how to enter it
+//! (`vm-lab shell/ssh/logs`), and waits for Ctrl-C before going on.
 
 #[path = "lab/steps/mod.rs"]
 mod steps;
@@ -21,6 +23,30 @@ use cucumber::{World as _, WriterExt as _, writer};
 use futures::FutureExt as _;
 
 use world::LabWorld;
+
+/// Keeps a failed scenario's lab running, says how to get into it, and waits for Ctrl-C.
+async fn break_on_failure(scenario: &str, lab: &vm_lab::Lab) {
+    let root = lab
+        .run_dir()
+        .parent()
+        .unwrap_or(lab.run_dir())
+        .display()
+        .to_string();
+    let dir = lab
+        .run_dir()
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let node = lab.nodes().first().map(|n| n.name()).unwrap_or("node01");
+    eprintln!(
+        "\n== scenario failed: {scenario}\n== its lab {dir} is still running; from another terminal:\n   \
+         vm-lab --run-root {root} status --lab {dir}\n   \
+         vm-lab --run-root {root} shell {node} --lab {dir}     (serial console, Ctrl-] leaves)\n   \
+         vm-lab --run-root {root} ssh {node} --lab {dir}\n   \
+         vm-lab --run-root {root} logs {node} --lab {dir}\n== press Ctrl-C here to go on"
+    );
+    let _ = tokio::signal::ctrl_c().await;
+}
 
 #[tokio::main]
 async fn main() {
@@ -59,13 +85,17 @@ async fn main() {
             }
             .boxed_local()
         })
-        .after(|_feature, _rule, _scenario, ev, world| {
+        .after(|_feature, _rule, scenario, ev, world| {
             let passed = matches!(ev, cucumber::event::ScenarioFinished::StepPassed);
+            let name = scenario.name.clone();
             async move {
                 let Some(w) = world else { return };
                 let Some(mut b) = w.bringup.take() else {
                     return;
                 };
+                if !passed && std::env::var_os("LAB_BREAK_ON_FAILURE").is_some() {
+                    break_on_failure(&name, &b.lab).await;
+                }
                 if w.holds_snapshot {
                     // The next @provisioned scenario restores its snapshot, whatever this one did.
                     world::keep_provisioned(b);
