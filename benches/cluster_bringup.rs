@@ -93,9 +93,11 @@ async fn main() -> anyhow::Result<()> {
     for n in b.lab.nodes() {
         let dir = bench_dir.path().join(n.name());
         std::fs::create_dir_all(&dir)?;
-        let disk = &n.paths().disk;
-        let dst = dir.join(disk.file_name().context("disk file name")?);
-        std::fs::copy(disk, &dst).with_context(|| format!("copy {}", disk.display()))?;
+        // The disk and the (snapshot) state image the recorded command line opens.
+        for img in [&n.paths().disk, &n.paths().state] {
+            let dst = dir.join(img.file_name().context("image file name")?);
+            std::fs::copy(img, &dst).with_context(|| format!("copy {}", img.display()))?;
+        }
         let argv: Vec<String> = serde_json::from_str(&std::fs::read_to_string(&n.paths().argv)?)?;
         let bench = bench_dir.path().to_string_lossy().into_owned();
         argvs.push(

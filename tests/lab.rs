@@ -5,7 +5,11 @@
 //!
 //! `cargo test --test lab -- --name 'PXE'` runs one scenario; `LAB_PROVISIONER_CMD` runs the
 //! user's own provisioner in place of the built-in one; `LAB_KEEP_ON_FAILURE=1` keeps a failed
-//! scenario's lab run directory (serial logs, disks).
+//! scenario's lab run directory (serial logs, disks). Features tagged `@provisioned` start
+//! each scenario from a snapshot of the provisioned cluster, taken once and restored in about
+//! a second; `LAB_REBUILD=1` rebuilds the cluster for every such scenario instead.
+//! `LAB_BREAK_ON_FAILURE=1` keeps a failed scenario's lab running, prints how to enter it
+//! (`vm-lab shell/ssh/logs`), and waits for Ctrl-C before going on.
 
 #[path = "lab/steps/mod.rs"]
 mod steps;
@@ -20,6 +24,30 @@ use futures::FutureExt as _;
 
 use world::LabWorld;
 
+/// Keeps a failed scenario's lab running, says how to get into it, and waits for Ctrl-C.
+async fn break_on_failure(scenario: &str, lab: &vm_lab::Lab) {
+    let root = lab
+        .run_dir()
+        .parent()
+        .unwrap_or(lab.run_dir())
+        .display()
+        .to_string();
+    let dir = lab
+        .run_dir()
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let node = lab.nodes().first().map(|n| n.name()).unwrap_or("node01");
+    eprintln!(
+        "\n== scenario failed: {scenario}\n== its lab {dir} is still running; from another terminal:\n   \
+         vm-lab --run-root {root} status --lab {dir}\n   \
+         vm-lab --run-root {root} shell {node} --lab {dir}     (serial console, Ctrl-] leaves)\n   \
+         vm-lab --run-root {root} ssh {node} --lab {dir}\n   \
+         vm-lab --run-root {root} logs {node} --lab {dir}\n== press Ctrl-C here to go on"
+    );
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 #[tokio::main]
 async fn main() {
     let _ = tracing_subscriber::fmt()
@@ -29,6 +57,8 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    // A CI timeout's SIGTERM must not leave lab run directories (disks, snapshot images) behind.
+    vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();
     let out = root.join("target").join("cucumber");
     fs::create_dir_all(&out).expect("target/cucumber must be creatable");
@@ -36,25 +66,40 @@ async fn main() {
     let json = fs::File::create(out.join("lab.json")).expect("cucumber JSON report file");
     let summary = LabWorld::cucumber()
         .max_concurrent_scenarios(1)
-        .before(|_feature, _rule, scenario, world| {
+        .before(|feature, _rule, scenario, world| {
             let reuse = scenario.tags.iter().any(|t| t == "reuses-lab");
+            let provisioned = feature
+                .tags
+                .iter()
+                .chain(&scenario.tags)
+                .any(|t| t == "provisioned");
             async move {
                 world.reuses_lab = reuse;
                 if !reuse {
                     // No later scenario in a row wants it: do not keep three idle VMs running.
                     drop(world::take_spare());
                 }
+                if !provisioned {
+                    drop(world::take_provisioned());
+                }
             }
             .boxed_local()
         })
-        .after(|_feature, _rule, _scenario, ev, world| {
+        .after(|_feature, _rule, scenario, ev, world| {
             let passed = matches!(ev, cucumber::event::ScenarioFinished::StepPassed);
+            let name = scenario.name.clone();
             async move {
                 let Some(w) = world else { return };
                 let Some(mut b) = w.bringup.take() else {
                     return;
                 };
-                if w.reuses_lab && passed {
+                if !passed && std::env::var_os("LAB_BREAK_ON_FAILURE").is_some() {
+                    break_on_failure(&name, &b.lab).await;
+                }
+                if w.holds_snapshot {
+                    // The next @provisioned scenario restores its snapshot, whatever this one did.
+                    world::keep_provisioned(b);
+                } else if w.reuses_lab && passed {
                     world::keep_spare(b);
                 } else {
                     if !passed {
@@ -75,8 +120,9 @@ async fn main() {
         .fail_on_skipped()
         .run(root.join("features").join("lab"))
         .await;
-    // Tear down the lab the last `@reuses-lab` scenario left before exiting.
+    // Tear down the labs the last `@reuses-lab` and `@provisioned` scenarios left before exiting.
     drop(world::take_spare());
+    drop(world::take_provisioned());
     // A plain closing line for CI's log reader (cucumber's own summary is above).
     println!(
         "lab steps: {} passed, {} failed, {} skipped",

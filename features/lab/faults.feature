@@ -1,7 +1,8 @@
-@lab
+@lab @provisioned
 Feature: The cluster under the faults a real one meets
-  Each scenario starts from a freshly provisioned 3-node cluster (S1–S6 as in the bring-up
-  feature) and injects one fault through the lab: a power loss, a network partition, a reboot.
+  Each scenario starts from the provisioned 3-node cluster (S1–S6 as in the bring-up feature,
+  built once, then restored from its whole-lab snapshot) and injects one fault through the lab:
+  a power loss, a network partition, a reboot.
 
   Background:
     Given a provisioned 3-node cluster on the seed's lab

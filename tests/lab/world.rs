@@ -31,6 +31,30 @@ pub struct LabWorld {
     /// Tagged `@reuses-lab`: the scenario never writes a node's disk, so it may take over the
     /// booted lab a previous such scenario left (and leave it for the next one if it passes).
     pub reuses_lab: bool,
+    /// The scenario's lab holds the provisioned cluster's snapshot and goes back to
+    /// [`PROVISIONED_LAB`] afterwards.
+    pub holds_snapshot: bool,
+}
+
+/// The snapshot of the provisioned cluster that `@provisioned` scenarios start from.
+pub const PROVISIONED_SNAPSHOT: &str = "provisioned";
+
+/// The lab with the provisioned cluster and its snapshot, kept between `@provisioned` scenarios
+/// (`LAB_REBUILD=1` rebuilds the cluster for every scenario instead).
+pub static PROVISIONED_LAB: std::sync::Mutex<Option<Bringup>> = std::sync::Mutex::new(None);
+
+pub fn take_provisioned() -> Option<Bringup> {
+    PROVISIONED_LAB.lock().map(|mut g| g.take()).unwrap_or(None)
+}
+
+pub fn keep_provisioned(b: Bringup) {
+    if let Ok(mut g) = PROVISIONED_LAB.lock() {
+        *g = Some(b);
+    }
+}
+
+fn restore_enabled() -> bool {
+    std::env::var_os("LAB_REBUILD").is_none()
 }
 
 /// The booted lab handed from one `@reuses-lab` scenario to the next.
@@ -100,8 +124,40 @@ impl LabWorld {
         }
     }
 
-    /// S1–S6 in one go, for scenarios that start from a healthy cluster.
+    /// S1–S6 in one go, for scenarios that start from a healthy cluster: restored from the
+    /// snapshot an earlier scenario took when there is one, else built and then snapshotted.
     pub async fn provisioned_cluster(&mut self) -> Result<(), ClusterError> {
+        let restore = restore_enabled();
+        if restore && let Some(b) = take_provisioned() {
+            self.holds_snapshot = true;
+            self.bringup = Some(b);
+            let lab = &self.b()?.lab;
+            lab.restore(PROVISIONED_SNAPSHOT)
+                .await
+                .map_err(|e| ClusterError::Lab(e.to_string()))?;
+            // A cable unplugged by the last scenario is QEMU's state, not the guest's.
+            for n in lab.nodes() {
+                n.link_up()
+                    .await
+                    .map_err(|e| ClusterError::Lab(e.to_string()))?;
+            }
+            let q = self.bm()?.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+            self.quorum = Some(q);
+            return Ok(());
+        }
+        self.build_provisioned_cluster().await?;
+        if restore {
+            self.b()?
+                .lab
+                .snapshot(PROVISIONED_SNAPSHOT)
+                .await
+                .map_err(|e| ClusterError::Lab(e.to_string()))?;
+            self.holds_snapshot = true;
+        }
+        Ok(())
+    }
+
+    async fn build_provisioned_cluster(&mut self) -> Result<(), ClusterError> {
         self.lab_up(BootMode::Direct).await?;
         let stage = self.stage;
         let b = self.bm()?;

@@ -14,7 +14,48 @@ use crate::image::{self, Image, ImageRequest};
 use crate::machine::{self, LabCtx, Node, Timeouts};
 use crate::namespace::Namespace;
 use crate::qemu_args::{self, Boot, NodeArgs, NodePaths};
-use crate::spec::{AccelChoice, BootMode, LabSpec, McastLink};
+use crate::spec::{AccelChoice, BootMode, LabSpec, McastLink, NodeSpec};
+
+/// Run directories of the labs this process owns, for [`remove_run_dirs_on_sigterm`].
+static LIVE_RUN_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// On SIGTERM, remove the run directory of every lab this process owns and exit with status
+/// 143. Without it a SIGTERM ends the process before any `Lab` is dropped: the QEMUs still die
+/// with the lab's namespace, but the run directories (disks, snapshot images) stay behind.
+/// Opt-in, because it replaces the default action of SIGTERM for the whole process; call it once
+/// from inside a tokio runtime (test runners, drivers without their own signal handling).
+pub fn remove_run_dirs_on_sigterm() -> Result<()> {
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::Lab(format!("cannot listen for SIGTERM: {e}")))?;
+    let _ = INSTALLED.set(());
+    tokio::spawn(async move {
+        if term.recv().await.is_some() {
+            let dirs: Vec<PathBuf> = LIVE_RUN_DIRS
+                .lock()
+                .map(|mut g| g.drain(..).collect())
+                .unwrap_or_default();
+            for d in dirs {
+                let _ = std::fs::remove_dir_all(&d);
+            }
+            // The namespaces' pipes close with the process, and the kernel kills the QEMUs.
+            std::process::exit(143);
+        }
+    });
+    Ok(())
+}
+
+fn track_run_dir(dir: &Path, live: bool) {
+    if let Ok(mut g) = LIVE_RUN_DIRS.lock() {
+        g.retain(|d| d != dir);
+        if live {
+            g.push(dir.to_path_buf());
+        }
+    }
+}
 
 /// Options that are not part of the spec.
 #[derive(Debug, Clone, Default)]
@@ -68,6 +109,9 @@ pub struct NodeState {
     pub boot: BootMode,
     pub ssh_port: u16,
     pub dir: PathBuf,
+    /// The node's full spec (absent in state files of older versions).
+    #[serde(default)]
+    pub spec: Option<NodeSpec>,
 }
 
 impl LabState {
@@ -157,6 +201,7 @@ impl Lab {
         let root = opts.run_root.clone().unwrap_or_else(default_run_root);
         let run_dir = root.join(format!("{}-{nonce}", spec.name));
         std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
+        track_run_dir(&run_dir, true);
         // Until the Lab owns the run dir, an early error must not leave it behind.
         let mut dir_guard = RunDirGuard {
             path: Some(run_dir.clone()),
@@ -180,8 +225,10 @@ impl Lab {
             let paths = NodePaths::new(&run_dir.join(&n.name));
             std::fs::create_dir_all(&paths.dir).map_err(|e| Error::io(&paths.dir, e))?;
             if n.disk_gib > 0 {
-                create_disk(&paths.disk, n.disk_gib).await?;
+                create_qcow2(&paths.disk, &format!("{}G", n.disk_gib)).await?;
             }
+            // Only snapshot metadata and memory images land here; the size is nominal.
+            create_qcow2(&paths.state, "1M").await?;
             let cmdline = qemu_args::kernel_cmdline(n, &hosts)?;
             let boot = match n.boot {
                 BootMode::Direct => Boot::Direct {
@@ -263,6 +310,7 @@ impl Lab {
                     boot: n.spec().boot,
                     ssh_port: n.ssh_port(),
                     dir: n.paths().dir.clone(),
+                    spec: Some(n.spec().clone()),
                 })
                 .collect(),
         };
@@ -359,6 +407,7 @@ impl Lab {
             return;
         }
         self.down = true;
+        track_run_dir(&self.run_dir, false);
         for n in &self.nodes {
             n.kill_now();
         }
@@ -390,6 +439,7 @@ struct RunDirGuard {
 impl Drop for RunDirGuard {
     fn drop(&mut self) {
         if let Some(p) = self.path.take() {
+            track_run_dir(&p, false);
             if self.keep {
                 eprintln!("vm-lab: keeping {} after a failed start", p.display());
             } else {
@@ -399,14 +449,14 @@ impl Drop for RunDirGuard {
     }
 }
 
-async fn create_disk(path: &Path, gib: u64) -> Result<()> {
+async fn create_qcow2(path: &Path, size: &str) -> Result<()> {
     if path.exists() {
         return Ok(());
     }
     let out = tokio::process::Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2"])
         .arg(path)
-        .arg(format!("{gib}G"))
+        .arg(size)
         .output()
         .await
         .map_err(|e| Error::tool("qemu-img", format!("cannot run (install qemu-utils): {e}")))?;

@@ -49,14 +49,17 @@
 //! The key is `<cache>/ssh/id_ed25519` (made once with `ssh-keygen`), baked into the image.
 
 pub mod accel;
+pub mod clock;
 pub mod error;
 pub mod image;
 pub mod lab;
 pub mod machine;
 pub mod namespace;
+pub mod netfault;
 pub mod qemu_args;
 pub mod qga;
 pub mod qmp;
+pub mod snapshot;
 pub mod spec;
 
 pub use accel::Accel;

@@ -37,6 +37,8 @@ pub struct NodePaths {
     pub argv: PathBuf,
     pub pid: PathBuf,
     pub disk: PathBuf,
+    /// Holds the node's saved memory images (lab snapshots), attached to no device.
+    pub state: PathBuf,
 }
 
 impl NodePaths {
@@ -53,6 +55,7 @@ impl NodePaths {
             argv: dir.join("argv.json"),
             pid: dir.join("pid"),
             disk: dir.join("disk.qcow2"),
+            state: dir.join("state.qcow2"),
         }
     }
 }
@@ -109,6 +112,7 @@ pub fn node_argv(a: &NodeArgs<'_>) -> Result<Vec<String>> {
     if a.with_disk {
         v.extend(disk_args(&a.paths.disk));
     }
+    v.extend(state_drive_args(&a.paths.state));
     if let Boot::Direct {
         kernel,
         initrd,
@@ -257,6 +261,18 @@ pub fn disk_args(disk: &Path) -> Vec<String> {
     ]
 }
 
+/// A qcow2 image on no device: `savevm` needs one writable qcow2 to keep the memory image
+/// in, and a node without a disk would have none.
+pub fn state_drive_args(state: &Path) -> Vec<String> {
+    vec![
+        "-drive".into(),
+        format!(
+            "file={},if=none,id=vmstate,format=qcow2,cache=writeback",
+            state.display()
+        ),
+    ]
+}
+
 pub fn direct_boot_args(kernel: &Path, initrd: &Path, cmdline: &str) -> Vec<String> {
     vec![
         "-kernel".into(),
@@ -286,6 +302,9 @@ pub fn kernel_cmdline(node: &NodeSpec, hosts: &[(String, Ipv4Addr)]) -> Result<S
     if !hosts.is_empty() {
         let list: Vec<String> = hosts.iter().map(|(n, ip)| format!("{n}={ip}")).collect();
         parts.push(format!("vmlab.hosts={}", list.join(",")));
+    }
+    if node.clock_offset_s != 0 {
+        parts.push(format!("vmlab.clock_offset={}", node.clock_offset_s));
     }
     parts.extend(node.kernel_args.iter().cloned());
     let line = parts.join(" ");
@@ -348,6 +367,7 @@ mod tests {
             address: "192.168.100.11/24".parse().unwrap(),
             boot: BootMode::Direct,
             kernel_args: vec![],
+            clock_offset_s: 0,
         }
     }
 
@@ -428,6 +448,14 @@ mod tests {
         assert!(c.contains("vmlab.hostname=node01"));
         assert!(c.contains("vmlab.lan=52:54:00:00:01:01,192.168.100.11/24"));
         assert!(c.contains("vmlab.hosts=node01=192.168.100.11,node02=192.168.100.12"));
+        assert!(!c.contains("clock_offset"));
+        let mut skewed = node();
+        skewed.clock_offset_s = -86400;
+        assert!(
+            kernel_cmdline(&skewed, &hosts)
+                .unwrap()
+                .contains(" vmlab.clock_offset=-86400")
+        );
     }
 
     #[test]
@@ -462,6 +490,7 @@ mod tests {
         assert!(joined.contains("-qmp unix:/tmp/l/node01/qmp.sock,server=on,wait=off"));
         assert!(joined.contains("-qmp unix:/tmp/l/node01/qmp-ctl.sock,server=on,wait=off"));
         assert!(joined.contains("logfile=/tmp/l/node01/serial.log"));
+        assert!(joined.contains("-drive file=/tmp/l/node01/state.qcow2,if=none,id=vmstate"));
         assert!(joined.contains("name=org.qemu.guest_agent.0"));
         a.boot = Boot::Pxe {
             tftp_dir: "/c".into(),

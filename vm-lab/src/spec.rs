@@ -139,6 +139,9 @@ pub struct NodeSpec {
     /// Extra kernel command-line arguments.
     #[serde(default)]
     pub kernel_args: Vec<String>,
+    /// Seconds the guest's wall clock runs ahead of the host's from boot (negative: behind).
+    #[serde(default)]
+    pub clock_offset_s: i64,
 }
 
 fn default_vcpus() -> u32 {

@@ -52,7 +52,19 @@ nodes:
   - name: node03
     mac: "52:54:00:00:01:03"
     address: 192.168.100.13/24
+    clock_offset_s: -86400
 "#;
+
+/// The guest's clock offset from the host's must be `want`, give or take a few seconds (the
+/// measurement itself takes an agent round trip).
+async fn assert_offset(n: &vm_lab::Node, want: i64) {
+    let got = vm_lab::clock::measure_offset(n).await.unwrap();
+    assert!(
+        (got - want).abs() <= 5,
+        "{}: offset {got}, want {want}",
+        n.name()
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
@@ -126,6 +138,59 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     }
     n1.write_file("/tmp/hello", b"bytes\x00\xff").await.unwrap();
     assert_eq!(n1.read_file("/tmp/hello").await.unwrap(), b"bytes\x00\xff");
+
+    // Waits: ports, processes, files and console text, each on the lab's one retry loop.
+    let short = Duration::from_secs(30);
+    n1.wait_for_open_port(22, patience(&lab)).await.unwrap(); // dropbear
+    n1.wait_for_closed_port(7777, short).await.unwrap();
+    n1.wait_for_no_process("nc", short).await.unwrap();
+    n1.succeed("(nc -l -p 7777 >/dev/null 2>&1 </dev/null &); true")
+        .await
+        .unwrap();
+    n1.wait_for_open_port(7777, short).await.unwrap();
+    let pids = n1.wait_for_process("nc", short).await.unwrap();
+    assert!(!pids.is_empty());
+    n1.succeed(&format!("kill {}", pids[0])).await.unwrap();
+    n1.wait_for_closed_port(7777, short).await.unwrap();
+    n1.wait_for_no_process("nc", short).await.unwrap();
+    n1.succeed("(sleep 2; echo later > /tmp/later) >/dev/null 2>&1 </dev/null &")
+        .await
+        .unwrap();
+    n1.fail("test -e /tmp/later").await.unwrap();
+    n1.wait_for_file("/tmp/later", short).await.unwrap();
+    n1.succeed("echo wait-probe-4711 > /dev/ttyS0")
+        .await
+        .unwrap();
+    let line = n1
+        .wait_for_console_text(r"wait-probe-\d+", short)
+        .await
+        .unwrap();
+    assert!(line.contains("wait-probe-4711"), "{line}");
+    match n1.wait_for_open_port(7778, Duration::from_secs(2)).await {
+        Err(Error::Timeout {
+            node, what, serial, ..
+        }) => {
+            assert_eq!(node, "node01");
+            assert!(what.contains("7778"), "{what}");
+            assert!(serial.contains("wait-probe-4711"), "{serial}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    net_faults_measured_in_the_guests(&lab).await;
+
+    // Clock faults: node03 booted a day behind; node02 jumps two years ahead and back.
+    assert_offset(lab.node("node03").unwrap(), -86_400).await;
+    assert_offset(n1, 0).await;
+    lab.set_clock_offset("node02", 2 * 365 * 86_400)
+        .await
+        .unwrap();
+    assert_offset(lab.node("node02").unwrap(), 2 * 365 * 86_400).await;
+    assert_eq!(lab.clock_offsets().unwrap()["node03"], -86_400);
+    lab.set_clock_offset("node02", 0).await.unwrap();
+    assert_offset(lab.node("node02").unwrap(), 0).await;
+
+    whole_lab_snapshot_and_restore(&lab).await;
 
     // Link down isolates node03 in both directions; the others still talk; link up heals.
     let n3 = lab.node("node03").unwrap();
@@ -202,6 +267,153 @@ async fn three_nodes_mesh_agent_ssh_partition_pause_and_disk_restart() {
     lab.down().await.unwrap();
     assert!(!dir.exists());
     assert!(pids_mentioning(&dir).is_empty());
+}
+
+/// Ping summary as busybox prints it: (transmitted, received, min round trip in ms).
+fn ping_stats(out: &str) -> (u32, u32, Option<f64>) {
+    let mut sent = 0;
+    let mut got = 0;
+    let mut min = None;
+    for l in out.lines() {
+        if let Some((a, rest)) = l.split_once(" packets transmitted, ") {
+            sent = a.trim().parse().unwrap_or(0);
+            got = rest
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0);
+        }
+        if let Some((_, v)) = l.split_once(" = ") {
+            min = v.split('/').next().and_then(|x| x.trim().parse().ok());
+        }
+    }
+    (sent, got, min)
+}
+
+/// The guest kernel's count of ICMP echo requests it received (`/proc/net/snmp`).
+async fn in_echos(n: &vm_lab::Node) -> u64 {
+    let snmp = String::from_utf8(n.read_file("/proc/net/snmp").await.unwrap()).unwrap();
+    let icmp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Icmp:")).collect();
+    let names: Vec<&str> = icmp[0].split_whitespace().collect();
+    let vals: Vec<&str> = icmp[1].split_whitespace().collect();
+    let i = names.iter().position(|x| *x == "InEchos").unwrap();
+    vals[i].parse().unwrap()
+}
+
+/// Every per-link fault, proven by what the guests themselves measure.
+async fn net_faults_measured_in_the_guests(lab: &Lab) {
+    let n1 = lab.node("node01").unwrap();
+    let n2 = lab.node("node02").unwrap();
+    let n3 = lab.node("node03").unwrap();
+
+    // Delay on node01<->node02 only: each direction waits 300 ms, so no round trip is
+    // shorter than 600 ms there, while node01<->node03 stays fast.
+    lab.net_delay("node01", "node02", Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    let out = n1.succeed("ping -c3 -W3 192.168.100.12").await.unwrap();
+    let (sent, got, min) = ping_stats(&out);
+    assert_eq!((sent, got), (3, 3), "{out}");
+    assert!(min.unwrap() >= 600.0, "{out}");
+    let out = n1.succeed("ping -c3 -W3 192.168.100.13").await.unwrap();
+    assert!(ping_stats(&out).2.unwrap() < 300.0, "{out}");
+    assert_eq!(
+        lab.net_faults().unwrap().get("node02", "node01").delay,
+        Some(Duration::from_millis(300))
+    );
+
+    // Loss: half the packets each way between node01 and node03 (a quarter of the round
+    // trips survive), so some of 20 pings are lost, and none on the healthy link.
+    lab.net_heal().await.unwrap();
+    let loss = vm_lab::netfault::LinkFault {
+        loss_pct: Some(50.0),
+        ..Default::default()
+    };
+    lab.net_shape("node01", "node03", loss).await.unwrap();
+    let out = n1.exec("ping -c20 -i0.2 -W1 192.168.100.13").await.unwrap();
+    let (sent, got, _) = ping_stats(&out.stdout);
+    assert!(sent == 20 && got < 20, "{out:?}");
+    let out = n1
+        .succeed("ping -c5 -i0.2 -W2 192.168.100.12")
+        .await
+        .unwrap();
+    assert_eq!(ping_stats(&out).1, 5, "{out}");
+
+    // Partition node01 | node02,node03: nothing crosses; the majority still talks.
+    lab.net_heal().await.unwrap();
+    lab.net_partition(&["node01"], &["node02", "node03"])
+        .await
+        .unwrap();
+    n1.fail("ping -c2 -W1 192.168.100.12").await.unwrap();
+    n3.fail("ping -c2 -W1 192.168.100.11").await.unwrap();
+    n2.succeed("ping -c1 -W2 192.168.100.13").await.unwrap();
+
+    // Asymmetric: node01's packets no longer reach node02, node02's still reach node01.
+    // Measured by each guest's own count of echo requests received.
+    lab.net_heal().await.unwrap();
+    lab.net_cut("node01", &["node02"]).await.unwrap();
+    let (e1, e2) = (in_echos(n1).await, in_echos(n2).await);
+    n2.fail("ping -c3 -W1 192.168.100.11").await.unwrap(); // the replies are lost
+    n1.fail("ping -c3 -W1 192.168.100.12").await.unwrap();
+    assert!(in_echos(n1).await >= e1 + 3, "node01 must hear node02");
+    assert_eq!(in_echos(n2).await, e2, "node02 must not hear node01");
+    n3.succeed("ping -c1 -W2 192.168.100.11").await.unwrap();
+
+    lab.net_heal().await.unwrap();
+    assert!(lab.net_faults().unwrap().list().is_empty());
+    n1.wait_until_succeeds("ping -c1 -W1 192.168.100.12", patience(lab))
+        .await
+        .unwrap();
+    n2.succeed("! /sbin/tc qdisc show dev eth0 | grep -q netem")
+        .await
+        .unwrap();
+}
+
+/// A snapshot brings back every node's memory (tmpfs files), a powered-off node, and the
+/// network faults in force when it was taken; the guests' clocks are set to the host's.
+async fn whole_lab_snapshot_and_restore(lab: &Lab) {
+    let n1 = lab.node("node01").unwrap();
+    let n3 = lab.node("node03").unwrap();
+    n1.succeed("echo before > /tmp/snap").await.unwrap();
+    n3.succeed("echo n3 > /tmp/snap3").await.unwrap();
+    lab.net_delay("node01", "node03", Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    lab.set_clock_offset("node01", 3600).await.unwrap();
+    let info = lab.snapshot("s1").await.unwrap();
+    assert_eq!(info.nodes, ["node01", "node02", "node03"]);
+    assert_eq!(lab.snapshots().len(), 1);
+
+    n1.succeed("echo after > /tmp/snap; echo extra > /tmp/extra")
+        .await
+        .unwrap();
+    lab.net_heal().await.unwrap();
+    lab.set_clock_offset("node01", 0).await.unwrap();
+    n3.kill().await.unwrap();
+
+    lab.restore("s1").await.unwrap();
+    assert_eq!(n1.succeed("cat /tmp/snap").await.unwrap(), "before\n");
+    n1.fail("test -e /tmp/extra").await.unwrap();
+    assert!(n3.is_running().await);
+    assert_eq!(n3.run_state().await.unwrap(), "running");
+    // node03 resumed where it was (its tmpfs file is back), not from a fresh boot.
+    assert_eq!(n3.succeed("cat /tmp/snap3").await.unwrap(), "n3\n");
+    assert_eq!(
+        lab.net_faults().unwrap().get("node01", "node03").delay,
+        Some(Duration::from_millis(200))
+    );
+    let out = n1.succeed("ping -c2 -W3 192.168.100.13").await.unwrap();
+    assert!(ping_stats(&out).2.unwrap() >= 400.0, "{out}");
+    // Every guest's clock is the host's plus its offset at the snapshot, not the snapshot's time.
+    assert_offset(n1, 3600).await;
+    assert_offset(lab.node("node02").unwrap(), 0).await;
+    assert_offset(n3, -86_400).await;
+    lab.set_clock_offset("node01", 0).await.unwrap();
+    match lab.restore("nope").await {
+        Err(Error::Lab(m)) => assert!(m.contains("no snapshot named"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    lab.net_heal().await.unwrap();
 }
 
 const CLI_LAB: &str = r#"
@@ -326,6 +538,125 @@ async fn cli_lab_pxe_isolation_and_sigkill_leaves_nothing() {
         text(&ssh)
     );
 
+    // Waits from the CLI; a timeout prints the node's last serial lines.
+    let w = vm_lab(&root, &["wait", "node02", "port", "22", "--timeout", "60"]);
+    assert!(w.status.success(), "{}", text(&w));
+    let w = vm_lab(&root, &["wait", "node02", "console", r"READY host=node\d+"]);
+    assert!(
+        w.status.success() && text(&w).contains("VMLAB-READY host=node02"),
+        "{}",
+        text(&w)
+    );
+    let w = vm_lab(
+        &root,
+        &["wait", "node02", "file", "/nonexistent", "--timeout", "2"],
+    );
+    let wt = text(&w);
+    assert!(
+        !w.status.success() && wt.contains("timed out") && wt.contains("VMLAB-READY host=node02"),
+        "{wt}"
+    );
+
+    // The serial console is a root shell: commands piped in, their answer awaited.
+    let mut sh = Command::new(env!("CARGO_BIN_EXE_vm-lab"))
+        .arg("--run-root")
+        .arg(&root)
+        .args([
+            "shell",
+            "node02",
+            "--until",
+            "shell-probe-42",
+            "--timeout",
+            "60",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = sh.stdin.take().unwrap();
+        stdin
+            .write_all(b"echo shell-probe-$((6*7)); hostname\n")
+            .unwrap();
+    }
+    let out = sh.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("shell-probe-42"),
+        "{}",
+        text(&out)
+    );
+
+    // Network faults from the CLI, measured in the guests.
+    let ping = ["exec", "pxe01", "--", "ping -c2 -W2 192.168.100.22"];
+    let n = vm_lab(&root, &["net", "partition", "pxe01", "|", "node02"]);
+    assert!(n.status.success(), "{}", text(&n));
+    assert_eq!(vm_lab(&root, &ping).status.code(), Some(1));
+    let show = text(&vm_lab(&root, &["net", "show"]));
+    assert!(show.contains("pxe01 -> node02: loss 100%"), "{show}");
+    assert!(vm_lab(&root, &["net", "heal"]).status.success());
+    let ex = vm_lab(&root, &ping);
+    assert!(ex.status.success(), "{}", text(&ex));
+    let n = vm_lab(&root, &["net", "delay", "pxe01", "node02", "200ms"]);
+    assert!(n.status.success(), "{}", text(&n));
+    let ex = vm_lab(&root, &ping);
+    let min = ping_stats(&String::from_utf8_lossy(&ex.stdout)).2;
+    assert!(min.unwrap_or(0.0) >= 400.0, "{}", text(&ex));
+    assert!(vm_lab(&root, &["net", "heal"]).status.success());
+
+    // Clock faults from the CLI.
+    let c = vm_lab(&root, &["clock", "node02", "-3d"]);
+    assert!(c.status.success(), "{}", text(&c));
+    let show = text(&vm_lab(&root, &["clock"]));
+    let line = show.lines().find(|l| l.starts_with("node02")).unwrap_or("");
+    let secs: i64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!((secs + 259_200).abs() <= 5, "{show}");
+    assert!(vm_lab(&root, &["clock", "node02", "0"]).status.success());
+
+    // Whole-lab snapshot and restore from the CLI.
+    assert!(
+        vm_lab(&root, &["exec", "node02", "--", "echo one > /tmp/s"])
+            .status
+            .success()
+    );
+    let sn = vm_lab(&root, &["snapshot", "base"]);
+    assert!(sn.status.success(), "{}", text(&sn));
+    assert!(text(&vm_lab(&root, &["snapshots"])).contains("base"));
+    assert!(
+        vm_lab(&root, &["exec", "node02", "--", "echo two > /tmp/s"])
+            .status
+            .success()
+    );
+    let rs = vm_lab(&root, &["restore", "base"]);
+    assert!(rs.status.success(), "{}", text(&rs));
+    let ex = vm_lab(&root, &["exec", "node02", "--", "cat /tmp/s"]);
+    assert_eq!(
+        String::from_utf8_lossy(&ex.stdout),
+        "one\n",
+        "{}",
+        text(&ex)
+    );
+
+    // A node killed from the CLI comes back with `vm-lab start`.
+    assert!(vm_lab(&root, &["fault", "node02", "kill"]).status.success());
+    let st = vm_lab(&root, &["start", "node02"]);
+    assert!(st.status.success(), "{}", text(&st));
+    let ex = vm_lab(
+        &root,
+        &["exec", "node02", "--", "hostname; cat /tmp/s || echo fresh"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ex.stdout),
+        "node02\nfresh\n",
+        "{}",
+        text(&ex)
+    );
+
     // Two labs at once, same group:port and subnet: neither sees the other.
     let nbr = neighbour.node("nbr01").unwrap();
     nbr.fail("ping -c2 -W1 192.168.100.21").await.unwrap();
@@ -407,4 +738,79 @@ async fn a_lab_that_cannot_start_leaves_no_run_dir_or_process() {
     }
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     assert!(pids_mentioning(tmp.path()).is_empty());
+}
+
+/// Set in the child process of the SIGTERM test: the run root its lab goes under.
+const SIGTERM_CHILD_ENV: &str = "VM_LAB_TEST_SIGTERM_ROOT";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_the_run_dir_of_an_in_process_lab() {
+    if let Ok(root) = std::env::var(SIGTERM_CHILD_ENV) {
+        // The child: own a lab until SIGTERM.
+        vm_lab::lab::remove_run_dirs_on_sigterm().unwrap();
+        let opts = LabOptions {
+            run_root: Some(PathBuf::from(root)),
+            ..LabOptions::default()
+        };
+        let _lab = Lab::start(LabSpec::from_yaml(NEIGHBOUR_LAB).unwrap(), opts)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        panic!("the child lab was not stopped");
+    }
+    log_init();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("run");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sigterm_removes_the_run_dir_of_an_in_process_lab",
+            "--nocapture",
+        ])
+        .env(SIGTERM_CHILD_ENV, &root)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until its node's QEMU runs.
+    let start = Instant::now();
+    let pid_file = loop {
+        let found = std::fs::read_dir(&root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("nbr01").join("pid"))
+            .find(|p| p.exists());
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the child lab did not start"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child exited early"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let qemu: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(qemu));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{status}");
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+    let start = Instant::now();
+    while alive(qemu) && start.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(qemu), "QEMU outlived its driver");
+    assert!(pids_mentioning(&root).is_empty());
 }

@@ -7,7 +7,7 @@ use provision_harness::cluster::validate::wait_until;
 use crate::steps::cluster::put;
 use crate::world::{LabWorld, QUORUM_TIMEOUT};
 
-fn lab(e: vm_lab::Error) -> ClusterError {
+pub fn lab(e: vm_lab::Error) -> ClusterError {
     ClusterError::Lab(e.to_string())
 }
 
@@ -60,7 +60,7 @@ async fn leader_link_down(w: &mut LabWorld) -> Result<(), ClusterError> {
     Ok(())
 }
 
-fn others(w: &LabWorld) -> Result<Vec<String>, ClusterError> {
+pub fn others(w: &LabWorld) -> Result<Vec<String>, ClusterError> {
     let old = w.resolve("the old leader")?;
     Ok(w.b()?
         .cluster

@@ -185,3 +185,53 @@ pub(super) fn prune(root: &Path) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+fn attach_all(s: &LabState) -> Result<Vec<vm_lab::Node>> {
+    Ok(s.nodes
+        .iter()
+        .map(|n| vm_lab::Node::attach(s, n))
+        .collect::<vm_lab::Result<_>>()?)
+}
+
+/// `vm-lab snapshot NAME`: every node paused, saved, resumed.
+pub(super) async fn snapshot(root: &Path, which: Option<&str>, name: &str) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let nodes = attach_all(&s)?;
+    let refs: Vec<&vm_lab::Node> = nodes.iter().collect();
+    let info = vm_lab::snapshot::take(&s.run_dir, &refs, name).await?;
+    println!(
+        "snapshot {} of {} node(s) (paused {} ms)",
+        info.name,
+        info.nodes.len(),
+        info.paused_ms
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vm-lab restore NAME`: every node back to the snapshot, together.
+pub(super) async fn restore(root: &Path, which: Option<&str>, name: &str) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let nodes = attach_all(&s)?;
+    let refs: Vec<&vm_lab::Node> = nodes.iter().collect();
+    let took = vm_lab::snapshot::restore(&s.run_dir, &refs, name).await?;
+    println!("restored {name} in {:.2} s", took.as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `vm-lab snapshots`: the lab's snapshots, oldest first.
+pub(super) fn snapshots(root: &Path, which: Option<&str>) -> Result<ExitCode> {
+    let s = find_lab(root, which)?;
+    let list = vm_lab::snapshot::list(&s.run_dir);
+    if list.is_empty() {
+        println!("no snapshots");
+    }
+    for i in list {
+        println!(
+            "{:<20} taken at {} (unix), nodes {}",
+            i.name,
+            i.taken_at,
+            i.nodes.join(",")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -5,6 +5,7 @@
 mod guest;
 mod inspect;
 mod lifecycle;
+mod net;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,9 +16,10 @@ use clap::{Parser, Subcommand};
 use vm_lab::lab::default_run_root;
 use vm_lab::{AccelChoice, LabOptions};
 
-use guest::{exec, image, inject_fault, ssh};
+use guest::{WaitFor, clock, exec, image, inject_fault, shell, ssh, start, wait};
 use inspect::{logs, status};
-use lifecycle::{down, prune, supervise, up};
+use lifecycle::{down, prune, restore, snapshot, snapshots, supervise, up};
+use net::{NetCmd, net};
 
 #[derive(Parser)]
 #[command(
@@ -64,6 +66,18 @@ enum Cmd {
         #[arg(last = true)]
         command: Vec<String>,
     },
+    /// Attach to a node's serial console (a root shell); Ctrl-] leaves.
+    Shell {
+        node: String,
+        #[arg(long)]
+        lab: Option<String>,
+        /// Leave once the console prints a match of this regex (for scripts).
+        #[arg(long)]
+        until: Option<String>,
+        /// Seconds to wait for --until.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
     /// Run a command in a node through the guest agent; exits with its status.
     Exec {
         node: String,
@@ -93,6 +107,60 @@ enum Cmd {
         fault: String,
         #[arg(long)]
         lab: Option<String>,
+    },
+    /// Per-link network faults: partition, cut, delay, loss, shape, heal, show.
+    Net {
+        #[command(subcommand)]
+        cmd: NetCmd,
+        #[arg(long, global = true)]
+        lab: Option<String>,
+    },
+    /// Set a node's wall clock OFFSET from the host's (+2y, -3d, 90s; 0 = host time), or with
+    /// no arguments show every node's offset as measured in the guest.
+    Clock {
+        node: Option<String>,
+        #[arg(allow_hyphen_values = true)]
+        offset: Option<String>,
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// Save the whole lab (every node paused, memory + devices + disks) under NAME.
+    Snapshot {
+        name: String,
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// Put every node back to the snapshot NAME, together.
+    Restore {
+        name: String,
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// List the lab's snapshots.
+    Snapshots {
+        #[arg(long)]
+        lab: Option<String>,
+    },
+    /// Wait in a node for a condition (bounded; a timeout prints the node's last serial lines).
+    Wait {
+        node: String,
+        what: WaitFor,
+        /// The port, pattern, path, process name or command the condition is about.
+        arg: String,
+        #[arg(long)]
+        lab: Option<String>,
+        /// Seconds to wait.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// Power a node on again (e.g. after `fault NODE kill`), same disk, MACs and boot.
+    Start {
+        node: String,
+        #[arg(long)]
+        lab: Option<String>,
+        /// Return once QEMU runs instead of when the node is ready.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Stop a lab: its supervisor tears down every QEMU and the namespace.
     Down {
@@ -142,7 +210,10 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli.cmd, root)) {
+    let res = rt.block_on(run(cli.cmd, root));
+    // A read of the terminal (`shell`) may still be blocked in a worker: do not wait for it.
+    rt.shutdown_background();
+    match res {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vm-lab: {e:#}");
@@ -166,6 +237,21 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
         }
         Cmd::Supervise { spec, opts } => supervise(&spec, &opts, &root, true).await,
         Cmd::Status { lab } => status(&root, lab.as_deref()).await,
+        Cmd::Shell {
+            node,
+            lab,
+            until,
+            timeout,
+        } => {
+            shell(
+                &root,
+                lab.as_deref(),
+                &node,
+                until.as_deref(),
+                Duration::from_secs(timeout),
+            )
+            .await
+        }
         Cmd::Ssh { node, lab, command } => ssh(&root, lab.as_deref(), &node, &command),
         Cmd::Exec {
             node,
@@ -189,6 +275,31 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
             lines,
         } => logs(&root, lab.as_deref(), &node, &what, lines),
         Cmd::Fault { node, fault, lab } => inject_fault(&root, lab.as_deref(), &node, &fault).await,
+        Cmd::Wait {
+            node,
+            what,
+            arg,
+            lab,
+            timeout,
+        } => {
+            wait(
+                &root,
+                lab.as_deref(),
+                &node,
+                what,
+                &arg,
+                Duration::from_secs(timeout),
+            )
+            .await
+        }
+        Cmd::Clock { node, offset, lab } => {
+            clock(&root, lab.as_deref(), node.as_deref(), offset.as_deref()).await
+        }
+        Cmd::Snapshot { name, lab } => snapshot(&root, lab.as_deref(), &name).await,
+        Cmd::Restore { name, lab } => restore(&root, lab.as_deref(), &name).await,
+        Cmd::Snapshots { lab } => snapshots(&root, lab.as_deref()),
+        Cmd::Net { cmd, lab } => net(&root, lab.as_deref(), cmd).await,
+        Cmd::Start { node, lab, no_wait } => start(&root, lab.as_deref(), &node, !no_wait).await,
         Cmd::Down { lab } => down(&root, lab.as_deref()),
         Cmd::Prune => prune(&root),
         Cmd::Image { spec } => image(spec.as_deref()).await,
@@ -236,6 +347,49 @@ mod tests {
             }
             _ => panic!("not exec"),
         }
+    }
+
+    #[test]
+    fn net_partition_takes_both_sides_as_words() {
+        let cli = Cli::try_parse_from([
+            "vm-lab",
+            "net",
+            "partition",
+            "node01",
+            "|",
+            "node02,node03",
+            "--lab",
+            "x",
+        ])
+        .expect("parse");
+        match cli.cmd {
+            Cmd::Net {
+                cmd: NetCmd::Partition { sides },
+                lab,
+            } => {
+                assert_eq!(sides, ["node01", "|", "node02,node03"]);
+                assert_eq!(lab.as_deref(), Some("x"));
+            }
+            _ => panic!("not net partition"),
+        }
+        let cli = Cli::try_parse_from(["vm-lab", "net", "delay", "node01", "node02", "100ms"])
+            .expect("parse");
+        assert!(matches!(
+            cli.cmd,
+            Cmd::Net {
+                cmd: NetCmd::Delay { .. },
+                ..
+            }
+        ));
+        let cli = Cli::try_parse_from(["vm-lab", "wait", "node01", "closed-port", "2379"])
+            .expect("parse");
+        assert!(matches!(
+            cli.cmd,
+            Cmd::Wait {
+                what: WaitFor::ClosedPort,
+                ..
+            }
+        ));
     }
 
     #[test]

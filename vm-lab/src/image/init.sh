@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # vm-lab guest init (PID 1 of the netboot initramfs). Reads vmlab.* from the kernel command line:
 #   vmlab.hostname=NAME  vmlab.lan=MAC,IP/PREFIX  vmlab.mgmt=MAC,IP/PREFIX  vmlab.hosts=n1=ip1,n2=ip2
+#   vmlab.clock_offset=SECONDS (wall clock ahead of the host; negative: behind)
 # and prints VMLAB-* markers on the serial console for the driver.
 /bin/busybox mkdir -p /usr/bin /usr/sbin /sbin /proc /sys /dev /run /tmp /var /mnt
 /bin/busybox --install -s
@@ -21,15 +22,19 @@ for m in $(cat /etc/vmlab/modules); do
   insmod "/lib/modules/$m.ko" 2>/dev/null || echo "vmlab: insmod $m failed"
 done
 
-HN=vmlab; LAN=; MGMT=; HOSTS=
+HN=vmlab; LAN=; MGMT=; HOSTS=; CLOCK_OFF=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
     vmlab.hostname=*) HN="${arg#vmlab.hostname=}" ;;
     vmlab.lan=*) LAN="${arg#vmlab.lan=}" ;;
     vmlab.mgmt=*) MGMT="${arg#vmlab.mgmt=}" ;;
     vmlab.hosts=*) HOSTS="${arg#vmlab.hosts=}" ;;
+    vmlab.clock_offset=*) CLOCK_OFF="${arg#vmlab.clock_offset=}" ;;
   esac
 done
+# A clock fault from boot on: shift the wall clock (read from the host-synced RTC) before any
+# service starts.
+[ -n "$CLOCK_OFF" ] && date -u -s "@$(( $(date +%s) + CLOCK_OFF ))" >/dev/null
 hostname "$HN"
 echo "$HN" > /etc/hostname
 {

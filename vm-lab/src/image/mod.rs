@@ -26,22 +26,28 @@ use crate::spec::ImageSpec;
 use cpio::Tree;
 
 /// Bump when the builder's output changes for the same inputs.
-const BUILDER_VERSION: &str = "vm-lab-image-3";
+const BUILDER_VERSION: &str = "vm-lab-image-5";
 pub const KERNEL_META_PACKAGE: &str = "linux-image-cloud-amd64";
 /// Packages every image carries; their programs are copied in.
-pub const BASE_PACKAGES: [&str; 4] = [
+/// iproute2 brings `tc` for the per-link network faults (busybox's has no netem).
+pub const BASE_PACKAGES: [&str; 5] = [
     "busybox-static",
     "qemu-guest-agent",
     "dropbear-bin",
     "e2fsprogs",
+    "iproute2",
 ];
 /// Kernel modules loaded at boot (their dependencies are added automatically).
-pub const MODULES: [&str; 5] = [
+/// `sch_prio`, `cls_u32` and `sch_netem` shape the lab traffic per peer (see `netfault`).
+pub const MODULES: [&str; 8] = [
     "virtio_pci",
     "virtio_net",
     "virtio_blk",
     "virtio_console",
     "virtio_rng",
+    "sch_prio",
+    "cls_u32",
+    "sch_netem",
 ];
 const INIT_SCRIPT: &str = include_str!("init.sh");
 const LIB_DIR: &str = "/lib/x86_64-linux-gnu";
@@ -54,7 +60,9 @@ const LIB_SEARCH: [&str; 5] = [
     "usr/lib",
 ];
 
-const INITTAB: &str = "::ctrlaltdel:/sbin/reboot -f\n::shutdown:/bin/sync\n";
+/// A root shell on the serial console, for `vm-lab shell NODE` (respawned when it exits).
+const INITTAB: &str =
+    "ttyS0::respawn:-/bin/sh\n::ctrlaltdel:/sbin/reboot -f\n::shutdown:/bin/sync\n";
 const PASSWD: &str =
     "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
 const GROUP: &str = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";

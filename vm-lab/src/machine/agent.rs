@@ -66,47 +66,6 @@ impl Node {
         }
     }
 
-    /// Retry `command` until it exits 0, at most `timeout`.
-    pub async fn wait_until_succeeds(&self, command: &str, timeout: Duration) -> Result<String> {
-        self.wait_until(command, timeout, true)
-            .await
-            .map(|o| o.stdout)
-    }
-
-    /// Retry `command` until it exits non-zero, at most `timeout`.
-    pub async fn wait_until_fails(&self, command: &str, timeout: Duration) -> Result<ExecOutput> {
-        self.wait_until(command, timeout, false).await
-    }
-
-    async fn wait_until(
-        &self,
-        command: &str,
-        timeout: Duration,
-        want_ok: bool,
-    ) -> Result<ExecOutput> {
-        let start = Instant::now();
-        loop {
-            let left = timeout.saturating_sub(start.elapsed());
-            let out = self
-                .exec_timeout(command, left.max(Duration::from_secs(1)))
-                .await?;
-            if out.success() == want_ok {
-                return Ok(out);
-            }
-            if start.elapsed() > timeout {
-                let what = if want_ok { "to succeed" } else { "to fail" };
-                return Err(self.timeout_error(
-                    format!(
-                        "`{command}` {what} (last exit {}: {}{})",
-                        out.code, out.stdout, out.stderr
-                    ),
-                    timeout,
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
     /// Read a whole file from the guest.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let _one_at_a_time = self.qga_lock.lock().await;

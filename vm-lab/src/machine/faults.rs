@@ -18,6 +18,18 @@ impl Node {
             .map_err(|e| self.control_error("qmp", e))
     }
 
+    /// Wait until QEMU's control monitor answers (it opens a moment after the process starts).
+    pub async fn wait_for_monitor(&self, timeout: std::time::Duration) -> Result<()> {
+        self.retry("the QMP monitor", timeout, |left| async move {
+            self.ensure_running().await?;
+            match qmp_conn::execute(&self.paths.qmp_ctl, qmp::query_status {}, left).await {
+                Ok(_) => Ok(super::Probe::Done(())),
+                Err(e) => Ok(super::Probe::NotYet(e)),
+            }
+        })
+        .await
+    }
+
     /// QEMU's run state (`running`, `paused`, …).
     pub async fn run_state(&self) -> Result<String> {
         let st = self.qmp(qmp::query_status {}).await?;
@@ -69,5 +81,53 @@ impl Node {
     pub async fn restart(&self) -> Result<()> {
         self.reset().await?;
         self.wait_ready().await
+    }
+}
+
+/// Bound on saving or loading one node's memory and device state (TCG, a loaded host).
+pub const VMSTATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl Node {
+    /// An HMP command through QMP; HMP reports errors as text, so any output is returned.
+    async fn hmp(&self, line: &str, timeout: std::time::Duration) -> Result<String> {
+        self.ensure_running().await?;
+        qmp_conn::execute(
+            &self.paths.qmp_ctl,
+            qmp::human_monitor_command {
+                command_line: line.into(),
+                cpu_index: None,
+            },
+            timeout,
+        )
+        .await
+        .map_err(|e| self.control_error("qmp", e))
+    }
+
+    /// Save memory, devices and every disk (internal qcow2 snapshots) under `name`. The VM's
+    /// run state is kept (a paused VM stays paused).
+    pub async fn save_vm(&self, name: &str) -> Result<()> {
+        let out = self.hmp(&format!("savevm {name}"), VMSTATE_TIMEOUT).await?;
+        self.hmp_ok("savevm", out)
+    }
+
+    /// Load the state saved under `name` (memory, devices, disks); the run state is kept.
+    pub async fn load_vm(&self, name: &str) -> Result<()> {
+        let out = self.hmp(&format!("loadvm {name}"), VMSTATE_TIMEOUT).await?;
+        self.hmp_ok("loadvm", out)
+    }
+
+    /// Forget the state saved under `name`.
+    pub async fn delete_vm_state(&self, name: &str) -> Result<()> {
+        let out = self.hmp(&format!("delvm {name}"), VMSTATE_TIMEOUT).await?;
+        self.hmp_ok("delvm", out)
+    }
+
+    fn hmp_ok(&self, what: &'static str, out: String) -> Result<()> {
+        // Success prints nothing; errors and warnings come back as text.
+        if out.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(self.control_error(what, out.trim().to_string()))
+        }
     }
 }

@@ -21,6 +21,10 @@ use crate::{qga as qga_conn, qmp as qmp_conn};
 mod agent;
 mod faults;
 mod ssh;
+mod wait;
+
+use wait::Probe;
+pub use wait::{listening_probe, shell_quote};
 
 pub use ssh::{ssh_argv, ssh_port_for};
 
@@ -99,6 +103,12 @@ pub struct Node {
     ctx: Arc<LabCtx>,
     proc_: tokio::sync::Mutex<Option<Running>>,
     qga_lock: tokio::sync::Mutex<()>,
+    /// Attached from another process (the CLI) to a lab a supervisor owns: the QEMU is known
+    /// only by its pid file, and a QEMU this handle starts is left running when it is dropped
+    /// (it still dies with the lab's namespace).
+    attached: bool,
+    /// Serial log length at the last power-on by an attached handle (its current boot's start).
+    attached_offset: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Node {
@@ -126,7 +136,50 @@ impl Node {
             ctx,
             proc_: tokio::sync::Mutex::new(None),
             qga_lock: tokio::sync::Mutex::new(()),
+            attached: false,
+            attached_offset: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// A handle on a node of a running lab, from its `lab.json` (see [`crate::lab::LabState`]).
+    pub fn attach(lab: &crate::lab::LabState, node: &crate::lab::NodeState) -> Result<Node> {
+        let paths = NodePaths::new(&node.dir);
+        let text = std::fs::read_to_string(&paths.argv).map_err(|e| Error::io(&paths.argv, e))?;
+        let line: Vec<String> = serde_json::from_str(&text)
+            .map_err(|e| Error::Lab(format!("{}: {e}", paths.argv.display())))?;
+        let argv = line.into_iter().skip(1).collect();
+        let spec = match &node.spec {
+            Some(s) => s.clone(),
+            None => NodeSpec {
+                name: node.name.clone(),
+                vcpus: crate::spec::DEFAULT_VCPUS,
+                memory_mib: crate::spec::DEFAULT_MEMORY_MIB,
+                disk_gib: 0,
+                mac: node.mac.parse()?,
+                address: node.address.parse()?,
+                boot: node.boot,
+                kernel_args: Vec::new(),
+                clock_offset_s: 0,
+            },
+        };
+        let ctx = Arc::new(LabCtx {
+            name: lab.name.clone(),
+            accel: lab.accel,
+            timeouts: Timeouts::for_accel(lab.accel),
+            ns_init_pid: lab.ns_init_pid,
+            ssh_key: lab.ssh_key.clone(),
+        });
+        let mut n = Node::new(spec, paths, argv, node.ssh_port, ctx);
+        n.attached = true;
+        Ok(n)
+    }
+
+    /// The QEMU pid recorded in the node's pid file, if that process is alive.
+    fn recorded_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(&self.paths.pid)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .filter(|p| namespace::alive(*p))
     }
 
     pub fn name(&self) -> &str {
@@ -162,6 +215,9 @@ impl Node {
 
     /// Host PID of the node's QEMU, if it runs.
     pub async fn qemu_pid(&self) -> Option<u32> {
+        if self.attached {
+            return self.recorded_pid();
+        }
         self.proc_.lock().await.as_ref().map(|r| r.qemu_pid)
     }
 
@@ -169,9 +225,11 @@ impl Node {
     /// from the previous run). Does not wait for boot; see [`Node::wait_ready`].
     pub async fn start(&self) -> Result<()> {
         let mut guard = self.proc_.lock().await;
-        if let Some(r) = guard.as_mut()
-            && r.child.try_wait().ok().flatten().is_none()
-        {
+        let running = match guard.as_mut() {
+            Some(r) => r.child.try_wait().ok().flatten().is_none(),
+            None => self.attached && self.recorded_pid().is_some(),
+        };
+        if running {
             return Err(Error::Lab(format!(
                 "node {} is already running",
                 self.spec.name
@@ -203,7 +261,11 @@ impl Node {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))
-        .kill_on_drop(true);
+        .kill_on_drop(!self.attached);
+        if self.attached {
+            // Not in the caller's process group: a Ctrl-C of the CLI must not reach it.
+            cmd.process_group(0);
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::tool("nsenter", format!("cannot start QEMU: {e}")))?;
@@ -224,6 +286,11 @@ impl Node {
             .ok_or_else(|| Error::Lab(format!("node {}: QEMU did not start", self.spec.name)))?;
         std::fs::write(&self.paths.pid, format!("{qemu_pid}\n"))
             .map_err(|e| Error::io(&self.paths.pid, e))?;
+        if self.attached {
+            self.attached_offset
+                .store(serial_offset, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
         let events = qmp_conn::spawn_event_log(self.paths.qmp.clone(), self.paths.events.clone());
         *guard = Some(Running {
             child,
@@ -236,6 +303,9 @@ impl Node {
 
     /// True while QEMU runs.
     pub async fn is_running(&self) -> bool {
+        if self.attached {
+            return self.recorded_pid().is_some();
+        }
         let mut guard = self.proc_.lock().await;
         match guard.as_mut() {
             Some(r) => r.child.try_wait().ok().flatten().is_none(),
@@ -244,6 +314,12 @@ impl Node {
     }
 
     async fn ensure_running(&self) -> Result<()> {
+        if self.attached {
+            return match self.recorded_pid() {
+                Some(_) => Ok(()),
+                None => Err(self.exited_error("not running".into())),
+            };
+        }
         let mut guard = self.proc_.lock().await;
         match guard.as_mut() {
             None => Err(Error::Lab(format!(
@@ -290,30 +366,24 @@ impl Node {
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
-    /// Wait until the serial console of the current boot prints `needle`.
-    pub async fn wait_for_serial(&self, needle: &str, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            let offset = self
-                .proc_
-                .lock()
-                .await
-                .as_ref()
-                .map(|r| r.serial_offset)
-                .unwrap_or(0);
-            let bytes = std::fs::read(&self.paths.serial_log).unwrap_or_default();
-            let tail = bytes
-                .get(usize::try_from(offset).unwrap_or(0)..)
-                .unwrap_or(&[]);
-            if String::from_utf8_lossy(tail).contains(needle) {
-                return Ok(());
-            }
-            self.ensure_running().await?;
-            if start.elapsed() > timeout {
-                return Err(self.timeout_error(format!("serial output {needle:?}"), timeout));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    /// What the serial console printed since the current boot's power-on (the whole log for a
+    /// node attached from another process).
+    pub(crate) async fn current_boot_serial(&self) -> String {
+        let offset = self
+            .proc_
+            .lock()
+            .await
+            .as_ref()
+            .map(|r| r.serial_offset)
+            .unwrap_or_else(|| {
+                self.attached_offset
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            });
+        let bytes = std::fs::read(&self.paths.serial_log).unwrap_or_default();
+        let tail = bytes
+            .get(usize::try_from(offset).unwrap_or(0)..)
+            .unwrap_or(&[]);
+        String::from_utf8_lossy(tail).into_owned()
     }
 
     /// Wait for the boot marker and for the guest agent to answer.
@@ -342,25 +412,33 @@ impl Node {
 
     /// A synchronised guest-agent connection, retrying fresh connections until `timeout`.
     async fn qga_connect(&self, timeout: Duration) -> Result<qga_conn::QgaConn> {
-        let start = Instant::now();
-        let mut last = String::new();
-        loop {
+        self.retry("the guest agent", timeout, |left| async move {
             self.ensure_running().await?;
-            let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(self.timeout_error(format!("the guest agent ({last})"), timeout));
-            }
             match qga_conn::connect(&self.paths.qga, left.min(qga_conn::ATTEMPT_TIMEOUT)).await {
-                Ok(c) => return Ok(c),
-                Err(e) => last = e,
+                Ok(c) => Ok(Probe::Done(c)),
+                Err(e) => Ok(Probe::NotYet(e)),
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        })
+        .await
     }
 
     /// Sudden power loss: SIGKILL the node's QEMU and wait until it is gone. The disk keeps
     /// what the guest had flushed (`sync`).
     pub async fn kill(&self) -> Result<()> {
+        if self.attached {
+            if let Some(pid) = self.recorded_pid() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let start = Instant::now();
+                while namespace::alive(pid) && start.elapsed() < Duration::from_secs(10) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let _ = std::fs::remove_file(&self.paths.pid);
+            }
+            return Ok(());
+        }
         let mut guard = self.proc_.lock().await;
         if let Some(mut r) = guard.take() {
             let _ = nix::sys::signal::kill(
@@ -381,6 +459,8 @@ impl Node {
     pub(crate) fn kill_now(&self) {
         if let Ok(mut guard) = self.proc_.try_lock()
             && let Some(r) = guard.as_mut()
+            // A QEMU that already exited may have had its pid reused.
+            && r.child.try_wait().ok().flatten().is_none()
         {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(i32::try_from(r.qemu_pid).unwrap_or(0)),
