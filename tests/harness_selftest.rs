@@ -80,6 +80,7 @@ const TOKEN_SCENARIO: &str = "the API token in the Authorization header is accep
 
 async fn checks() -> Result<(), String> {
     rollout::journal::check_globs()?;
+    rollout::claims::check_rules()?;
     let auth = rollout::features_dir().join("auth.feature");
 
     // 1. The built-in deployer, in-process: the token scenario passes.

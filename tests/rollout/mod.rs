@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod adapter;
+pub mod claims;
 pub mod journal;
 pub mod manifest;
 pub mod pve;
