@@ -37,8 +37,21 @@ pub struct FaultRule {
     pub status: Option<u16>,
     #[serde(default)]
     pub message: Option<String>,
+    /// Holds the request this long before it is handled.
     #[serde(default)]
     pub latency_ms: Option<u64>,
+    /// Holds the answer this long after the request was handled (and journaled): the client
+    /// has not heard back although the work is done, as when it dies before reading the reply.
+    #[serde(default)]
+    pub answer_latency_ms: Option<u64>,
+    /// Lets this many matching requests through before the rule fires, so a test can aim at
+    /// the n-th request (crash-point exploration).
+    #[serde(default)]
+    pub skip: Option<u32>,
+    /// When the rule fires, the site's clock stops (becomes stepped) before the request is
+    /// handled: tasks running then stay running until the clock is set again.
+    #[serde(default)]
+    pub stop_clock: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +71,8 @@ pub struct Faults {
 #[derive(Debug, Default)]
 pub struct FaultHit {
     pub latency_ms: u64,
+    pub answer_latency_ms: u64,
+    pub stop_clock: bool,
     pub error: Option<PveError>,
 }
 
@@ -99,8 +114,15 @@ impl Faults {
         {
             return Err(format!("status {s} is not an HTTP status"));
         }
-        if rule.status.is_none() && rule.latency_ms.is_none() {
-            return Err("a fault rule needs a status or a latency_ms".into());
+        if rule.status.is_none()
+            && rule.latency_ms.is_none()
+            && rule.answer_latency_ms.is_none()
+            && rule.stop_clock != Some(true)
+        {
+            return Err(
+                "a fault rule needs a status, a latency_ms, an answer_latency_ms or stop_clock"
+                    .into(),
+            );
         }
         let path = match &rule.path_pattern {
             Some(p) => Some(glob_to_regex(p).map_err(|e| format!("bad path_pattern: {e}"))?),
@@ -136,6 +158,13 @@ impl Faults {
             {
                 continue;
             }
+            if let Some(n) = &mut c.rule.skip
+                && *n > 0
+            {
+                *n -= 1;
+                continue;
+            }
+            let r = &c.rule;
             let p = r.probability.unwrap_or(1.0);
             if p < 1.0 && self.rng.random::<f64>() >= p {
                 continue;
@@ -145,6 +174,8 @@ impl Faults {
             }
             let r = &c.rule;
             hit.latency_ms += r.latency_ms.unwrap_or(0);
+            hit.answer_latency_ms += r.answer_latency_ms.unwrap_or(0);
+            hit.stop_clock |= r.stop_clock == Some(true);
             if hit.error.is_none()
                 && let Some(status) = r.status
             {
@@ -206,6 +237,45 @@ mod tests {
                 .error
                 .is_none()
         );
+    }
+
+    #[test]
+    fn skip_aims_at_the_nth_matching_request() {
+        let mut f = Faults::new(1);
+        f.add(FaultRule {
+            method: Some("GET".into()),
+            answer_latency_ms: Some(60_000),
+            skip: Some(2),
+            count: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+        let held = |f: &mut Faults, method: &str| {
+            f.check("s", method, "/version", None).answer_latency_ms > 0
+        };
+        // A request the rule does not match does not use up a skip.
+        assert!(!held(&mut f, "POST"));
+        assert!(!held(&mut f, "GET"));
+        assert!(!held(&mut f, "GET"));
+        assert!(held(&mut f, "GET"));
+        assert!(!held(&mut f, "GET"));
+        assert_eq!(f.list()[0].count, Some(0));
+        assert_eq!(f.list()[0].skip, Some(0));
+    }
+
+    #[test]
+    fn a_rule_may_only_stop_the_clock() {
+        let mut f = Faults::new(1);
+        f.add(FaultRule {
+            path_pattern: Some("/nodes/*/qemu".into()),
+            stop_clock: Some(true),
+            count: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+        let hit = f.check("s", "POST", "/nodes/n/qemu", Some("n"));
+        assert!(hit.stop_clock && hit.error.is_none() && hit.latency_ms == 0);
+        assert!(!f.check("s", "POST", "/nodes/n/qemu", Some("n")).stop_clock);
     }
 
     #[test]

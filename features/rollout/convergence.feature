@@ -23,20 +23,32 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
   @fake
   Scenario: a run killed right after the create call resumes with no duplicate
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    And the fake's clock stands still until a step lets it run
     When the deployer is killed right after it sends "POST" "/nodes/ml110-01/qemu"
-    And the deployer runs again
+    Then the killed run's create on "ml110-01" is still running
+    When the deployer starts in the background
+    And the background run has sent "GET" "/cluster/resources"
+    And the fake's clock runs again
+    And the background run finishes
     Then VM "nginx-proxy-vm" is ready with a VMID
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
+    And the fake holds exactly 1 VM on "ml110-01"
 
   @fake
   Scenario: a run killed while the disk is being imported resumes with no duplicate
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    And the fake's clock stands still until a step lets it run
     When the deployer is killed right after it sends "GET" "/nodes/ml110-01/tasks/*/status"
-    And the deployer runs again
+    Then the killed run's create on "ml110-01" is still running
+    When the deployer starts in the background
+    And the background run has sent "GET" "/cluster/resources"
+    And the fake's clock runs again
+    And the background run finishes
     Then VM "nginx-proxy-vm" is ready with a VMID
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
+    And the fake holds exactly 1 VM on "ml110-01"
 
   @fake
   Scenario: two deployers racing for the same VMID both succeed with distinct VMIDs

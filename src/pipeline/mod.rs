@@ -189,12 +189,7 @@ impl Pipeline<'_> {
                 .await
                 .map_err(|e| self.err(job, &e))?;
             if cur.status != "running" {
-                let upid = self
-                    .client()
-                    .start_vm(node, vmid)
-                    .await
-                    .map_err(|e| self.err(job, &e))?;
-                self.wait(job, &upid).await?;
+                self.start(job, vmid).await?;
             }
             self.record(job, |r| r.stage = r.stage.max(Stage::Started));
             self.step(job, "monitor");
@@ -206,6 +201,29 @@ impl Pipeline<'_> {
             });
         }
         self.persist().await
+    }
+
+    /// Starts the VM. A start that finds it already running is a success: a run killed during
+    /// its own start leaves that start task going, and the resumed run sees the VM `stopped`
+    /// until QEMU is up.
+    async fn start(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
+        let node = job.plan.node.as_str();
+        let started = match self.client().start_vm(node, vmid).await {
+            Ok(upid) => self
+                .client()
+                .await_task(&upid, self.options.task_wait)
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(()) => Ok(()),
+            Err(e) if e.text().contains(&format!("VM {vmid} already running")) => {
+                tracing::info!(vm = %job.plan.name, vmid, "already running (an earlier run's start)");
+                Ok(())
+            }
+            Err(e) => Err(self.err(job, &e)),
+        }
     }
 
     /// Tells an unknown node (fail fast) from an unreachable one (retry).
@@ -247,11 +265,7 @@ impl Pipeline<'_> {
     /// the lowest VMID with that name (adoption). Never a VM of another name.
     async fn find_existing(&self, job: &VmJob<'_>) -> Result<Option<u32>, StepError> {
         let plan = job.plan;
-        let resources = self
-            .client()
-            .vm_resources()
-            .await
-            .map_err(|e| self.err(job, &e))?;
+        let resources = self.resources_after_our_create(job).await?;
         let named: Vec<&ClusterResource> = resources
             .iter()
             .filter(|r| r.kind == "qemu" && !r.template)
@@ -300,6 +314,50 @@ impl Pipeline<'_> {
             }
         });
         Ok(Some(vmid))
+    }
+
+    /// `/cluster/resources`, read again once a create this rollout started (and was killed
+    /// during) has finished. PVE lists a VM under creation with `lock: create` and without its
+    /// name, so matching by name alone would miss it and create a duplicate: the VMID recorded
+    /// before the create call wins.
+    async fn resources_after_our_create(
+        &self,
+        job: &VmJob<'_>,
+    ) -> Result<Vec<ClusterResource>, StepError> {
+        let rec = self.state.get(&job.key);
+        let ours = rec
+            .as_ref()
+            .filter(|r| r.created_here)
+            .and_then(|r| r.vmid)
+            .map(u64::from);
+        let started = Instant::now();
+        loop {
+            let resources = self
+                .client()
+                .vm_resources()
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            let creating = resources.iter().find(|r| {
+                r.kind == "qemu"
+                    && ours.is_some()
+                    && r.vmid == ours
+                    && r.lock.as_deref() == Some("create")
+                    && r.name.as_deref() != Some(job.plan.name.as_str())
+            });
+            let Some(vm) = creating else {
+                return Ok(resources);
+            };
+            if started.elapsed() >= self.options.task_wait.timeout {
+                return Err(StepError::Locked(format!(
+                    "VM {} (recorded by an earlier run for {}) is still being created after {:?}",
+                    vm.vmid.unwrap_or_default(),
+                    job.plan.name,
+                    self.options.task_wait.timeout
+                )));
+            }
+            tracing::info!(vm = %job.plan.name, vmid = ?vm.vmid, "waiting out the create an earlier run started");
+            tokio::time::sleep(self.options.task_wait.poll).await;
+        }
     }
 
     /// Waits out a create still running from an earlier run; removes a half-made VM (no boot

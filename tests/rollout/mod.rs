@@ -10,6 +10,7 @@ pub mod claims;
 pub mod journal;
 pub mod manifest;
 pub mod pve;
+pub mod resume;
 pub mod status;
 mod steps;
 pub mod world;

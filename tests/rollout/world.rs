@@ -102,6 +102,9 @@ pub struct RolloutWorld {
     pub setup_uploads: Vec<(String, String, String, u64)>,
     /// The last plan report (the deployer's `plan --json` shape).
     pub plan: Option<serde_json::Value>,
+    /// The clock the fake starts with (fast by default; stepped where a scenario must hold a
+    /// task mid-way regardless of build speed).
+    pub clock: ClockMode,
 }
 
 impl std::fmt::Debug for RolloutWorld {
@@ -161,6 +164,7 @@ impl RolloutWorld {
             probe_window: None,
             vmids_before: BTreeMap::new(),
             destroyed: Vec::new(),
+            clock: ClockMode::Scaled(CLOCK_FACTOR),
             setup_uploads: Vec::new(),
             plan: None,
         })
@@ -198,7 +202,7 @@ impl RolloutWorld {
                 .scenario((**scenario).clone())
                 .tls(true)
                 .auth_failure_delay(false)
-                .clock(ClockMode::Scaled(CLOCK_FACTOR))
+                .clock(self.clock)
                 .start()
                 .await
                 .map_err(|e| anyhow!("starting fake-proxmox: {e}"))?;

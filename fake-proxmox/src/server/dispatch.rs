@@ -103,6 +103,7 @@ struct Prepared {
     who: Identity,
     via_ticket: bool,
     latency_ms: u64,
+    answer_latency_ms: u64,
 }
 
 /// Mutable record of one request for the journal.
@@ -244,18 +245,29 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
             }
             resp
         }
+        Locked::Held(resp, answer_ms) => {
+            tokio::time::sleep(Duration::from_millis(answer_ms)).await;
+            resp
+        }
         Locked::Delayed(d) => {
             tokio::time::sleep(Duration::from_millis(d.prepared.latency_ms)).await;
-            let inner = ctx.shared.inner.lock();
-            finish(
-                inner,
-                &ctx.site,
-                &method,
-                d.rec,
-                d.prepared,
-                d.fault_err,
-                d.version,
-            )
+            let answer_ms = d.prepared.answer_latency_ms;
+            let resp = {
+                let inner = ctx.shared.inner.lock();
+                finish(
+                    inner,
+                    &ctx.site,
+                    &method,
+                    d.rec,
+                    d.prepared,
+                    d.fault_err,
+                    d.version,
+                )
+            };
+            if answer_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(answer_ms)).await;
+            }
+            resp
         }
     }
 }
@@ -267,6 +279,8 @@ enum Locked {
     AuthFailed(Response<Body>),
     /// A fault rule adds latency: the handler runs after it, under the lock again.
     Delayed(Box<DelayedRequest>),
+    /// Handled and journaled; a fault rule holds the answer this many milliseconds.
+    Held(Response<Body>, u64),
 }
 
 struct DelayedRequest {
@@ -305,9 +319,13 @@ fn locked_part(
         }
     };
     if prepared.latency_ms == 0 {
-        return Locked::Done(finish(
-            inner, &ctx.site, method, rec, prepared, fault_err, version,
-        ));
+        let answer_ms = prepared.answer_latency_ms;
+        let resp = finish(inner, &ctx.site, method, rec, prepared, fault_err, version);
+        return if answer_ms == 0 {
+            Locked::Done(resp)
+        } else {
+            Locked::Held(resp, answer_ms)
+        };
     }
     Locked::Delayed(Box::new(DelayedRequest {
         rec,
@@ -477,6 +495,9 @@ fn prepare(
         }
     }
     let hit = inner.faults.check(site_name, method, rel, node.as_deref());
+    if hit.stop_clock {
+        inner.clock.set_mode(crate::clock::ClockMode::Stepped);
+    }
     Ok((
         Prepared {
             handler: route.handler,
@@ -484,6 +505,7 @@ fn prepare(
             who,
             via_ticket,
             latency_ms: hit.latency_ms,
+            answer_latency_ms: hit.answer_latency_ms,
         },
         hit.error,
     ))

@@ -3,6 +3,7 @@
 mod auth;
 mod faults;
 mod journal;
+mod resume;
 mod rollout;
 mod storage;
 mod vm;

@@ -1,0 +1,93 @@
+//! `cargo test --test crash_points`: every crash point of a 2-VM rollout over both sites — the
+//! deployer killed before the fake handles each request and before each answer reaches it, then
+//! resumed — must end with exactly one VM per manifest, configured, running, unlocked, no orphan
+//! volume, and a state file that agrees with the fake. Also shows that the exploration catches a
+//! deployer that ignores the VMID it recorded before its create call.
+//!
+//! `HARNESS_DEPLOYER_CMD` points it at another deployer (the external-deployer contract).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "crash/mod.rs"]
+mod crash;
+#[path = "rollout/mod.rs"]
+mod rollout;
+
+use std::sync::Arc;
+
+use crash::{Explorer, ForgetsRecordedVmid, Verdict};
+use rollout::adapter::Deployer;
+use rollout::manifest::VmManifest;
+
+fn two_vms() -> Vec<VmManifest> {
+    vec![
+        VmManifest::standard("nginx-proxy-vm", "ml110-01", "site-1"),
+        VmManifest::standard("cloudflare-tunnel-vm", "r630-01", "site-2"),
+    ]
+}
+
+fn explorer(deployer: Option<Arc<dyn Deployer>>) -> Explorer {
+    Explorer {
+        vms: two_vms(),
+        concurrency: 2,
+        parallel: 4,
+        deployer,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    provision_harness::pve::tls::ensure_crypto_provider();
+    let mut failed = false;
+
+    let ex = Arc::new(explorer(None));
+    let points = ex.learn().await.expect("learning the rollout's requests");
+    assert!(
+        points.len() >= 20 || std::env::var("HARNESS_CRASH_POINT").is_ok(),
+        "a 2-VM rollout sends far more than {} distinct requests",
+        points.len()
+    );
+    let report = Arc::clone(&ex)
+        .explore_all(points)
+        .await
+        .expect("exploring crash points");
+    println!("{}", report.render());
+    let held = report.count(|v| matches!(v, Verdict::Held { .. }));
+    if !report.failed().is_empty() {
+        eprintln!("crash points failed for the deployer under test");
+        failed = true;
+    }
+    // Most points must actually be reached: an exploration that never kills proves nothing.
+    if held * 4 < report.explored.len() * 3 {
+        eprintln!(
+            "only {held} of {} crash points were reached and held",
+            report.explored.len()
+        );
+        failed = true;
+    }
+
+    // The mutant that ignores its recorded VMID (issue: resume after a kill made a duplicate)
+    // must be caught, at the point that exposed the bug: the answer to the create call lost.
+    if std::env::var("HARNESS_DEPLOYER_CMD").is_err() {
+        let mutant: Arc<dyn Deployer> = Arc::new(ForgetsRecordedVmid);
+        let ex = Arc::new(explorer(Some(mutant)));
+        let points = ex.learn().await.expect("learning the mutant's requests");
+        let creates: Vec<_> = points
+            .into_iter()
+            .filter(|p| p.method == "POST" && p.pattern.ends_with("/qemu"))
+            .collect();
+        assert!(!creates.is_empty(), "the rollout sends a create call");
+        let report = ex.explore_all(creates).await.expect("exploring the mutant");
+        println!(
+            "mutant that ignores the recorded VMID:\n{}",
+            report.render()
+        );
+        if report.failed().is_empty() {
+            eprintln!("the exploration did not catch the mutant that ignores the recorded VMID");
+            failed = true;
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
