@@ -7,14 +7,15 @@
 //! here, independently of the deployer's own parsing (a deployer that reads `20Gi` as 20 GB must
 //! not be judged by its own arithmetic).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
+use super::journal::Journal;
 use super::pve::{Observer, VmSeen, disk_size_gib};
-use super::status::VmStatus;
+use super::status::{Status, VmStatus};
 use super::world::{RolloutWorld, site_of_node};
 
 /// What a manifest asks for, in PVE's units.
@@ -57,26 +58,38 @@ pub fn disk_gib(s: &str) -> Option<u64> {
     quantity_kib(s, 1 << 20).map(|k| k >> 20)
 }
 
-/// The manifest of VM `name` among the files under `dir`.
-pub fn expected(dir: &Path, name: &str) -> anyhow::Result<Expected> {
+/// What each readable manifest under `dir` asks for, by VM name (a manifest whose sizes this
+/// harness cannot read is left out: no VM of it can be judged ready).
+pub fn expectations(dir: &Path) -> anyhow::Result<BTreeMap<String, Expected>> {
     let set = provision_harness::manifest::load_dir(dir)
         .with_context(|| format!("reading the manifests under {}", dir.display()))?;
-    let fp = set
+    Ok(set
         .vms
         .iter()
         .map(|l| &l.vm.spec.for_provider)
-        .find(|fp| fp.name == name)
-        .ok_or_else(|| anyhow!("no manifest under {} names a VM '{name}'", dir.display()))?;
-    Ok(Expected {
-        name: fp.name.clone(),
-        site: fp.site.clone(),
-        node: fp.node.clone(),
-        cores: u64::try_from(fp.cpu).map_err(|_| anyhow!("{name}: cpu {}", fp.cpu))?,
-        memory_mib: memory_mib(&fp.memory)
-            .ok_or_else(|| anyhow!("{name}: memory '{}'", fp.memory))?,
-        disk_gib: disk_gib(&fp.disk).ok_or_else(|| anyhow!("{name}: disk '{}'", fp.disk))?,
-        storage: fp.storage.clone(),
-        bridge: fp.network.clone(),
+        .filter_map(|fp| {
+            Some(Expected {
+                name: fp.name.clone(),
+                site: fp.site.clone(),
+                node: fp.node.clone(),
+                cores: u64::try_from(fp.cpu).ok()?,
+                memory_mib: memory_mib(&fp.memory)?,
+                disk_gib: disk_gib(&fp.disk)?,
+                storage: fp.storage.clone(),
+                bridge: fp.network.clone(),
+            })
+        })
+        .map(|e| (e.name.clone(), e))
+        .collect())
+}
+
+/// The manifest of VM `name` among the files under `dir`.
+pub fn expected(dir: &Path, name: &str) -> anyhow::Result<Expected> {
+    expectations(dir)?.remove(name).ok_or_else(|| {
+        anyhow!(
+            "no readable manifest under {} names a VM '{name}'",
+            dir.display()
+        )
     })
 }
 
@@ -206,11 +219,42 @@ impl RolloutWorld {
     /// manifest says (cores, memory, boot disk storage and size, bridge, cloud-init drive, guest
     /// agent), and that the reported IP is one the guest agent reports.
     pub async fn verify_ready(&mut self, claim: &VmStatus, manifests: &Path) -> anyhow::Result<()> {
+        let want = expected(manifests, &claim.name)?;
+        self.ready_as(claim, &want).await
+    }
+
+    /// Every claim of a status: ready VMs as [`Self::verify_ready`], failed ones as
+    /// [`Self::verify_nothing_left`] (manifests and journal read once).
+    pub async fn verify_status(&mut self, st: &Status, manifests: &Path) -> anyhow::Result<()> {
+        let wants = expectations(manifests)?;
+        let want = |name: &str| {
+            wants
+                .get(name)
+                .ok_or_else(|| anyhow!("no readable manifest names a VM '{name}'"))
+        };
+        let journal = if self.is_real() || !st.vms.iter().any(|v| v.outcome == "failed") {
+            None
+        } else {
+            Some(self.deployer_journal().await?)
+        };
+        for vm in &st.vms {
+            match vm.outcome.as_str() {
+                "ready" => self.ready_as(vm, want(&vm.name)?).await?,
+                "failed" => {
+                    self.nothing_left_as(vm, want(&vm.name)?, journal.as_ref())
+                        .await?
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn ready_as(&mut self, claim: &VmStatus, want: &Expected) -> anyhow::Result<()> {
         let name = claim.name.as_str();
         if claim.outcome != "ready" {
             bail!("expected ready: {}", claim.describe());
         }
-        let want = expected(manifests, name)?;
         let vmid = claim
             .vmid
             .ok_or_else(|| anyhow!("ready without a VMID: {}", claim.describe()))?;
@@ -238,7 +282,7 @@ impl RolloutWorld {
             );
         }
         let cfg = obs.vm_config(&node, vmid).await?;
-        let problems = config_problems(&cfg, &want);
+        let problems = config_problems(&cfg, want);
         if !problems.is_empty() {
             bail!(
                 "VM {name} ({vmid}) does not match its manifest:\n  {}\nits config: {cfg}",
@@ -296,8 +340,22 @@ impl RolloutWorld {
         claim: &VmStatus,
         manifests: &Path,
     ) -> anyhow::Result<()> {
+        let want = expected(manifests, &claim.name)?;
+        let journal = if self.is_real() {
+            None
+        } else {
+            Some(self.deployer_journal().await?)
+        };
+        self.nothing_left_as(claim, &want, journal.as_ref()).await
+    }
+
+    async fn nothing_left_as(
+        &mut self,
+        claim: &VmStatus,
+        want: &Expected,
+        journal: Option<&Journal>,
+    ) -> anyhow::Result<()> {
         let name = claim.name.as_str();
-        let want = expected(manifests, name)?;
         let (obs, node) = self.cluster_of(&want.node).await?;
         let vms = obs.vms().await?;
         let named: Vec<&VmSeen> = vms.iter().filter(|v| v.name == name).collect();
@@ -312,9 +370,8 @@ impl RolloutWorld {
             );
         }
         let mut ids: BTreeSet<u32> = claim.vmid.into_iter().collect();
-        if !self.is_real() {
+        if let Some(j) = journal {
             let site = site_of_node(&want.node).unwrap_or_default();
-            let j = self.deployer_journal().await?;
             ids.extend(
                 j.matching("POST", "/nodes/*/qemu")
                     .filter(|e| e.site == site)

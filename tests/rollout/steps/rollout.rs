@@ -222,14 +222,7 @@ async fn counts(w: &mut RolloutWorld, ready: usize, failed: usize) -> anyhow::Re
 /// say, failed ones left nothing behind.
 async fn verify_all(w: &mut RolloutWorld, st: &Status) -> anyhow::Result<()> {
     let dir = w.manifests_dir();
-    for vm in &st.vms {
-        match vm.outcome.as_str() {
-            "ready" => w.verify_ready(vm, &dir).await?,
-            "failed" => w.verify_nothing_left(vm, &dir).await?,
-            _ => {}
-        }
-    }
-    Ok(())
+    w.verify_status(st, &dir).await
 }
 
 /// The storage each manifest asks for, from the manifest files themselves.
@@ -261,8 +254,7 @@ async fn all_on_storage_failed(
         .filter(|v| storages.get(&v.name) == Some(&storage))
         .collect();
     ensure!(!on.is_empty(), "no VM asks for storage {storage}");
-    let dir = w.manifests_dir();
-    for v in on {
+    for v in &on {
         let ok = v.outcome == "failed"
             && v.error
                 .as_ref()
@@ -273,9 +265,12 @@ async fn all_on_storage_failed(
             "expected {reason} naming {storage} after one attempt: {}",
             v.describe()
         );
-        w.verify_nothing_left(v, &dir).await?;
     }
-    Ok(())
+    let on = Status {
+        vms: on.into_iter().cloned().collect(),
+        unreadable: Vec::new(),
+    };
+    verify_all(w, &on).await
 }
 
 #[then(regex = r#"^the status lists the (\d+) unreadable manifests$"#)]
