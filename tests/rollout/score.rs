@@ -135,7 +135,11 @@ pub async fn run_suite(
         });
     adapter::with_deployer(deployer, run).await;
     let mut results = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
-    results.sort_by(|a, b| a.id.cmp(&b.id));
+    // By file, then line as a number (`:24` before `:102`).
+    results.sort_by_key(|r| {
+        let (file, line) = r.id.rsplit_once(':').unwrap_or((&r.id, ""));
+        (file.to_string(), line.parse::<usize>().unwrap_or(0))
+    });
     let report =
         String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
     SuiteRun { results, report }
@@ -206,7 +210,7 @@ impl Score {
             }
             for k in killers {
                 out.push_str(&format!(
-                    "    {} {}\n      {}\n",
+                    "    {} {} — {}\n",
                     k.id,
                     k.name,
                     k.failure.as_deref().unwrap_or("")
