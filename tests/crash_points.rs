@@ -4,7 +4,8 @@
 //! volume, and a state file that agrees with the fake. Also shows that the exploration catches a
 //! deployer that ignores the VMID it recorded before its create call.
 //!
-//! `HARNESS_DEPLOYER_CMD` points it at another deployer (the external-deployer contract).
+//! `HARNESS_DEPLOYER_CMD` points it at another deployer (the external-deployer contract); without
+//! it, the CLI is also explored through that contract at its create and start calls.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,7 +17,7 @@ mod rollout;
 use std::sync::Arc;
 
 use crash::{Explorer, Verdict, forgets_recorded_vmid};
-use rollout::adapter::Deployer;
+use rollout::adapter::{Deployer, External};
 use rollout::manifest::VmManifest;
 
 fn two_vms() -> Vec<VmManifest> {
@@ -84,6 +85,38 @@ async fn main() {
         );
         if report.failed().is_empty() {
             eprintln!("the exploration did not catch the mutant that ignores the recorded VMID");
+            failed = true;
+        }
+    }
+    // The same exploration through the external-deployer contract: this repository's CLI
+    // behind `tests/rollout/cli-deployer.sh`, killed with SIGKILL, at its create and start calls.
+    if std::env::var("HARNESS_DEPLOYER_CMD").is_err() {
+        let cli = format!(
+            "PROVISION_HARNESS_BIN={} {}/tests/rollout/cli-deployer.sh",
+            env!("CARGO_BIN_EXE_provision-harness"),
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let external: Arc<dyn Deployer> = Arc::new(External { command: cli });
+        let ex = Arc::new(explorer(Some(external)));
+        let points = ex.learn().await.expect("learning the CLI's requests");
+        let writes: Vec<_> = points
+            .into_iter()
+            .filter(|p| {
+                p.method == "POST"
+                    && (p.pattern.ends_with("/qemu") || p.pattern.ends_with("/status/start"))
+            })
+            .collect();
+        assert!(
+            writes.len() >= 8 || std::env::var("HARNESS_CRASH_POINT").is_ok(),
+            "the CLI's create and start calls on both sites, under four cuts each: {writes:?}"
+        );
+        let report = ex.explore_all(writes).await.expect("exploring the CLI");
+        println!(
+            "the CLI through the external-deployer contract:\n{}",
+            report.render()
+        );
+        if !report.failed().is_empty() {
+            eprintln!("crash points failed for the CLI under the external-deployer contract");
             failed = true;
         }
     }

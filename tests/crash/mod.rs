@@ -371,6 +371,8 @@ impl Explorer {
 /// a VM whose create call may have been sent (the self-test's `ignores-recorded-vmid`), so a
 /// resume can only match by name — the bug of a resume that makes a duplicate VM while the first
 /// run's create is still running.
+// The test uses it; the bench that shares this module does not.
+#[allow(dead_code)]
 pub fn forgets_recorded_vmid() -> BuiltIn {
     BuiltIn {
         mutant: Some(Mutant::IgnoresRecordedVmid),
