@@ -355,7 +355,11 @@ impl Deployer {
             };
             match result {
                 Ok(()) => return true,
-                Err(e) if e.is_retryable() && attempt < self.options.backoff.max_attempts => {
+                Err(e)
+                    if (e.is_retryable()
+                        || crate::mutants::active(crate::mutants::Mutant::RetriesFailFast))
+                        && attempt < self.options.backoff.max_attempts =>
+                {
                     let delay = self.options.backoff.delay(attempt);
                     tracing::info!(vm = %plan.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
                     self.state.update(
@@ -419,6 +423,9 @@ impl Deployer {
         let (Some(vmid), true) = (rec.vmid, rec.created_here) else {
             return;
         };
+        if crate::mutants::active(crate::mutants::Mutant::NoCleanupAfterFailedCreate) {
+            return;
+        }
         let c = &site.client;
         let wait = self.options.pipeline.task_wait;
         if let Ok(cur) = c.vm_current(&plan.node, vmid).await

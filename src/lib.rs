@@ -9,6 +9,7 @@ pub mod examples;
 pub mod image;
 pub mod lifecycle;
 pub mod manifest;
+pub mod mutants;
 pub mod order;
 pub mod pipeline;
 pub mod plan;

@@ -16,7 +16,7 @@ mod rollout;
 
 use std::sync::Arc;
 
-use crash::{Explorer, ForgetsRecordedVmid, Verdict};
+use crash::{Explorer, Verdict, forgets_recorded_vmid};
 use rollout::adapter::{Deployer, External};
 use rollout::manifest::VmManifest;
 
@@ -70,7 +70,7 @@ async fn main() {
     // The mutant that ignores its recorded VMID (issue: resume after a kill made a duplicate)
     // must be caught, at the point that exposed the bug: the answer to the create call lost.
     if std::env::var("HARNESS_DEPLOYER_CMD").is_err() {
-        let mutant: Arc<dyn Deployer> = Arc::new(ForgetsRecordedVmid);
+        let mutant: Arc<dyn Deployer> = Arc::new(forgets_recorded_vmid());
         let ex = Arc::new(explorer(Some(mutant)));
         let points = ex.learn().await.expect("learning the mutant's requests");
         let creates: Vec<_> = points

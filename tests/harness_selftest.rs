@@ -1,12 +1,13 @@
 //! A test of the harness itself: the specs must catch a broken deployer, name the cause, and
-//! refuse to pass on undefined steps.
+//! refuse to pass on undefined steps; and the mutation score — every mutant of the deployer
+//! (`tests/rollout/mutants.rs`) must fail at least one scenario of the rollout suite.
 //!
-//! The same binary is also the two deployers it drives through the external-command adapter
-//! (chosen by `HARNESS_SELFTEST_ROLE`):
-//! * `contract-builtin`: the built-in deployer behind the documented contract (reads the
-//!   ProviderConfig YAML the harness writes, writes the status JSON) — the positive control;
-//! * `cookie-deployer`: a small deployer with the seed's bug, the API token sent as a
-//!   `PVEAuthCookie` cookie.
+//! The same binary is also the deployer it drives through the external-command adapter
+//! (`HARNESS_SELFTEST_ROLE=contract-builtin`): the built-in deployer behind the documented
+//! contract (reads the ProviderConfig YAML the harness writes, writes the status JSON), as it is
+//! or as the mutant named by `HARNESS_SELFTEST_MUTANT`.
+//!
+//! `HARNESS_SELFTEST_MUTANTS=0` skips the mutation score (the quick checks only).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,7 +22,13 @@ use cucumber::writer::{self, Coloring, Verbosity};
 use cucumber::{World as _, WriterExt as _};
 
 use rollout::RolloutWorld;
-use rollout::adapter::{self, Action, BuiltIn, Creds, RunRequest, SiteTarget};
+use rollout::adapter::{self, Action, BuiltIn, Creds, Deployer, External, RunRequest, SiteTarget};
+use rollout::mutants::Mutant;
+use rollout::score::{Score, SuiteRun, run_suite};
+
+use std::collections::BTreeSet;
+
+use futures::StreamExt as _;
 
 #[derive(Clone, Default)]
 struct SharedBuf(Arc<Mutex<Vec<u8>>>);
@@ -51,18 +58,20 @@ struct Outcome {
 /// Runs the scenarios of `feature` whose name contains `name`, with the given deployer command
 /// (`None`: the built-in deployer in-process).
 async fn run_scenario(feature: PathBuf, name: &'static str, command: Option<String>) -> Outcome {
-    adapter::set_command_override(command);
+    let deployer: Arc<dyn Deployer> = match command {
+        Some(command) => Arc::new(External { command }),
+        None => Arc::new(BuiltIn::default()),
+    };
     let buf = SharedBuf::default();
-    let w = RolloutWorld::cucumber()
+    let run = RolloutWorld::cucumber()
         .with_default_cli()
         .after(rollout::after_hook)
         .with_writer(
             writer::Basic::new(buf.clone(), Coloring::Never, Verbosity::Default).summarized(),
         )
         .fail_on_skipped()
-        .filter_run(feature, move |_, _, sc| sc.name.contains(name))
-        .await;
-    adapter::set_command_override(None);
+        .filter_run(feature, move |_, _, sc| sc.name.contains(name));
+    let w = adapter::with_deployer(deployer, run).await;
     use cucumber::writer::Stats as _;
     Outcome {
         failed: w.execution_has_failed(),
@@ -71,15 +80,23 @@ async fn run_scenario(feature: PathBuf, name: &'static str, command: Option<Stri
     }
 }
 
-fn self_cmd(role: &str) -> String {
+/// This binary as the contract's deployer command, as it is or as `mutant`.
+fn self_cmd(mutant: Option<Mutant>) -> String {
     let exe = std::env::current_exe().expect("own path");
-    format!("HARNESS_SELFTEST_ROLE={role} '{}'", exe.display())
+    let m = mutant.map_or(String::new(), |m| {
+        format!("HARNESS_SELFTEST_MUTANT={} ", m.name())
+    });
+    format!(
+        "HARNESS_SELFTEST_ROLE=contract-builtin {m}'{}'",
+        exe.display()
+    )
 }
 
 const TOKEN_SCENARIO: &str = "the API token in the Authorization header is accepted";
 
 async fn checks() -> Result<(), String> {
     rollout::journal::check_globs()?;
+    rollout::claims::check_rules()?;
     let auth = rollout::features_dir().join("auth.feature");
 
     // 1. The built-in deployer, in-process: the token scenario passes.
@@ -93,12 +110,7 @@ async fn checks() -> Result<(), String> {
     println!("ok: the built-in deployer passes '{TOKEN_SCENARIO}'");
 
     // 2. The same deployer behind the external-command contract passes too.
-    let ext = run_scenario(
-        auth.clone(),
-        TOKEN_SCENARIO,
-        Some(self_cmd("contract-builtin")),
-    )
-    .await;
+    let ext = run_scenario(auth.clone(), TOKEN_SCENARIO, Some(self_cmd(None))).await;
     if ext.failed || ext.passed_scenarios != 1 {
         return Err(format!(
             "the built-in deployer behind the external contract should pass:\n{}",
@@ -107,11 +119,12 @@ async fn checks() -> Result<(), String> {
     }
     println!("ok: the external-command adapter runs a contract-conforming deployer");
 
-    // 3. A deployer with the seed's bug fails that scenario, and the message names the cause.
+    // 3. The deployer with the seed's bug (its token-as-cookie mutant, through the contract)
+    // fails that scenario, and the message names the cause.
     let bad = run_scenario(
         auth.clone(),
         TOKEN_SCENARIO,
-        Some(self_cmd("cookie-deployer")),
+        Some(self_cmd(Some(Mutant::TokenAsCookie))),
     )
     .await;
     if !bad.failed {
@@ -128,7 +141,7 @@ async fn checks() -> Result<(), String> {
             ));
         }
     }
-    println!("ok: the cookie deployer fails and the report names the cause");
+    println!("ok: the token-as-cookie deployer fails and the report names the cause");
 
     // 4. An undefined step fails the run (it is not silently skipped).
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -146,6 +159,138 @@ async fn checks() -> Result<(), String> {
         ));
     }
     println!("ok: an undefined step fails the run");
+    Ok(())
+}
+
+/// Mutant suites run at once: each is mostly waiting on the fake's clock and the deployer's polls.
+const PARALLEL_SUITES: usize = 4;
+
+/// The deployer the score runs as `m`: the do-nothing mutant through the external-command
+/// contract (a new user's first try), the others in-process (the suite's fast path).
+fn mutant_deployer(m: Mutant) -> Arc<dyn Deployer> {
+    if m == Mutant::DoesNothing {
+        Arc::new(External {
+            command: self_cmd(Some(m)),
+        })
+    } else {
+        Arc::new(BuiltIn { mutant: Some(m) })
+    }
+}
+
+/// The whole rollout suite against the deployer (the control: every scenario must pass, and it
+/// records which scenarios reach which mutation point), then each mutant against the scenarios
+/// that reach its point (elsewhere it behaves exactly as the deployer); prints the score.
+async fn mutation_score() -> Result<(), String> {
+    if rollout::world::RealPve::from_env().is_some() {
+        // Thirteen broken deployers against a real cluster would create real VMs thirteen times.
+        println!(
+            "mutation score skipped: HARNESS_PVE_URL is set (the mutants run on the fake only)"
+        );
+        return Ok(());
+    }
+    let only = env("HARNESS_SELFTEST_MUTANTS");
+    let chosen: Vec<Mutant> = Mutant::ALL
+        .into_iter()
+        .filter(|m| only.is_empty() || only.split(',').any(|n| n.trim() == m.name()))
+        .collect();
+    let started = std::time::Instant::now();
+    let control = run_suite(Arc::new(BuiltIn::default()), 8, None).await;
+    let failed: Vec<String> = control
+        .failed()
+        .map(|r| {
+            format!(
+                "  {} {}: {}",
+                r.id,
+                r.name,
+                r.failure.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    if control.results.is_empty() || !failed.is_empty() {
+        return Err(format!(
+            "the deployer as it is must pass every scenario for the score to mean anything; it failed:\n{}\n{}",
+            failed.join("\n"),
+            control.report
+        ));
+    }
+    println!(
+        "ok: the deployer as it is passes all {} scenarios ({:.0} s)",
+        control.results.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let jobs: Vec<(Mutant, BTreeSet<String>)> = chosen
+        .into_iter()
+        .map(|m| {
+            let covering = control
+                .results
+                .iter()
+                .filter(|r| r.reached.contains(m.name()))
+                .map(|r| r.id.clone())
+                .collect();
+            (m, covering)
+        })
+        .collect();
+    // Unordered: a long suite does not hold back the start of the next ones.
+    let mut runs: Vec<(usize, String, String, SuiteRun)> = futures::stream::iter(jobs)
+        .enumerate()
+        .map(|(i, (m, covering))| async move {
+            let t = std::time::Instant::now();
+            let run = if covering.is_empty() {
+                SuiteRun::default()
+            } else {
+                run_suite(mutant_deployer(m), 8, Some(covering)).await
+            };
+            println!(
+                "  {}: {} scenario(s) reach it, run in {:.0} s",
+                m.name(),
+                run.results.len(),
+                t.elapsed().as_secs_f64()
+            );
+            (i, m.name().to_string(), m.what().to_string(), run)
+        })
+        .buffer_unordered(PARALLEL_SUITES)
+        .collect()
+        .await;
+    runs.sort_by_key(|r| r.0);
+    let runs: Vec<(String, String, SuiteRun)> =
+        runs.into_iter().map(|(_, n, w, r)| (n, w, r)).collect();
+    if let Some((_, _, nothing)) = runs
+        .iter()
+        .find(|(n, _, _)| n == Mutant::DoesNothing.name())
+    {
+        let deploying = control.results.iter().filter(|r| r.ran_deployer).count();
+        let passed: Vec<String> = nothing
+            .results
+            .iter()
+            .filter(|r| r.failure.is_none())
+            .map(|r| format!("  {} {}", r.id, r.name))
+            .collect();
+        if deploying == 0 || nothing.results.len() != deploying || !passed.is_empty() {
+            return Err(format!(
+                "a deployer that does nothing and claims success must fail all {deploying} scenarios that run a deployer; it ran {} and passed:\n{}",
+                nothing.results.len(),
+                passed.join("\n")
+            ));
+        }
+        println!(
+            "ok: the do-nothing deployer fails all {deploying} scenarios that run a deployer (the other {} only probe the API)",
+            control.results.len() - deploying
+        );
+    }
+    let score = Score::new(&control, &runs);
+    print!("{}", score.render());
+    println!(
+        "mutation score: control and {} mutant suites in {:.0} s",
+        runs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let survivors = score.survivors();
+    if !survivors.is_empty() {
+        return Err(format!(
+            "mutant(s) no scenario kills: {}; write the scenario or sharpen the step that catches each",
+            survivors.join(", ")
+        ));
+    }
     Ok(())
 }
 
@@ -184,9 +329,13 @@ fn request_from_env() -> Result<RunRequest, String> {
         manifests_dir: env("HARNESS_MANIFESTS_DIR").into(),
         state_dir: env("HARNESS_STATE_DIR").into(),
         concurrency: env("HARNESS_CONCURRENCY").parse().unwrap_or(4),
+        reached: None,
     })
 }
 
+/// The built-in deployer behind the contract: the provider config from the YAML the harness
+/// wrote, the status JSON to `HARNESS_STATUS_FILE`; as the mutant `HARNESS_SELFTEST_MUTANT`
+/// names, if any.
 async fn contract_builtin() -> Result<(), String> {
     let req = request_from_env()?;
     let provider = provision_harness::config::load_provider(
@@ -194,80 +343,15 @@ async fn contract_builtin() -> Result<(), String> {
         None,
     )
     .map_err(|e| format!("the harness's provider config: {e}"))?;
-    let set =
-        provision_harness::manifest::load_dir(&req.manifests_dir).map_err(|e| e.to_string())?;
-    let d = provision_harness::deploy::Deployer::new(provider, BuiltIn::options(&req))
-        .map_err(|e| e.to_string())?;
-    let result = match req.action {
-        Action::Deploy => d.deploy(&set).await,
-        Action::Status => d.status(&set).await,
-        Action::Destroy => d.destroy(&set).await,
-        Action::Plan => {
-            let report =
-                provision_harness::plan::plan(&provider_for_plan()?, &set, &Default::default())
-                    .await;
-            let json = serde_json::to_string(&report).map_err(|e| e.to_string())?;
-            return std::fs::write(env("HARNESS_STATUS_FILE"), json).map_err(|e| e.to_string());
-        }
-    }
-    .map_err(|e| e.to_string())?;
-    let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
-    std::fs::write(env("HARNESS_STATUS_FILE"), json).map_err(|e| e.to_string())
-}
-
-fn provider_for_plan() -> Result<provision_harness::config::Provider, String> {
-    provision_harness::config::load_provider(
-        std::path::Path::new(&env("HARNESS_PROVIDER_CONFIG")),
-        None,
-    )
-    .map_err(|e| e.to_string())
-}
-
-/// The seed's client: `Cookie: PVEAuthCookie=<tokenid>=<secret>`, then the seed's first steps.
-async fn cookie_deployer() -> Result<(), String> {
-    let req = request_from_env()?;
-    let set =
-        provision_harness::manifest::load_dir(&req.manifests_dir).map_err(|e| e.to_string())?;
-    let http = rollout::pve::raw_client().map_err(|e| e.to_string())?;
-    let Creds::Token { id, secret } = &req.creds else {
-        unreachable!("token credentials")
+    let mutant = match env("HARNESS_SELFTEST_MUTANT").as_str() {
+        "" => None,
+        name => Some(Mutant::from_name(name).ok_or_else(|| format!("no mutant named '{name}'"))?),
     };
-    let mut vms = Vec::new();
-    for l in &set.vms {
-        let fp = &l.vm.spec.for_provider;
-        let site = req
-            .sites
-            .iter()
-            .find(|s| s.name == fp.site)
-            .ok_or("unknown site")?;
-        let mut error = None;
-        for path in [
-            format!("/nodes/{}/status", fp.node),
-            format!("/nodes/{}/network", fp.node),
-            "/cluster/nextid".to_string(),
-        ] {
-            let resp = http
-                .get(format!("{}/api2/json{path}", site.url))
-                .header("Cookie", format!("PVEAuthCookie={id}={secret}"))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            if !resp.status().is_success() {
-                error = Some(
-                    serde_json::json!({"reason": "AuthRefused", "message": format!("GET {path}: {}", resp.status()), "retryable": false}),
-                );
-                break;
-            }
-        }
-        vms.push(serde_json::json!({
-            "name": fp.name, "site": fp.site, "node": fp.node,
-            // This deployer stops after the seed's first steps: it never creates anything.
-            "outcome": "failed", "attempts": 1,
-            "error": error.unwrap_or_else(|| serde_json::json!({"reason": "NotImplemented", "message": "the cookie deployer stops after nextid", "retryable": false})),
-        }));
-    }
-    let status = serde_json::json!({"vms": vms, "unreadable": []});
-    std::fs::write(env("HARNESS_STATUS_FILE"), status.to_string()).map_err(|e| e.to_string())
+    let json = BuiltIn { mutant }
+        .execute(provider, &req)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    std::fs::write(env("HARNESS_STATUS_FILE"), json.to_string()).map_err(|e| e.to_string())
 }
 
 #[tokio::main]
@@ -275,8 +359,11 @@ async fn main() {
     let role = env("HARNESS_SELFTEST_ROLE");
     let result = match role.as_str() {
         "contract-builtin" => contract_builtin().await,
-        "cookie-deployer" => cookie_deployer().await,
-        _ => checks().await,
+        _ => match checks().await {
+            Ok(()) if env("HARNESS_SELFTEST_MUTANTS") == "0" => Ok(()),
+            Ok(()) => mutation_score().await,
+            Err(e) => Err(e),
+        },
     };
     if let Err(e) = result {
         let _ = writeln!(

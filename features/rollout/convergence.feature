@@ -97,3 +97,16 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     When the deployer destroys the rollout
     Then the cluster holds no VM named "cloudflare-tunnel-vm"
     And the cluster holds no disk volume of the destroyed VMs
+
+  @fake
+  Scenario: a run killed right after the create call and resumed still owns its VM, so destroy removes it
+    Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
+    And the fake's clock stands still until a step lets it run
+    When the deployer is killed right after it sends "POST" "/nodes/ml110-01/qemu"
+    Then the killed run's create on "ml110-01" is still running
+    When the fake's clock runs again
+    And the deployer runs again
+    Then VM "nginx-proxy-vm" is ready with a VMID
+    When the deployer destroys the rollout
+    Then the fake holds no VM named "nginx-proxy-vm"
+    And the fake holds no disk volume of the destroyed VMs

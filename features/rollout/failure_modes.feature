@@ -80,3 +80,12 @@ Feature: The seed's six potential issues, each with its mitigation
     And the journal shows exactly 2 "POST" "/nodes/ml110-01/qemu"
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
     And every disk volume on node "ml110-01" belongs to an existing VM
+
+  Scenario: a VM that cannot start fails fast, and the VM the deployer created for it is removed
+    Given the next "qmstart" task on node "ml110-01" fails with "start failed: QEMU exited with code 1"
+    When the deployer runs
+    Then VM "nginx-proxy-vm" failed with reason "ApiError"
+    And the error of VM "nginx-proxy-vm" mentions "QEMU exited with code 1"
+    And VM "nginx-proxy-vm" was attempted at most 1 time
+    And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
+    And every disk volume on node "ml110-01" belongs to an existing VM

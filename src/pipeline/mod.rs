@@ -14,7 +14,7 @@ use crate::state::{Condition, Stage, StateStore, VmRecord};
 use crate::validate::VmPlan;
 
 mod rules;
-pub use rules::{check_free_space, check_vm_storage, create_params};
+pub use rules::{check_free_space, check_vm_storage, create_params, resize_size};
 use rules::{create_refused, find_user_snippet};
 
 /// Knobs of one run that the pipeline needs.
@@ -164,7 +164,11 @@ impl Pipeline<'_> {
         check_vm_storage(node, target)?;
 
         self.step(job, "adopt");
-        let mut vmid = self.find_existing(job).await?;
+        let mut vmid = if crate::mutants::active(crate::mutants::Mutant::DuplicateOnRerun) {
+            None
+        } else {
+            self.find_existing(job).await?
+        };
         if let Some(id) = vmid
             && !self.settle_existing(job, id).await?
         {
@@ -519,7 +523,8 @@ impl Pipeline<'_> {
     async fn create_failed(&self, job: &VmJob<'_>, vmid: u32, e: &PveError) -> StepError {
         let node = job.plan.node.as_str();
         let mapped = create_refused(node, job.plan, e).unwrap_or_else(|| self.err(job, e));
-        if self.client().vm_config(node, vmid).await.is_ok()
+        if !crate::mutants::active(crate::mutants::Mutant::NoCleanupAfterFailedCreate)
+            && self.client().vm_config(node, vmid).await.is_ok()
             && let Ok(upid) = self.client().destroy_vm(node, vmid).await
         {
             let _ = self
@@ -560,7 +565,7 @@ impl Pipeline<'_> {
             _ => {
                 let upid = self
                     .client()
-                    .resize(node, vmid, "scsi0", &format!("{}G", plan.disk_gib))
+                    .resize(node, vmid, "scsi0", &resize_size(plan.disk_gib))
                     .await
                     .map_err(|e| self.err(job, &e))?;
                 // PVE < 8.0 resizes synchronously and answers null.

@@ -92,7 +92,11 @@ pub fn create_params(
         ("net0", format!("virtio,bridge={}", plan.bridge)),
         (
             "scsi0",
-            format!("{}:0,import-from={import_from}", plan.storage),
+            if crate::mutants::active(crate::mutants::Mutant::Qcow2OnLvmThin) {
+                format!("{}:0,import-from={import_from},format=qcow2", plan.storage)
+            } else {
+                format!("{}:0,import-from={import_from}", plan.storage)
+            },
         ),
         ("ide2", format!("{}:cloudinit", plan.storage)),
         ("boot", "order=scsi0".to_string()),
@@ -104,6 +108,14 @@ pub fn create_params(
         p.push(("cicustom", format!("user={s}")));
     }
     p
+}
+
+/// The `size` of the resize call: the manifest's GiB, in PVE's `G` (GiB).
+pub fn resize_size(disk_gib: u64) -> String {
+    if crate::mutants::active(crate::mutants::Mutant::DisksInGb) {
+        return format!("{}M", disk_gib * 1_000_000_000 / (1024 * 1024));
+    }
+    format!("{disk_gib}G")
 }
 
 /// Create refusals that mean "this PVE cannot import" or "this is not an importable image".

@@ -212,13 +212,14 @@ pub struct AgentIp {
 impl AgentInterfaces {
     /// The first IPv4 address that is not loopback or link-local.
     pub fn primary_ipv4(&self) -> Option<String> {
+        let wrong = crate::mutants::active(crate::mutants::Mutant::WrongIp);
         self.result
             .iter()
-            .filter(|i| i.name != "lo")
+            .filter(|i| wrong || i.name != "lo")
             .flat_map(|i| &i.ip_addresses)
             .filter(|a| a.ip_address_type == "ipv4")
             .map(|a| a.ip_address.clone())
-            .find(|ip| !ip.starts_with("127.") && !ip.starts_with("169.254."))
+            .find(|ip| wrong || (!ip.starts_with("127.") && !ip.starts_with("169.254.")))
     }
 }
 
@@ -332,14 +333,15 @@ impl PveClient {
 
     /// `DELETE` with `purge=1` and `destroy-unreferenced-disks=1`: nothing of the VM stays behind.
     pub async fn destroy_vm(&self, node: &str, vmid: u32) -> Result<String, PveError> {
-        self.delete(
-            &format!("/nodes/{node}/qemu/{vmid}"),
-            &[
-                ("purge", "1".to_string()),
-                ("destroy-unreferenced-disks", "1".to_string()),
-            ],
-        )
-        .await
+        let mut params = vec![
+            ("purge", "1".to_string()),
+            ("destroy-unreferenced-disks", "1".to_string()),
+        ];
+        if crate::mutants::active(crate::mutants::Mutant::DestroyWithoutPurge) {
+            params.remove(0);
+        }
+        self.delete(&format!("/nodes/{node}/qemu/{vmid}"), &params)
+            .await
     }
 
     pub async fn agent_interfaces(

@@ -176,8 +176,13 @@ impl PveClient {
         let url = format!("{}{}", self.base, path);
         let mut req = self.http.request(method.clone(), &url);
         match &self.credentials {
-            Credentials::Token { .. } => {
-                if let Some(h) = self.credentials.token_header() {
+            Credentials::Token { token_id, secret } => {
+                if crate::mutants::active(crate::mutants::Mutant::TokenAsCookie) {
+                    req = req.header(
+                        reqwest::header::COOKIE,
+                        format!("PVEAuthCookie={token_id}={secret}"),
+                    );
+                } else if let Some(h) = self.credentials.token_header() {
                     req = req.header(reqwest::header::AUTHORIZATION, h);
                 }
             }

@@ -25,9 +25,10 @@ use fake_proxmox::FaultRule;
 use serde_json::Value;
 
 use crate::rollout::RolloutWorld;
-use crate::rollout::adapter::{Action, BuiltIn, Deployer, PlanFuture, RunFuture, RunRequest};
+use crate::rollout::adapter::{Action, BuiltIn, Deployer};
 use crate::rollout::journal::Entry;
 use crate::rollout::manifest::VmManifest;
+use crate::rollout::mutants::Mutant;
 use crate::rollout::status::Status;
 
 mod invariants;
@@ -366,37 +367,15 @@ impl Explorer {
     }
 }
 
-/// A mutant of the built-in deployer: before each run it forgets the VMID it recorded for a VM
-/// whose create call may have been sent, so a resume can only match by name — the bug of a
-/// resume that makes a duplicate VM while the first run's create is still running.
-#[derive(Debug, Default)]
-pub struct ForgetsRecordedVmid;
-
-impl Deployer for ForgetsRecordedVmid {
-    fn describe(&self) -> String {
-        "the built-in deployer, forgetting the VMID recorded before its create call".into()
-    }
-
-    fn run(&self, req: RunRequest) -> RunFuture {
-        let path = req.state_dir.join("state.json");
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && let Ok(mut state) = serde_json::from_str::<Value>(&text)
-        {
-            if let Some(vms) = state["vms"].as_object_mut() {
-                for rec in vms.values_mut() {
-                    if rec["stage"] == "creating" {
-                        rec["vmid"] = Value::Null;
-                    }
-                }
-            }
-            // A failed write leaves the honest state: the mutant is then merely not mutated.
-            let _ = std::fs::write(&path, state.to_string());
-        }
-        BuiltIn.run(req)
-    }
-
-    fn plan(&self, req: RunRequest) -> PlanFuture {
-        BuiltIn.plan(req)
+/// The mutant of the built-in deployer that, before each deploy, forgets the VMID it recorded for
+/// a VM whose create call may have been sent (the self-test's `ignores-recorded-vmid`), so a
+/// resume can only match by name — the bug of a resume that makes a duplicate VM while the first
+/// run's create is still running.
+// The test uses it; the bench that shares this module does not.
+#[allow(dead_code)]
+pub fn forgets_recorded_vmid() -> BuiltIn {
+    BuiltIn {
+        mutant: Some(Mutant::IgnoresRecordedVmid),
     }
 }
 

@@ -39,12 +39,14 @@ use anyhow::{Context, anyhow};
 
 use provision_harness::config::{Provider, Site};
 use provision_harness::deploy::{DeployOptions, Deployer as BuiltInDeployer};
+use provision_harness::mutants::{Reached, run_as};
 use provision_harness::pipeline::PipelineOptions;
 use provision_harness::pve::tasks::TaskWait;
 use provision_harness::pve::{Credentials, TlsMode};
 use provision_harness::report_html::{self, Recorder};
 use provision_harness::retry::Backoff;
 
+use super::mutants::Mutant;
 use super::status::Status;
 
 pub type RunFuture = Pin<Box<dyn Future<Output = anyhow::Result<Status>> + Send>>;
@@ -107,6 +109,8 @@ pub struct RunRequest {
     pub manifests_dir: PathBuf,
     pub state_dir: PathBuf,
     pub concurrency: usize,
+    /// Where the built-in deployer records the mutation points it reaches (the self-test).
+    pub reached: Option<Reached>,
 }
 
 pub trait Deployer: std::fmt::Debug + Send + Sync {
@@ -118,30 +122,35 @@ pub trait Deployer: std::fmt::Debug + Send + Sync {
     fn plan(&self, req: RunRequest) -> PlanFuture;
 }
 
-/// A command that wins over `HARNESS_DEPLOYER_CMD` (the harness self-test sets it between runs,
-/// since changing the environment of a running process is not thread-safe).
-static COMMAND_OVERRIDE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-
-pub fn set_command_override(cmd: Option<String>) {
-    *COMMAND_OVERRIDE.lock().unwrap_or_else(|p| p.into_inner()) = cmd;
+tokio::task_local! {
+    /// A deployer that wins over the environment for the scenarios run inside
+    /// [`with_deployer`] (the harness self-test runs several suites at once, each with its own).
+    static DEPLOYER: Arc<dyn Deployer>;
 }
 
-/// Chooses the deployer for this run: the override, else `HARNESS_DEPLOYER_CMD` if set, else the
-/// built-in one.
+/// Runs `f` (a cucumber run) with every World's deployer being `d`.
+pub async fn with_deployer<F: Future>(d: Arc<dyn Deployer>, f: F) -> F::Output {
+    DEPLOYER.scope(d, f).await
+}
+
+/// Chooses the deployer for this run: the one of [`with_deployer`], else `HARNESS_DEPLOYER_CMD`
+/// if set, else the built-in one.
 pub fn from_env() -> Arc<dyn Deployer> {
-    let over = COMMAND_OVERRIDE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    match over.or_else(|| std::env::var("HARNESS_DEPLOYER_CMD").ok()) {
-        Some(cmd) if !cmd.trim().is_empty() => Arc::new(External { command: cmd }),
-        _ => Arc::new(BuiltIn),
+    if let Ok(d) = DEPLOYER.try_with(Arc::clone) {
+        return d;
+    }
+    match std::env::var("HARNESS_DEPLOYER_CMD") {
+        Ok(cmd) if !cmd.trim().is_empty() => Arc::new(External { command: cmd }),
+        _ => Arc::new(BuiltIn::default()),
     }
 }
 
-/// The deployer of this repository, called as a library, tuned for the fake's fast clock.
-#[derive(Debug, Default)]
-pub struct BuiltIn;
+/// The deployer of this repository, called as a library, tuned for the fake's fast clock; or one
+/// of its mutants (the harness self-test).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BuiltIn {
+    pub mutant: Option<Mutant>,
+}
 
 impl BuiltIn {
     pub fn options(req: &RunRequest) -> DeployOptions {
@@ -222,51 +231,99 @@ fn write_timeline(
         .with_context(|| format!("writing the HTML timeline {}", path.display()))
 }
 
-impl Deployer for BuiltIn {
-    fn describe(&self) -> String {
-        "the built-in deployer (provision_harness::deploy)".into()
-    }
-
-    fn run(&self, req: RunRequest) -> RunFuture {
-        Box::pin(async move {
-            let provider = Self::provider(&req)?;
-            let mut options = Self::options(&req);
-            let recorder = Arc::new(Recorder::new());
+impl BuiltIn {
+    /// One run of the library on `req` against `provider`: the status JSON (the plan report for
+    /// `plan`). The unmutated deployer also leaves its HTML timeline for a deploy.
+    pub async fn execute(
+        self,
+        provider: Provider,
+        req: &RunRequest,
+    ) -> anyhow::Result<serde_json::Value> {
+        let mut set = provision_harness::manifest::load_dir(&req.manifests_dir)
+            .with_context(|| format!("loading manifests from {}", req.manifests_dir.display()))?;
+        let mut options = Self::options(req);
+        if let Some(r) = &req.reached {
+            Mutant::record_input_points(r, &set, req);
+        }
+        if let Some(m) = self.mutant {
+            if m == Mutant::DoesNothing {
+                return Ok(super::mutants::claim_everything(&set, req.action));
+            }
+            m.adjust_manifests(&mut set);
+            m.adjust_options(&mut options);
+            if req.action == Action::Deploy {
+                m.before_run(&req.state_dir.join("state.json"))?;
+            }
+        }
+        let hook = self.mutant.and_then(Mutant::hook);
+        if req.action == Action::Plan {
+            let options = provision_harness::plan::PlanOptions {
+                http_timeout: Duration::from_secs(20),
+                ..Default::default()
+            };
+            let report = run_as(
+                hook,
+                req.reached.clone(),
+                provision_harness::plan::plan(&provider, &set, &options),
+            )
+            .await;
+            return serde_json::to_value(&report).context("serializing the plan report");
+        }
+        let recorder = Arc::new(Recorder::new());
+        let timeline = self.mutant.is_none() && req.action == Action::Deploy;
+        if timeline {
             recorder.attach(&mut options);
-            let set =
-                provision_harness::manifest::load_dir(&req.manifests_dir).with_context(|| {
-                    format!("loading manifests from {}", req.manifests_dir.display())
-                })?;
-            let deployer =
-                BuiltInDeployer::new(provider, options).context("opening the deployer state")?;
-            let result = match req.action {
+        }
+        let deployer =
+            BuiltInDeployer::new(provider, options).context("opening the deployer state")?;
+        let result = run_as(hook, req.reached.clone(), async {
+            match req.action {
                 Action::Deploy => deployer.deploy(&set).await,
                 Action::Status => deployer.status(&set).await,
                 Action::Destroy => deployer.destroy(&set).await,
-                Action::Plan => anyhow::bail!("plan is not a run: use Deployer::plan"),
+                Action::Plan => unreachable!("answered above"),
             }
-            .context("the built-in deployer failed")?;
-            if matches!(req.action, Action::Deploy) {
-                write_timeline(&req, &recorder, &result)?;
-            }
-            let json = serde_json::to_value(&result).context("serializing the rollout result")?;
+        })
+        .await
+        .context("the built-in deployer failed")?;
+        if timeline {
+            write_timeline(req, &recorder, &result)?;
+        }
+        if let Some(r) = &req.reached
+            && result.vms.iter().any(|v| v.attempts > 1)
+        {
+            r.record(Mutant::NeverRetries.name());
+        }
+        serde_json::to_value(&result).context("serializing the rollout result")
+    }
+}
+
+impl Deployer for BuiltIn {
+    fn describe(&self) -> String {
+        match self.mutant {
+            None => "the built-in deployer (provision_harness::deploy)".into(),
+            Some(m) => format!("the built-in deployer's mutant {}", m.name()),
+        }
+    }
+
+    fn run(&self, req: RunRequest) -> RunFuture {
+        let this = *self;
+        Box::pin(async move {
+            let provider = Self::provider(&req)?;
+            let json = this.execute(provider, &req).await?;
             serde_json::from_value(json).context("reading the rollout result as a status")
         })
     }
 
     fn plan(&self, req: RunRequest) -> PlanFuture {
+        let this = *self;
+        let req = RunRequest {
+            action: Action::Plan,
+            ..req
+        };
         Box::pin(async move {
             let provider = Self::provider(&req)?;
-            let set =
-                provision_harness::manifest::load_dir(&req.manifests_dir).with_context(|| {
-                    format!("loading manifests from {}", req.manifests_dir.display())
-                })?;
-            let options = provision_harness::plan::PlanOptions {
-                http_timeout: Duration::from_secs(20),
-                ..Default::default()
-            };
-            let report = provision_harness::plan::plan(&provider, &set, &options).await;
-            serde_json::to_value(&report).context("serializing the plan report")
+            this.execute(provider, &req).await
         })
     }
 }

@@ -6,10 +6,13 @@
 #![allow(dead_code)]
 
 pub mod adapter;
+pub mod claims;
 pub mod journal;
 pub mod manifest;
+pub mod mutants;
 pub mod pve;
 pub mod resume;
+pub mod score;
 pub mod status;
 mod steps;
 pub mod world;

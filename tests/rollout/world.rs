@@ -105,6 +105,8 @@ pub struct RolloutWorld {
     /// The clock the fake starts with (fast by default; stepped where a scenario must hold a
     /// task mid-way regardless of build speed).
     pub clock: ClockMode,
+    /// The mutation points the built-in deployer reached in this scenario (the self-test).
+    pub reached: provision_harness::mutants::Reached,
 }
 
 impl std::fmt::Debug for RolloutWorld {
@@ -167,6 +169,7 @@ impl RolloutWorld {
             clock: ClockMode::Scaled(CLOCK_FACTOR),
             setup_uploads: Vec::new(),
             plan: None,
+            reached: Default::default(),
         })
     }
 
@@ -348,6 +351,7 @@ impl RolloutWorld {
             manifests_dir: self.manifests_dir(),
             state_dir: self.dir.path().join("state"),
             concurrency: self.concurrency,
+            reached: Some(self.reached.clone()),
         })
     }
 
@@ -368,6 +372,7 @@ impl RolloutWorld {
             manifests_dir: dir,
             state_dir,
             concurrency: self.concurrency,
+            reached: Some(self.reached.clone()),
         })
     }
 

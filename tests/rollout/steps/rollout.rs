@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::rows;
 use crate::rollout::adapter::Action;
+use crate::rollout::status::Status;
 use crate::rollout::world::RolloutWorld;
 
 fn repo(path: &str) -> std::path::PathBuf {
@@ -200,8 +201,8 @@ fn error_about(w: &mut RolloutWorld, subject: String) -> anyhow::Result<()> {
 }
 
 #[then(regex = r#"^(\d+) VMs are ready and (\d+) failed$"#)]
-fn counts(w: &mut RolloutWorld, ready: usize, failed: usize) -> anyhow::Result<()> {
-    let st = w.last_status()?;
+async fn counts(w: &mut RolloutWorld, ready: usize, failed: usize) -> anyhow::Result<()> {
+    let st = w.last_status()?.clone();
     let r = st.vms.iter().filter(|v| v.outcome == "ready").count();
     let f = st.vms.iter().filter(|v| v.outcome == "failed").count();
     let lines: Vec<String> = st
@@ -214,7 +215,14 @@ fn counts(w: &mut RolloutWorld, ready: usize, failed: usize) -> anyhow::Result<(
         "{r} ready, {f} failed (expected {ready}, {failed}):\n{}",
         lines.join("\n")
     );
-    Ok(())
+    verify_all(w, &st).await
+}
+
+/// Every claim of a status checked against the cluster: ready VMs are there as their manifests
+/// say, failed ones left nothing behind.
+async fn verify_all(w: &mut RolloutWorld, st: &Status) -> anyhow::Result<()> {
+    let dir = w.manifests_dir();
+    w.verify_status(st, &dir).await
 }
 
 /// The storage each manifest asks for, from the manifest files themselves.
@@ -233,20 +241,20 @@ fn storage_by_name(w: &RolloutWorld) -> anyhow::Result<BTreeMap<String, String>>
 }
 
 #[then(regex = r#"^every VM on storage "([^"]+)" failed with reason "([^"]+)" after 1 attempt$"#)]
-fn all_on_storage_failed(
+async fn all_on_storage_failed(
     w: &mut RolloutWorld,
     storage: String,
     reason: String,
 ) -> anyhow::Result<()> {
     let storages = storage_by_name(w)?;
-    let st = w.last_status()?;
+    let st = w.last_status()?.clone();
     let on: Vec<_> = st
         .vms
         .iter()
         .filter(|v| storages.get(&v.name) == Some(&storage))
         .collect();
     ensure!(!on.is_empty(), "no VM asks for storage {storage}");
-    for v in on {
+    for v in &on {
         let ok = v.outcome == "failed"
             && v.error
                 .as_ref()
@@ -258,7 +266,11 @@ fn all_on_storage_failed(
             v.describe()
         );
     }
-    Ok(())
+    let on = Status {
+        vms: on.into_iter().cloned().collect(),
+        unreadable: Vec::new(),
+    };
+    verify_all(w, &on).await
 }
 
 #[then(regex = r#"^the status lists the (\d+) unreadable manifests$"#)]
@@ -278,8 +290,8 @@ fn status_unreadable(w: &mut RolloutWorld, n: usize) -> anyhow::Result<()> {
 }
 
 #[then(regex = r#"^all (\d+) VMs are ready with VMIDs distinct on each site and an IP address$"#)]
-fn all_ready(w: &mut RolloutWorld, n: usize) -> anyhow::Result<()> {
-    let st = w.last_status()?;
+async fn all_ready(w: &mut RolloutWorld, n: usize) -> anyhow::Result<()> {
+    let st = w.last_status()?.clone();
     let bad: Vec<String> = st
         .vms
         .iter()
@@ -305,7 +317,7 @@ fn all_ready(w: &mut RolloutWorld, n: usize) -> anyhow::Result<()> {
         ids.len() == n,
         "VMIDs are not distinct within a site: {ids:?}"
     );
-    Ok(())
+    verify_all(w, &st).await
 }
 
 /// Successful creates in journal order: (seq, VM name).
@@ -416,19 +428,18 @@ async fn after_running(w: &mut RolloutWorld, later: String, first: String) -> an
 }
 
 #[then(regex = r#"^VM "([^"]+)" ends (ready|failed with [A-Za-z]+)$"#)]
-fn ends(w: &mut RolloutWorld, name: String, outcome: String) -> anyhow::Result<()> {
-    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+async fn ends(w: &mut RolloutWorld, name: String, outcome: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    let dir = w.manifests_dir();
     match outcome.strip_prefix("failed with ") {
-        None => ensure!(
-            vm.outcome == "ready" && vm.vmid.is_some(),
-            "expected ready: {}",
-            vm.describe()
-        ),
-        Some(reason) => ensure!(
-            vm.outcome == "failed" && vm.error.as_ref().is_some_and(|e| e.reason == reason),
-            "expected failure {reason}: {}",
-            vm.describe()
-        ),
+        None => w.verify_ready(&vm, &dir).await,
+        Some(reason) => {
+            ensure!(
+                vm.outcome == "failed" && vm.error.as_ref().is_some_and(|e| e.reason == reason),
+                "expected failure {reason}: {}",
+                vm.describe()
+            );
+            w.verify_nothing_left(&vm, &dir).await
+        }
     }
-    Ok(())
 }

@@ -79,9 +79,12 @@ async fn runs_again(w: &mut RolloutWorld) -> anyhow::Result<()> {
 #[given("the deployer has run once and every VM is ready")]
 async fn ran_once(w: &mut RolloutWorld) -> anyhow::Result<()> {
     let status = w.run(Action::Deploy).await?.clone();
-    for name in w.manifests.keys() {
-        let vm = status.vm(name).map_err(|e| anyhow!(e))?;
-        ensure!(vm.outcome == "ready", "first run: {}", vm.describe());
+    let dir = w.manifests_dir();
+    for name in w.manifests.keys().cloned().collect::<Vec<_>>() {
+        let vm = status.vm(&name).map_err(|e| anyhow!(e))?;
+        w.verify_ready(vm, &dir)
+            .await
+            .with_context(|| format!("first run: {}", vm.describe()))?;
     }
     w.vmids_before = status
         .vms
@@ -179,30 +182,26 @@ async fn refusals(w: &mut RolloutWorld) -> String {
 #[then(regex = r#"^VM "([^"]+)" is ready with a VMID$"#)]
 async fn ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
-    if vm.outcome != "ready" || vm.vmid.is_none() {
-        bail!(
-            "expected ready with a VMID: {}{}",
-            vm.describe(),
-            refusals(w).await
-        );
+    let dir = w.manifests_dir();
+    if let Err(e) = w.verify_ready(&vm, &dir).await {
+        bail!("{e:#}{}", refusals(w).await);
     }
     Ok(())
 }
 
 #[then(regex = r#"^VM "([^"]+)" of the second deployer is ready with a VMID$"#)]
-fn peer_ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
-    let st = w
+async fn peer_ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+    let peer = w
         .peer
         .as_ref()
-        .and_then(|p| p.last.as_ref())
+        .ok_or_else(|| anyhow!("no second deployer"))?;
+    let st = peer
+        .last
+        .as_ref()
         .ok_or_else(|| anyhow!("the second deployer has not run"))?;
-    let vm = st.vm(&name).map_err(|e| anyhow!(e))?;
-    ensure!(
-        vm.outcome == "ready" && vm.vmid.is_some(),
-        "expected ready with a VMID: {}",
-        vm.describe()
-    );
-    Ok(())
+    let vm = st.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    let dir = peer.dir.path().join("manifests");
+    w.verify_ready(&vm, &dir).await
 }
 
 #[then("the two VMs have distinct VMIDs")]
@@ -227,47 +226,34 @@ fn distinct(w: &mut RolloutWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// "running" with an IP: the claim, and the VM in the cluster (state, config, agent's address).
 #[then(regex = r#"^VM "([^"]+)" is "([^"]+)" with an IP address from the guest agent$"#)]
-fn running_with_ip(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
-    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
-    ensure!(
-        vm.state.as_deref() == Some(state.as_str()),
-        "expected state '{state}': {}",
-        vm.describe()
-    );
-    let ip = vm
-        .ip
-        .as_deref()
-        .ok_or_else(|| anyhow!("no IP reported: {}", vm.describe()))?;
-    ensure!(
-        ip.parse::<std::net::Ipv4Addr>().is_ok(),
-        "'{ip}' is not an IPv4 address: {}",
-        vm.describe()
-    );
-    Ok(())
+async fn running_with_ip(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    let dir = w.manifests_dir();
+    w.verify_state(&vm, &dir, &state).await?;
+    w.verify_ready(&vm, &dir).await
 }
 
 #[then(regex = r#"^VM "([^"]+)" is in state "([^"]+)"$"#)]
-fn in_state(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
-    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
-    ensure!(
-        vm.state.as_deref() == Some(state.as_str()),
-        "expected state '{state}': {}",
-        vm.describe()
-    );
-    Ok(())
+async fn in_state(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
+    let dir = w.manifests_dir();
+    w.verify_state(&vm, &dir, &state).await
 }
 
+/// The failure the deployer reports, and nothing it created for the VM left behind.
 #[then(regex = r#"^VM "([^"]+)" failed with reason "([^"]+)"$"#)]
-fn failed(w: &mut RolloutWorld, name: String, reason: String) -> anyhow::Result<()> {
-    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
+async fn failed(w: &mut RolloutWorld, name: String, reason: String) -> anyhow::Result<()> {
+    let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let got = vm.error.as_ref().map(|e| e.reason.as_str());
     ensure!(
         vm.outcome == "failed" && got == Some(reason.as_str()),
         "expected failure {reason}: {}",
         vm.describe()
     );
-    Ok(())
+    let dir = w.manifests_dir();
+    w.verify_nothing_left(&vm, &dir).await
 }
 
 #[then(regex = r#"^the error of VM "([^"]+)" mentions "(.+)"$"#)]
@@ -305,15 +291,17 @@ fn attempts_at_least(w: &mut RolloutWorld, name: String, n: u32) -> anyhow::Resu
 }
 
 #[then("every VM is ready with the same VMID as before")]
-fn same_vmids(w: &mut RolloutWorld) -> anyhow::Result<()> {
-    let st = w.last_status()?;
-    for (name, before) in &w.vmids_before {
-        let vm = st.vm(name).map_err(|e| anyhow!(e))?;
+async fn same_vmids(w: &mut RolloutWorld) -> anyhow::Result<()> {
+    let st = w.last_status()?.clone();
+    let dir = w.manifests_dir();
+    for (name, before) in w.vmids_before.clone() {
+        let vm = st.vm(&name).map_err(|e| anyhow!(e))?;
         ensure!(
-            vm.outcome == "ready" && vm.vmid == *before,
-            "expected ready with VMID {before:?}: {}",
+            vm.vmid == before,
+            "expected VMID {before:?}: {}",
             vm.describe()
         );
+        w.verify_ready(vm, &dir).await?;
     }
     Ok(())
 }
@@ -321,23 +309,8 @@ fn same_vmids(w: &mut RolloutWorld) -> anyhow::Result<()> {
 #[then(regex = r#"^the IP address of VM "([^"]+)" is the one the fake's guest agent reports$"#)]
 async fn ip_matches_agent(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
-    let vmid = vm
-        .vmid
-        .ok_or_else(|| anyhow!("no VMID: {}", vm.describe()))?;
-    let node = w.real_node(&vm.node);
-    let obs = w.observer(&node).await?;
-    let ifs = obs
-        .get(&format!(
-            "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"
-        ))
-        .await?;
-    let text = ifs.to_string();
-    let ip = vm.ip.clone().unwrap_or_default();
-    ensure!(
-        !ip.is_empty() && text.contains(&format!("\"{ip}\"")),
-        "the deployer reports IP {ip:?}, the guest agent reports {text}"
-    );
-    Ok(())
+    let dir = w.manifests_dir();
+    w.verify_ready(&vm, &dir).await
 }
 
 #[when(regex = r#"^VM "([^"]+)" is (stopped|started) outside the deployer$"#)]

@@ -1,0 +1,123 @@
+//! Deliberately broken variants of this deployer ("mutants"), for the harness self-test: each is a
+//! bug a real deployer has had or could have, and at least one rollout scenario must fail with it.
+//! A mutant is active only inside [`run_as`] (a tokio task-local), so a normal run, and every
+//! other run in the same process, is untouched; the hooks are one-line checks of [`active`] at the
+//! place the bug would be.
+//!
+//! Variants that are plain options or inputs (no retries, no rollout order, a forgotten VMID,
+//! doing nothing at all) need no hook and live with the self-test (`tests/rollout/mutants.rs`).
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutant {
+    /// `await_task` returns at once: the next step runs while the task still holds its lock.
+    NeverWaitsForTasks,
+    /// The API token goes in a `PVEAuthCookie` cookie (the seed's client), not the header.
+    TokenAsCookie,
+    /// `format=qcow2` on the boot disk whatever the storage (lvm-thin is raw-only).
+    Qcow2OnLvmThin,
+    /// Every error is retried, the fail-fast ones (bridge missing, bad spec, 401) too.
+    RetriesFailFast,
+    /// No look for an existing VM before creating: a re-run creates a second one.
+    DuplicateOnRerun,
+    /// A VM this rollout created and could not finish is left where it is.
+    NoCleanupAfterFailedCreate,
+    /// `DELETE …/qemu/{vmid}` without `purge=1`.
+    DestroyWithoutPurge,
+    /// The first IPv4 address the guest agent lists, loopback included.
+    WrongIp,
+    /// The manifest's `20Gi` resized as 20 GB (19073 MiB).
+    DisksInGb,
+}
+
+impl Mutant {
+    /// Its name in the self-test's reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::NeverWaitsForTasks => "never-waits-for-tasks",
+            Mutant::TokenAsCookie => "token-as-cookie",
+            Mutant::Qcow2OnLvmThin => "qcow2-on-lvm-thin",
+            Mutant::RetriesFailFast => "retries-fail-fast",
+            Mutant::DuplicateOnRerun => "duplicate-on-rerun",
+            Mutant::NoCleanupAfterFailedCreate => "no-cleanup-after-failed-create",
+            Mutant::DestroyWithoutPurge => "destroy-without-purge",
+            Mutant::WrongIp => "wrong-ip",
+            Mutant::DisksInGb => "disks-in-gb",
+        }
+    }
+}
+
+/// The mutation points a run went through, by mutant name: a mutant whose point a scenario never
+/// reaches behaves there exactly as the deployer does, so the self-test runs each mutant only on
+/// the scenarios that reach its point (as mutation-testing tools run only the covering tests).
+#[derive(Debug, Clone, Default)]
+pub struct Reached(Arc<Mutex<BTreeSet<&'static str>>>);
+
+impl Reached {
+    pub fn record(&self, name: &'static str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name);
+    }
+
+    pub fn names(&self) -> BTreeSet<&'static str> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+struct Scope {
+    mutant: Option<Mutant>,
+    reached: Option<Reached>,
+}
+
+tokio::task_local! {
+    static SCOPE: Scope;
+}
+
+/// Runs `f` with mutant `m` active (`None`: the deployer as it is), recording the mutation points
+/// it reaches in `reached`.
+pub async fn run_as<F: Future>(m: Option<Mutant>, reached: Option<Reached>, f: F) -> F::Output {
+    SCOPE.scope(Scope { mutant: m, reached }, f).await
+}
+
+/// Whether mutant `m` is active in the current task (and, when recording, that its point was
+/// reached).
+pub fn active(m: Mutant) -> bool {
+    SCOPE
+        .try_with(|s| {
+            if let Some(r) = &s.reached {
+                r.record(m.name());
+            }
+            s.mutant == Some(m)
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn active_only_inside_its_scope() {
+        assert!(!active(Mutant::WrongIp));
+        run_as(Some(Mutant::WrongIp), None, async {
+            assert!(active(Mutant::WrongIp));
+            assert!(!active(Mutant::DisksInGb));
+        })
+        .await;
+        let reached = Reached::default();
+        run_as(None, Some(reached.clone()), async {
+            assert!(!active(Mutant::WrongIp))
+        })
+        .await;
+        assert!(!active(Mutant::WrongIp));
+        assert_eq!(
+            reached.names().into_iter().collect::<Vec<_>>(),
+            ["wrong-ip"]
+        );
+    }
+}
