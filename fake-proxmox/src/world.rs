@@ -2,16 +2,14 @@
 //! Every mutation happens under one lock, so concurrent requests see a consistent state.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
 
 use crate::access::model::Access;
+use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 use crate::scenario::{RemoteFileSpec, Scenario, SiteSpec};
-use crate::storage::model::Storage;
 use crate::tasks::store::TaskStore;
 use crate::version::PveVersion;
 
@@ -55,54 +53,6 @@ impl World {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Bridge {
-    pub name: String,
-    pub cidr: Option<String>,
-    pub gateway: Option<String>,
-    pub ports: Option<String>,
-    pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
-}
-
-impl Bridge {
-    pub fn prefix_len(&self) -> u8 {
-        self.cidr
-            .as_deref()
-            .and_then(|c| c.split_once('/'))
-            .and_then(|(_, p)| p.parse().ok())
-            .unwrap_or(24)
-    }
-}
-
-/// A task failure armed by the control plane for the next task of a type on a node.
-#[derive(Clone, Debug, Serialize)]
-pub struct ArmedFailure {
-    pub task_type: String,
-    pub exitstatus: String,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Node {
-    pub name: String,
-    pub ip: String,
-    pub online: bool,
-    pub cpu_model: String,
-    pub sockets: u32,
-    pub cores: u32,
-    pub threads: u32,
-    pub memory: u64,
-    pub booted_at: f64,
-    pub bridges: Vec<Bridge>,
-    pub storages: BTreeMap<String, Storage>,
-    pub armed_failures: Vec<ArmedFailure>,
-}
-
-impl Node {
-    pub fn bridge(&self, name: &str) -> Option<&Bridge> {
-        self.bridges.iter().find(|b| b.name == name)
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct Site {
     pub name: String,
@@ -125,41 +75,7 @@ impl Site {
         let nodes = spec
             .nodes
             .iter()
-            .map(|n| {
-                let node = Node {
-                    name: n.name.clone(),
-                    ip: n.ip.clone(),
-                    online: n.online,
-                    cpu_model: n.cpu_model.clone(),
-                    sockets: n.sockets,
-                    cores: n.cores,
-                    threads: n.threads,
-                    memory: n.memory_bytes,
-                    // Nodes have been up for a while: a few days, deterministic per seed.
-                    booted_at: now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32)),
-                    bridges: n
-                        .bridges
-                        .iter()
-                        .map(|b| Bridge {
-                            name: b.name.clone(),
-                            cidr: b.cidr.clone(),
-                            gateway: b.gateway.clone(),
-                            ports: b.ports.clone(),
-                            dhcp: match (&b.dhcp_start, &b.dhcp_end) {
-                                (Some(a), Some(z)) => a.parse().ok().zip(z.parse().ok()),
-                                _ => None,
-                            },
-                        })
-                        .collect(),
-                    storages: n
-                        .storages
-                        .iter()
-                        .map(|s| (s.name.clone(), Storage::from_spec(s, now as u64)))
-                        .collect(),
-                    armed_failures: Vec::new(),
-                };
-                (n.name.clone(), node)
-            })
+            .map(|n| (n.name.clone(), Node::from_spec(n, &mut rng, now)))
             .collect();
         Site {
             name: spec.name.clone(),

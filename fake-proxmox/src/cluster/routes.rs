@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use std::collections::HashMap;
 
-use crate::nodes::routes::{cpu_with, mem_used_with};
+use crate::nodes::model::cpu_with;
 use crate::qemu::model::Power;
 use crate::qemu::status::VmStatus;
 use crate::router::{Ctx, Route, route};
@@ -121,7 +121,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
             if n.online {
                 v["cpu"] = json!(cpu_with(running));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(mem_used_with(n, vm_mem));
+                v["mem"] = json!(n.mem_used_with(vm_mem));
                 v["maxmem"] = json!(n.memory);
                 v["disk"] = json!(8u64 << 30);
                 v["maxdisk"] = json!(100u64 << 30);

@@ -17,11 +17,12 @@ use serde_json::{Value, json};
 
 use crate::clock::ClockMode;
 use crate::faults::FaultRule;
+use crate::nodes::model::ArmedFailure;
 use crate::scenario::Scenario;
 use crate::server::state::SiteCtx;
 use crate::storage::model::Volume;
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::world::{ArmedFailure, World};
+use crate::world::World;
 
 pub fn router() -> Router<SiteCtx> {
     Router::new()

@@ -2,10 +2,9 @@
 
 use serde_json::{Value, json};
 
-use crate::qemu::model::Power;
+use crate::nodes::model::{Bridge, Node};
 use crate::router::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
-use crate::world::{Node, Site};
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -27,36 +26,6 @@ fn version(c: &mut Ctx) -> Result<Reply, PveError> {
     })))
 }
 
-/// Memory used on a node: the host itself plus its running VMs.
-pub fn node_mem_used(site: &Site, node: &Node) -> u64 {
-    let vms: u64 = site
-        .vms
-        .values()
-        .filter(|v| v.node == node.name && v.power != Power::Stopped)
-        .map(|v| v.memory_bytes() / 3)
-        .sum();
-    mem_used_with(node, vms)
-}
-
-/// Node memory used given the sum of its running VMs' share (`memory / 3` each).
-pub fn mem_used_with(node: &Node, vms: u64) -> u64 {
-    (node.memory / 20).saturating_add(vms).min(node.memory)
-}
-
-pub fn node_cpu(site: &Site, node: &Node) -> f64 {
-    let running = site
-        .vms
-        .values()
-        .filter(|v| v.node == node.name && v.power == Power::Running)
-        .count();
-    cpu_with(running)
-}
-
-/// Node CPU load given how many of its VMs are running.
-pub fn cpu_with(running: usize) -> f64 {
-    ((0.01 + running as f64 * 0.004) * 1000.0).round() / 1000.0
-}
-
 fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
     let site = &*c.site;
     let data: Vec<Value> = site
@@ -72,9 +41,9 @@ fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
                 "ssl_fingerprint": fingerprint_for(&n.name),
             });
             if n.online {
-                v["cpu"] = json!(node_cpu(site, n));
+                v["cpu"] = json!(n.cpu(site.vms.values()));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(node_mem_used(site, n));
+                v["mem"] = json!(n.mem_used(site.vms.values()));
                 v["maxmem"] = json!(n.memory);
                 v["uptime"] = json!((c.now - n.booted_at) as u64);
                 v["disk"] = json!(8u64 << 30);
@@ -147,8 +116,8 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     let n = site
         .node(&name)
         .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
-    let used = node_mem_used(site, n);
-    let cpu = node_cpu(site, n);
+    let used = n.mem_used(site.vms.values());
+    let cpu = n.cpu(site.vms.values());
     let v = site.version;
     Ok(Reply::data(json!({
         "cpu": cpu,
@@ -187,7 +156,7 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     })))
 }
 
-fn iface_json(n: &Node, b: &crate::world::Bridge) -> Value {
+fn iface_json(n: &Node, b: &Bridge) -> Value {
     let mut v = json!({
         "iface": b.name,
         "type": "bridge",

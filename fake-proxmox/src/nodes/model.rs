@@ -1,0 +1,124 @@
+//! Nodes as the world holds them: hardware, bridges, storages, armed task failures, and the
+//! synthetic load figures derived from the VMs that run on them.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use rand::Rng;
+use serde::Serialize;
+
+use crate::qemu::model::{Power, Vm};
+use crate::scenario::{BridgeSpec, NodeSpec};
+use crate::storage::model::Storage;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Bridge {
+    pub name: String,
+    pub cidr: Option<String>,
+    pub gateway: Option<String>,
+    pub ports: Option<String>,
+    pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
+}
+
+impl Bridge {
+    pub fn from_spec(b: &BridgeSpec) -> Bridge {
+        Bridge {
+            name: b.name.clone(),
+            cidr: b.cidr.clone(),
+            gateway: b.gateway.clone(),
+            ports: b.ports.clone(),
+            dhcp: match (&b.dhcp_start, &b.dhcp_end) {
+                (Some(a), Some(z)) => a.parse().ok().zip(z.parse().ok()),
+                _ => None,
+            },
+        }
+    }
+
+    pub fn prefix_len(&self) -> u8 {
+        self.cidr
+            .as_deref()
+            .and_then(|c| c.split_once('/'))
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(24)
+    }
+}
+
+/// A task failure armed by the control plane for the next task of a type on a node.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmedFailure {
+    pub task_type: String,
+    pub exitstatus: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    pub name: String,
+    pub ip: String,
+    pub online: bool,
+    pub cpu_model: String,
+    pub sockets: u32,
+    pub cores: u32,
+    pub threads: u32,
+    pub memory: u64,
+    pub booted_at: f64,
+    pub bridges: Vec<Bridge>,
+    pub storages: BTreeMap<String, Storage>,
+    pub armed_failures: Vec<ArmedFailure>,
+}
+
+impl Node {
+    /// A node as the scenario describes it, up for a few days (deterministic per `rng`).
+    pub fn from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
+        Node {
+            name: n.name.clone(),
+            ip: n.ip.clone(),
+            online: n.online,
+            cpu_model: n.cpu_model.clone(),
+            sockets: n.sockets,
+            cores: n.cores,
+            threads: n.threads,
+            memory: n.memory_bytes,
+            booted_at: now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32)),
+            bridges: n.bridges.iter().map(Bridge::from_spec).collect(),
+            storages: n
+                .storages
+                .iter()
+                .map(|s| (s.name.clone(), Storage::from_spec(s, now as u64)))
+                .collect(),
+            armed_failures: Vec::new(),
+        }
+    }
+
+    pub fn bridge(&self, name: &str) -> Option<&Bridge> {
+        self.bridges.iter().find(|b| b.name == name)
+    }
+
+    /// Memory used on the node: the host itself plus its running VMs.
+    pub fn mem_used<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> u64 {
+        let share: u64 = vms
+            .into_iter()
+            .filter(|v| v.node == self.name && v.power != Power::Stopped)
+            .map(|v| v.memory_bytes() / 3)
+            .sum();
+        self.mem_used_with(share)
+    }
+
+    /// Node memory used given the sum of its running VMs' share (`memory / 3` each).
+    pub fn mem_used_with(&self, vms: u64) -> u64 {
+        (self.memory / 20).saturating_add(vms).min(self.memory)
+    }
+
+    /// CPU load from the VMs running on the node.
+    pub fn cpu<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> f64 {
+        let running = vms
+            .into_iter()
+            .filter(|v| v.node == self.name && v.power == Power::Running)
+            .count();
+        cpu_with(running)
+    }
+}
+
+/// Node CPU load given how many of its VMs are running.
+pub fn cpu_with(running: usize) -> f64 {
+    ((0.01 + running as f64 * 0.004) * 1000.0).round() / 1000.0
+}
