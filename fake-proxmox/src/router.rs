@@ -35,14 +35,7 @@ impl Ctx<'_> {
     }
     /// At least one of the privileges (PVE's `any` rule; the error joins them with `|`).
     pub fn require_any(&self, path: &str, privs: &[&str]) -> Result<(), PveError> {
-        if privs
-            .iter()
-            .any(|p| self.site.access.has(&self.who, path, p))
-        {
-            Ok(())
-        } else {
-            Err(PveError::perm(Some(format!("{path}, {}", privs.join("|")))))
-        }
+        self.site.require_any(&self.who, path, privs)
     }
 }
 

@@ -2,16 +2,19 @@
 //! Every mutation happens under one lock, so concurrent requests see a consistent state.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::access::model::Access;
+use crate::access::model::{Access, Identity};
+use crate::exec::{Executor, Host, Simulated};
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 use crate::scenario::{RemoteFileSpec, Scenario, SiteSpec};
 use crate::tasks::store::TaskStore;
 use crate::version::PveVersion;
+use crate::wire::PveError;
 
 #[derive(Clone, Debug)]
 pub struct World {
@@ -66,6 +69,8 @@ pub struct Site {
     pub vms: BTreeMap<u32, Vm>,
     pub tasks: TaskStore,
     pub rng: ChaCha8Rng,
+    /// What runs the VMs (see `exec`): the qemu model decides, this carries it out.
+    pub exec: Arc<dyn Executor>,
 }
 
 impl Site {
@@ -89,6 +94,7 @@ impl Site {
             vms: BTreeMap::new(),
             tasks: TaskStore::default(),
             rng,
+            exec: Arc::new(Simulated),
         }
     }
 
@@ -99,6 +105,25 @@ impl Site {
         }
     }
 
+    /// Carry out an effect on VM `vmid` through the executor (see `exec`); `Err` is the
+    /// task's exit status.
+    pub fn run_vm(
+        &mut self,
+        vmid: u32,
+        now: f64,
+        effect: impl FnOnce(&dyn Executor, &mut Vm, &mut Host<'_>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let Some(vm) = self.vms.get_mut(&vmid) else {
+            return Err(format!("VM {vmid} does not exist"));
+        };
+        let mut host = Host {
+            rng: &mut self.rng,
+            boot_delay_secs: self.boot_delay_secs,
+            now,
+        };
+        effect(self.exec.as_ref(), vm, &mut host)
+    }
+
     /// A random MAC with Proxmox's OUI `BC:24:11`.
     pub fn random_mac(&mut self) -> String {
         let b: [u8; 3] = self.rng.random();
@@ -107,5 +132,31 @@ impl Site {
 
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.get(name)
+    }
+
+    /// PVE's `check_perm`: the privilege on the path, or 403 naming both.
+    pub fn require(&self, who: &Identity, path: &str, privilege: &str) -> Result<(), PveError> {
+        if self.access.has(who, path, privilege) {
+            Ok(())
+        } else {
+            Err(PveError::perm(Some(format!("{path}, {privilege}"))))
+        }
+    }
+
+    /// At least one of the privileges (PVE's `any` rule; the error joins them with `|`).
+    pub fn require_any(&self, who: &Identity, path: &str, privs: &[&str]) -> Result<(), PveError> {
+        if privs.iter().any(|p| self.access.has(who, path, p)) {
+            Ok(())
+        } else {
+            Err(PveError::perm(Some(format!("{path}, {}", privs.join("|")))))
+        }
+    }
+
+    /// The VM `vmid` if its config is on `node` (PVE's 500 otherwise).
+    pub fn vm_on(&self, node: &str, vmid: u32) -> Result<&Vm, PveError> {
+        self.vms
+            .get(&vmid)
+            .filter(|v| v.node == node)
+            .ok_or_else(|| PveError::no_vm_config(node, vmid))
     }
 }

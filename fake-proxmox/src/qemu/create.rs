@@ -44,21 +44,6 @@ pub struct Caller<'a> {
 }
 
 impl Site {
-    pub fn require(&self, who: &Identity, path: &str, privilege: &str) -> Result<(), PveError> {
-        if self.access.has(who, path, privilege) {
-            Ok(())
-        } else {
-            Err(PveError::perm(Some(format!("{path}, {privilege}"))))
-        }
-    }
-
-    pub fn vm_on(&self, node: &str, vmid: u32) -> Result<&Vm, PveError> {
-        self.vms
-            .get(&vmid)
-            .filter(|v| v.node == node)
-            .ok_or_else(|| PveError::no_vm_config(node, vmid))
-    }
-
     /// `POST /nodes/{node}/qemu`
     pub fn create_vm(
         &mut self,

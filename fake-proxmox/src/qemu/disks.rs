@@ -469,8 +469,13 @@ impl Site {
                     .ok_or_else(|| format!("storage '{}' does not exist", d.storage))?;
                 sto.alloc_image(vmid, d.volname.clone(), &d.format, d.size, now as u64)?;
                 done.push((d.storage.clone(), d.volname.clone()));
-                if let Some(Some(bytes)) = src {
-                    sto.write_data(&d.volname, bytes)?;
+                if let (Some(Some(bytes)), Some((ssid, svol))) = (src, &d.import_from) {
+                    let written = self.exec.copy_disk(
+                        (ssid.as_str(), svol.as_str()),
+                        (d.storage.as_str(), d.volname.as_str()),
+                        bytes,
+                    )?;
+                    sto.write_data(&d.volname, written)?;
                 }
             }
             Ok(())

@@ -149,16 +149,8 @@ impl Site {
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);
         }
-        use rand::Rng;
-        let pid = self.rng.random_range(2_000..4_000_000);
-        let boot = self.boot_delay_secs;
         self.assign_leases(vmid);
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            vm.power = Power::Running;
-            vm.started_at = now;
-            vm.pid = Some(pid);
-            vm.agent_ready_at = Some(now + boot);
-        }
+        self.run_vm(vmid, now, |exec, vm, host| exec.start(vm, host))?;
         Ok(Vec::new())
     }
 
@@ -241,7 +233,7 @@ impl Site {
         if vm.power == Power::Paused {
             return Err(PveError::die("VM is paused - cannot shutdown"));
         }
-        let dur = if vm.is_agent_enabled() && vm.agent_ready_at.is_some_and(|t| t <= now) {
+        let dur = if vm.is_agent_enabled() && self.exec.agent_ready(vm, now) {
             3.0
         } else {
             5.0
@@ -330,13 +322,8 @@ impl Site {
     }
 
     /// Apply a finished power task.
-    pub fn finish_power(
-        &mut self,
-        work: &crate::tasks::model::Work,
-        now: f64,
-    ) -> Result<Vec<String>, String> {
-        use crate::tasks::model::Work::*;
-        let boot = self.boot_delay_secs;
+    pub fn finish_power(&mut self, work: &Work, now: f64) -> Result<Vec<String>, String> {
+        use Work::*;
         let vmid = match work {
             Stop { vmid }
             | Shutdown { vmid }
@@ -346,47 +333,26 @@ impl Site {
             | Resume { vmid } => *vmid,
             _ => return Ok(Vec::new()),
         };
-        let Some(vm) = self.vms.get_mut(&vmid) else {
+        let Some(vm) = self.vms.get(&vmid) else {
             return Err(format!("VM {vmid} does not exist"));
         };
-        match work {
-            // `vm_stop_cleanup` applies pending changes once QEMU is gone; a reboot is a
-            // shutdown that qmeventd follows with a start.
-            Stop { .. } | Shutdown { .. } => {
-                vm.power = Power::Stopped;
-                vm.pid = None;
-                vm.agent_ready_at = None;
-                self.apply_pending(vmid);
-            }
-            Reboot { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Running;
-                vm.agent_ready_at = Some(now + boot);
-                self.apply_pending(vmid);
-            }
-            // A reset restarts the guest inside the same QEMU process: pending stays pending.
-            Reset { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Running;
-                vm.agent_ready_at = Some(now + boot);
-            }
-            Suspend { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Paused;
-            }
-            Resume { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Running;
-            }
-            _ => {}
+        // Checked again inside the task: all but stop and shutdown need QEMU running.
+        if vm.power == Power::Stopped && !matches!(work, Stop { .. } | Shutdown { .. }) {
+            return Err(format!("VM {vmid} not running"));
+        }
+        self.run_vm(vmid, now, |exec, vm, host| match work {
+            Stop { .. } => exec.stop(vm, host),
+            Shutdown { .. } => exec.shutdown(vm, host),
+            Reboot { .. } => exec.reboot(vm, host),
+            Reset { .. } => exec.reset(vm, host),
+            Suspend { .. } => exec.suspend(vm, host),
+            _ => exec.resume(vm, host),
+        })?;
+        // `vm_stop_cleanup` applies pending changes once QEMU is gone; a reboot is a
+        // shutdown that qmeventd follows with a start. A reset restarts the guest inside
+        // the same QEMU process: pending stays pending.
+        if matches!(work, Stop { .. } | Shutdown { .. } | Reboot { .. }) {
+            self.apply_pending(vmid);
         }
         Ok(Vec::new())
     }

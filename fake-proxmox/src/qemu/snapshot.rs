@@ -396,9 +396,17 @@ impl Site {
         };
         let secs = sto.write_secs(size).max(0.5);
         sto.alloc_image(vm.vmid, volname.clone(), "raw", size, now as u64)?;
+        let volid = format!("{sid}:{volname}");
+        let written = match self.exec.save_state(vm, &volid, size) {
+            Ok(w) => w,
+            Err(e) => {
+                sto.volumes.remove(&volname);
+                return Err(e);
+            }
+        };
         // A thin storage accounts what is written; the state is written in full.
-        let _ = sto.write_data(&volname, size);
-        Ok((format!("{sid}:{volname}"), sid, secs))
+        let _ = sto.write_data(&volname, written);
+        Ok((volid, sid, secs))
     }
 
     /// `DELETE …/snapshot/{snapname}`: the `qmdelsnapshot` task.
@@ -493,8 +501,10 @@ impl Site {
             }
         }
         plan.duration = offset + 0.2;
-        if vm.power != Power::Stopped {
-            self.stop_now(vmid);
+        if vm.power != Power::Stopped
+            && let Err(e) = self.stop_now(vmid, now)
+        {
+            return Ok(self.fail_at_start(plan, e, now));
         }
         if let Some(v) = self.vms.get_mut(&vmid) {
             v.lock = Some("rollback".into());
@@ -512,13 +522,10 @@ impl Site {
     }
 
     /// QEMU is gone: what `vm_stop` leaves behind.
-    fn stop_now(&mut self, vmid: u32) {
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            vm.power = Power::Stopped;
-            vm.pid = None;
-            vm.agent_ready_at = None;
-        }
+    fn stop_now(&mut self, vmid: u32, now: f64) -> Result<(), String> {
+        self.run_vm(vmid, now, |exec, vm, host| exec.stop(vm, host))?;
         self.apply_pending(vmid);
+        Ok(())
     }
 
     /// A `qmsnapshot` task finished: the snapshot is complete (`__snapshot_commit`).
@@ -631,15 +638,10 @@ impl Site {
             vm.pending = Default::default();
             vm.lock = None;
         }
-        if snap.vmstate.is_some() {
-            use rand::Rng;
-            let pid = self.rng.random_range(2_000..4_000_000);
-            if let Some(vm) = self.vms.get_mut(&vmid) {
-                vm.power = Power::Running;
-                vm.started_at = now;
-                vm.pid = Some(pid);
-                vm.agent_ready_at = Some(now);
-            }
+        if let Some(state) = &snap.vmstate {
+            self.run_vm(vmid, now, |exec, vm, host| {
+                exec.start_from_state(vm, state, host)
+            })?;
         } else if start {
             self.finish_start(node, vmid, now)?;
         }
