@@ -24,6 +24,14 @@
 //! lay out a task (`tasks`): its log lines and its end on the simulated `clock`; its effect
 //! on the world is applied when the clock passes the end (`qemu::work`).
 //!
+//! - [`route`]: the handlers' vocabulary: `Ctx` (the site and the request) and `Route`.
+//!   [`router`] is only the table of every family's routes and the path matching.
+//! - [`request::Request`]: what a model verb is handed, whole: who asks, whether with a
+//!   ticket, the validated parameters, the clock.
+//! - [`qemu::op`]: the entry of every VM verb. `Site::vm_op` looks the VM up on its node and
+//!   checks the privilege on `/vms/{vmid}`; the `VmOp` it returns carries the lock check
+//!   (`skiplock`) and lays out the verb's task as the caller (`VmOp::plan`).
+//!
 //! - [`world`]: one `Site` per scenario site: `nodes`, `storage` per node, `qemu` VMs,
 //!   `tasks`, `access` (users, tokens, ACLs, tickets), the site's seeded random source.
 //! - Families (`access`, `cluster`, `nodes`, `storage`, `tasks`, `qemu`, `agent`): a model
@@ -54,6 +62,8 @@ pub mod faults;
 pub mod journal;
 pub mod nodes;
 pub mod qemu;
+pub mod request;
+pub mod route;
 pub mod router;
 pub mod scenario;
 pub mod schema;

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::access::model::Token;
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
 pub fn routes() -> Vec<Route> {
@@ -89,21 +89,21 @@ fn caps_of(c: &Ctx, userid: &str) -> Value {
 }
 
 fn ticket_post(c: &mut Ctx) -> Result<Reply, PveError> {
-    let username = c.p.req_str("username")?;
-    let password = c.p.req_str("password")?;
-    let realm = c.p.str("realm");
+    let username = c.req.p.req_str("username")?;
+    let password = c.req.p.req_str("password")?;
+    let realm = c.req.p.str("realm");
     let userid = if username.contains('@') {
         username.clone()
     } else {
         format!("{username}@{}", realm.as_deref().unwrap_or("pam"))
     };
     // The password may be a still-valid ticket of the same user (ticket renewal).
-    let user = match c.site.access.verify_ticket(&password, c.now) {
+    let user = match c.site.access.verify_ticket(&password, c.req.now) {
         Some(u) if u == userid => Some(u),
         _ => c.site.access.login(&username, &password, realm.as_deref()),
     };
     let user = user.ok_or_else(auth_failure)?;
-    if let (Some(path), Some(privs)) = (c.p.str("path"), c.p.str("privs")) {
+    if let (Some(path), Some(privs)) = (c.req.p.str("path"), c.req.p.str("privs")) {
         // Verify mode: check privileges, return nothing else.
         let id = crate::access::model::Identity {
             userid: user.clone(),
@@ -118,8 +118,8 @@ fn ticket_post(c: &mut Ctx) -> Result<Reply, PveError> {
     }
     let mut data = json!({
         "username": user,
-        "ticket": c.site.access.make_ticket(&user, c.now),
-        "CSRFPreventionToken": c.site.access.make_csrf(&user, c.now),
+        "ticket": c.site.access.make_ticket(&user, c.req.now),
+        "CSRFPreventionToken": c.site.access.make_csrf(&user, c.req.now),
         "cap": caps_of(c, &user),
     });
     if let Some(name) = &c.site.cluster_name {
@@ -129,8 +129,8 @@ fn ticket_post(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn permissions(c: &mut Ctx) -> Result<Reply, PveError> {
-    let target = match c.p.str("userid") {
-        Some(u) if u != c.who.task_user() && u != c.who.userid => {
+    let target = match c.req.p.str("userid") {
+        Some(u) if u != c.req.who.task_user() && u != c.req.who.userid => {
             c.require("/access", "Sys.Audit")?;
             let (user, tok) = match u.split_once('!') {
                 Some((user, _)) => (user.to_string(), Some(u.clone())),
@@ -141,9 +141,9 @@ fn permissions(c: &mut Ctx) -> Result<Reply, PveError> {
                 tokenid: tok,
             }
         }
-        _ => c.who.clone(),
+        _ => c.req.who.clone(),
     };
-    let paths: Vec<String> = match c.p.str("path") {
+    let paths: Vec<String> = match c.req.p.str("path") {
         Some(p) => vec![p],
         None => c.site.access.known_paths().into_iter().collect(),
     };
@@ -163,7 +163,7 @@ fn permissions(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn check_user_admin(c: &Ctx, userid: &str) -> Result<(), PveError> {
-    if c.who.userid == userid && c.who.tokenid.is_none() {
+    if c.req.who.userid == userid && c.req.who.tokenid.is_none() {
         return Ok(());
     }
     c.require(&format!("/access/users/{userid}"), "User.Modify")
@@ -178,13 +178,13 @@ fn token_json(t: &Token) -> Value {
 }
 
 fn full_id(c: &Ctx) -> Result<(String, String), PveError> {
-    let userid = c.p.req_str("userid")?;
-    let tokenid = c.p.req_str("tokenid")?;
+    let userid = c.req.p.req_str("userid")?;
+    let tokenid = c.req.p.req_str("tokenid")?;
     Ok((userid.clone(), format!("{userid}!{tokenid}")))
 }
 
 fn token_list(c: &mut Ctx) -> Result<Reply, PveError> {
-    let userid = c.p.req_str("userid")?;
+    let userid = c.req.p.req_str("userid")?;
     check_user_admin(c, &userid)?;
     if !c.site.access.users.contains_key(&userid) {
         return Err(PveError::die(format!("no such user ('{userid}')")));
@@ -211,7 +211,7 @@ fn token_get(c: &mut Ctx) -> Result<Reply, PveError> {
     let t = c.site.access.tokens.get(&full).ok_or_else(|| {
         PveError::die(format!(
             "no such token '{}' for user '{userid}'",
-            c.p.str("tokenid").unwrap_or_default()
+            c.req.p.str("tokenid").unwrap_or_default()
         ))
     })?;
     Ok(Reply::data(token_json(t)))
@@ -226,13 +226,16 @@ fn token_create(c: &mut Ctx) -> Result<Reply, PveError> {
     if c.site.access.tokens.contains_key(&full) {
         return Err(PveError::die("Token already exists."));
     }
-    let secret = c.site.access.new_token_secret(&format!("{full}{}", c.now));
+    let secret = c
+        .site
+        .access
+        .new_token_secret(&format!("{full}{}", c.req.now));
     let t = Token {
         tokenid: full.clone(),
         secret: secret.clone(),
-        privsep: c.p.bool("privsep").unwrap_or(true),
-        comment: c.p.str("comment"),
-        expire: c.p.int("expire").unwrap_or(0).max(0) as u64,
+        privsep: c.req.p.bool("privsep").unwrap_or(true),
+        comment: c.req.p.str("comment"),
+        expire: c.req.p.int("expire").unwrap_or(0).max(0) as u64,
     };
     let info = token_json(&t);
     c.site.access.tokens.insert(full.clone(), t);
@@ -244,7 +247,11 @@ fn token_create(c: &mut Ctx) -> Result<Reply, PveError> {
 fn token_update(c: &mut Ctx) -> Result<Reply, PveError> {
     let (userid, full) = full_id(c)?;
     check_user_admin(c, &userid)?;
-    let (privsep, comment, expire) = (c.p.bool("privsep"), c.p.str("comment"), c.p.int("expire"));
+    let (privsep, comment, expire) = (
+        c.req.p.bool("privsep"),
+        c.req.p.str("comment"),
+        c.req.p.int("expire"),
+    );
     let t = c
         .site
         .access

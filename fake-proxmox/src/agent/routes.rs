@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::exec::AgentCommand;
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
@@ -52,7 +52,8 @@ pub fn routes() -> Vec<Route> {
 }
 
 fn index(c: &mut Ctx) -> Result<Reply, PveError> {
-    c.site.agent_vm(&c.node()?, c.p.vmid()?, &c.who, c.now)?;
+    c.site
+        .agent_vm(&c.node()?, c.req.p.vmid()?, &c.req.who, c.req.now)?;
     let cmds = [
         "fsfreeze-freeze",
         "fsfreeze-status",
@@ -83,6 +84,6 @@ fn index(c: &mut Ctx) -> Result<Reply, PveError> {
 fn command(c: &mut Ctx, cmd: AgentCommand) -> Result<Reply, PveError> {
     let result = c
         .site
-        .agent_call(&c.node()?, c.p.vmid()?, &c.who, cmd, c.now)?;
+        .agent_call(&c.node()?, c.req.p.vmid()?, &c.req.who, cmd, c.req.now)?;
     Ok(Reply::data(json!({ "result": result })))
 }

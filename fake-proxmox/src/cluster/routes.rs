@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::nodes::model::cpu_with;
 use crate::qemu::model::Power;
 use crate::qemu::status::VmStatus;
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
 pub fn routes() -> Vec<Route> {
@@ -49,7 +49,7 @@ fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
 
 /// Lowest free VMID; nothing is reserved, so concurrent callers get the same answer.
 fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {
-    if let Some(v) = c.p.int("vmid") {
+    if let Some(v) = c.req.p.int("vmid") {
         let v = u32::try_from(v).unwrap_or(0);
         if c.site.vms.contains_key(&v) {
             return Err(PveError::param("vmid", format!("VM {v} already exists")));
@@ -63,22 +63,22 @@ fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
-    let ty = c.p.str("type");
+    let ty = c.req.p.str("type");
     let site = &*c.site;
     let mut out: Vec<Resource> = Vec::new();
     let want = |t: &str| ty.as_deref().is_none_or(|x| x == t);
-    let sees_all = site.access.holds_everything(&c.who);
+    let sees_all = site.access.holds_everything(&c.req.who);
     if want("vm") {
         for vm in site.vms.values() {
             if !sees_all
                 && !site
                     .access
-                    .has(&c.who, &format!("/vms/{}", vm.vmid), "VM.Audit")
+                    .has(&c.req.who, &format!("/vms/{}", vm.vmid), "VM.Audit")
             {
                 continue;
             }
             let online = site.node(&vm.node).is_some_and(|n| n.online);
-            let mut st = vm.vmstatus(c.now);
+            let mut st = vm.vmstatus(c.req.now);
             st.id = Some(format!("qemu/{}", vm.vmid));
             st.kind = Some("qemu");
             st.node = Some(vm.node.clone());
@@ -106,7 +106,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
             let (running, vm_mem) = load.get(n.name.as_str()).copied().unwrap_or_default();
             if !site
                 .access
-                .has(&c.who, &format!("/nodes/{}", n.name), "Sys.Audit")
+                .has(&c.req.who, &format!("/nodes/{}", n.name), "Sys.Audit")
             {
                 continue;
             }
@@ -125,7 +125,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
                 v["maxmem"] = json!(n.memory);
                 v["disk"] = json!(8u64 << 30);
                 v["maxdisk"] = json!(100u64 << 30);
-                v["uptime"] = json!((c.now - n.booted_at) as u64);
+                v["uptime"] = json!((c.req.now - n.booted_at) as u64);
             }
             out.push(Resource::Other(v));
         }
@@ -134,8 +134,10 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
         for n in site.nodes.values() {
             for s in n.storages.values() {
                 let path = format!("/storage/{}", s.name);
-                if !(site.access.has(&c.who, &path, "Datastore.Audit")
-                    || site.access.has(&c.who, &path, "Datastore.AllocateSpace"))
+                if !(site.access.has(&c.req.who, &path, "Datastore.Audit")
+                    || site
+                        .access
+                        .has(&c.req.who, &path, "Datastore.AllocateSpace"))
                 {
                     continue;
                 }

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::nodes::model::{Bridge, Node};
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
@@ -45,7 +45,7 @@ fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
                 v["maxcpu"] = json!(n.threads);
                 v["mem"] = json!(n.mem_used(site.vms.values()));
                 v["maxmem"] = json!(n.memory);
-                v["uptime"] = json!((c.now - n.booted_at) as u64);
+                v["uptime"] = json!((c.req.now - n.booted_at) as u64);
                 v["disk"] = json!(8u64 << 30);
                 v["maxdisk"] = json!(100u64 << 30);
             }
@@ -122,7 +122,7 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(Reply::data(json!({
         "cpu": cpu,
         "wait": 0.0003,
-        "uptime": (c.now - n.booted_at) as u64,
+        "uptime": (c.req.now - n.booted_at) as u64,
         "loadavg": [format!("{:.2}", cpu * n.threads as f64), "0.30", "0.25"],
         "kversion": format!("Linux {} #1 SMP PREEMPT_DYNAMIC PMX", v.kernel()),
         "pveversion": format!("pve-manager/{}/{}", v.manager_version(), &v.repoid()[..8.min(v.repoid().len())]),
@@ -205,7 +205,7 @@ fn network(c: &mut Ctx) -> Result<Reply, PveError> {
         .site
         .node(&name)
         .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
-    let ty = c.p.str("type");
+    let ty = c.req.p.str("type");
     let mut out = Vec::new();
     let mut ports = std::collections::BTreeSet::new();
     for b in &n.bridges {
@@ -229,7 +229,7 @@ fn network(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn network_iface(c: &mut Ctx) -> Result<Reply, PveError> {
     let name = c.node()?;
-    let iface = c.p.req_str("iface")?;
+    let iface = c.req.p.req_str("iface")?;
     let n = c
         .site
         .node(&name)

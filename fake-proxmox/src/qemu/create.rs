@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 
 use super::disks::DiskOutcome;
 use super::pending::{Change, Pending};
-use crate::access::model::Identity;
 use crate::qemu::model::{DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, prop, split_props};
+use crate::qemu::op::{VmOp, unlocked};
+use crate::request::Request;
 use crate::tasks::model::{TaskPlan, Work};
-use crate::wire::{Params, PveError};
+use crate::wire::PveError;
 use crate::world::Site;
 
 /// Parameters of create that are not config options.
@@ -37,32 +38,21 @@ const UPDATE_CONTROL: &[&str] = &[
     "background_delay",
 ];
 
-/// Who is asking, as far as the rules care.
-pub struct Caller<'a> {
-    pub who: &'a Identity,
-    pub via_ticket: bool,
-}
-
 impl Site {
     /// `POST /nodes/{node}/qemu`
-    pub fn create_vm(
-        &mut self,
-        node: &str,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vmid = p.vmid()?;
+    pub fn create_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = VmOp::of(req)?;
+        let (node, vmid, p) = (op.node.as_str(), op.vmid, &req.p);
         if p.has("archive") {
             return Err(PveError::die(
                 "fake-proxmox: restore from a backup archive is not simulated",
             ));
         }
         if let Some(pool) = p.str("pool") {
-            self.require(caller.who, &format!("/pool/{pool}"), "VM.Allocate")?;
+            self.require(&req.who, &format!("/pool/{pool}"), "VM.Allocate")?;
         } else if !self
             .access
-            .has(caller.who, &format!("/vms/{vmid}"), "VM.Allocate")
+            .has(&req.who, &format!("/vms/{vmid}"), "VM.Allocate")
         {
             return Err(PveError::perm(None));
         }
@@ -77,15 +67,7 @@ impl Site {
             }
             let Some(v) = p.str(k) else { continue };
             if is_disk_key(k) {
-                match self.plan_disk(
-                    node,
-                    vmid,
-                    k,
-                    &v,
-                    default_storage.as_deref(),
-                    caller,
-                    &mut taken,
-                )? {
+                match self.plan_disk(&op, k, &v, default_storage.as_deref(), &mut taken)? {
                     DiskOutcome::Keep(v) => config.push((k.clone(), v)),
                     DiskOutcome::Alloc(d) => {
                         if d.cloudinit {
@@ -106,7 +88,7 @@ impl Site {
                     && self.version != crate::version::PveVersion::V7_1
                 {
                     self.require(
-                        caller.who,
+                        &req.who,
                         &format!("/sdn/zones/localnetwork/{bridge}"),
                         "SDN.Use",
                     )?;
@@ -157,13 +139,7 @@ impl Site {
             },
         );
         let start_after = p.flag("start");
-        let mut plan = TaskPlan::new(
-            "qmcreate",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        let mut plan = op.plan("qmcreate", Work::Noop);
         let (t, err) = self.layout_disks(node, &disks, &mut plan, 0.3);
         if start_after && err.is_none() {
             plan.line(t, "Execute autostart");
@@ -176,26 +152,20 @@ impl Site {
             disks,
             start_after,
         };
-        Ok(self.start_task(plan, now))
+        Ok(self.start_task(plan, req.now))
     }
 
     /// `POST` (async, `async_task`) and `PUT` (sync) `.../config`. Changes go through the
     /// pending section (see `pending`); new disks are allocated and staged at the task's end.
     pub fn update_vm_config(
         &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
+        req: &Request,
         async_task: bool,
     ) -> Result<Option<String>, PveError> {
+        let op = VmOp::of(req)?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
         let vm = self.vm_on(node, vmid)?;
-        if let Some(l) = &vm.lock
-            && !p.flag("skiplock")
-        {
-            return Err(PveError::die(format!("VM is locked ({l})")));
-        }
+        unlocked(vm, op.skiplock())?;
         if let Some(d) = p.str("digest")
             && d != vm.digest()
         {
@@ -203,7 +173,7 @@ impl Site {
                 "checksum mismatch (file change by other user?)",
             ));
         }
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Options")?;
+        op.require(self, &["VM.Config.Options"])?;
         let list = |k: &str| -> Vec<String> {
             p.str(k)
                 .map(|d| {
@@ -278,7 +248,7 @@ impl Site {
         let mut staged = Vec::new();
         for (k, v) in &sets {
             if is_disk_key(k) {
-                match self.plan_disk(node, vmid, k, v, None, caller, &mut taken)? {
+                match self.plan_disk(&op, k, v, None, &mut taken)? {
                     DiskOutcome::Keep(v) => staged.push((k.clone(), v)),
                     DiskOutcome::Alloc(d) => disks.push(d),
                 }
@@ -302,13 +272,7 @@ impl Site {
         };
         self.change_config(vmid, &change);
         if async_task {
-            let mut plan = TaskPlan::new(
-                "qmconfig",
-                vmid.to_string(),
-                node,
-                &caller.who.task_user(),
-                Work::Noop,
-            );
+            let mut plan = op.plan("qmconfig", Work::Noop);
             let (t, err) = self.layout_disks(node, &disks, &mut plan, 0.1);
             plan.duration = t + 0.1;
             plan.planned_error = err;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::create::Caller;
+use super::op::VmOp;
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
@@ -55,17 +55,15 @@ impl Site {
     }
 
     /// Check one drive option and decide what to allocate (`$check_storage_access` + parsing).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn plan_disk(
         &self,
-        node: &str,
-        vmid: u32,
+        op: &VmOp,
         key: &str,
         value: &str,
         default_storage: Option<&str>,
-        caller: &Caller,
         taken: &mut BTreeSet<String>,
     ) -> Result<DiskOutcome, PveError> {
+        let (node, vmid) = (op.node.as_str(), op.vmid);
         let props = split_props(value, "file");
         let file = prop(&props, "file").unwrap_or("").to_string();
         let import_from = prop(&props, "import-from").map(str::to_string);
@@ -87,7 +85,7 @@ impl Site {
                 let sto = self.storage_on(node, &sid)?;
                 sto.check_images()?;
                 self.require(
-                    caller.who,
+                    &op.req.who,
                     &format!("/storage/{sid}"),
                     "Datastore.AllocateSpace",
                 )?;
@@ -99,7 +97,7 @@ impl Site {
                             "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>",
                         ));
                     }
-                    let (ssid, svol) = self.check_import_source(node, key, &src, caller)?;
+                    let (ssid, svol) = self.check_import_source(op, key, &src)?;
                     let source = self
                         .nodes
                         .get(node)
@@ -148,7 +146,7 @@ impl Site {
                 let sto = self.storage_on(node, &storage)?;
                 sto.check_images()?;
                 self.require(
-                    caller.who,
+                    &op.req.who,
                     &format!("/storage/{storage}"),
                     "Datastore.AllocateSpace",
                 )?;
@@ -178,7 +176,7 @@ impl Site {
                     return Ok(DiskOutcome::Keep(value.to_string()));
                 }
                 if f.starts_with('/') {
-                    if !(caller.who.userid == "root@pam" && caller.who.tokenid.is_none()) {
+                    if !(op.req.who.userid == "root@pam" && op.req.who.tokenid.is_none()) {
                         return Err(PveError::die(
                             "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
                         ));
@@ -210,16 +208,13 @@ impl Site {
     /// Check an `import-from` source: volid syntax, storage, vtype (`images` or `import`).
     pub(crate) fn check_import_source(
         &self,
-        node: &str,
+        op: &VmOp,
         key: &str,
         src: &str,
-        caller: &Caller,
     ) -> Result<(String, String), PveError> {
+        let node = op.node.as_str();
         if src.starts_with('/') {
-            if !(caller.who.userid == "root@pam"
-                && caller.who.tokenid.is_none()
-                && caller.via_ticket)
-            {
+            if !op.req.is_root_ticket() {
                 return Err(PveError::die(
                     "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
                 ));
@@ -243,11 +238,11 @@ impl Site {
         match vtype {
             Content::Images => {
                 if let Some(owner) = owner {
-                    self.require(caller.who, &format!("/vms/{owner}"), "VM.Clone")?;
+                    self.require(&op.req.who, &format!("/vms/{owner}"), "VM.Clone")?;
                 }
             }
             Content::Import if self.version.has_import_content() => {
-                self.require(caller.who, &format!("/storage/{sid}"), "Datastore.Audit")?;
+                self.require(&op.req.who, &format!("/storage/{sid}"), "Datastore.Audit")?;
             }
             other => {
                 return Err(PveError::param(

@@ -2,26 +2,21 @@
 
 use std::collections::BTreeSet;
 
-use super::create::Caller;
+use super::op::{VmOp, unlocked};
 use crate::qemu::model::{
     DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, is_unused_key, prop, split_props,
 };
+use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
-use crate::wire::{Params, PveError};
+use crate::tasks::model::{Chunk, TransferStyle, Work};
+use crate::wire::PveError;
 use crate::world::Site;
 
 impl Site {
     /// `POST .../clone`
-    #[allow(clippy::too_many_arguments)]
-    pub fn clone_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
+    pub fn clone_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = VmOp::of(req)?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
         let newid = u32::try_from(p.req_int("newid")?).map_err(|_| {
             PveError::param("newid", "value must have a maximum value of 999999999")
         })?;
@@ -41,8 +36,8 @@ impl Site {
             }
             None => src,
         };
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Clone")?;
-        self.require(caller.who, &format!("/vms/{newid}"), "VM.Allocate")?;
+        op.require(self, &["VM.Clone"])?;
+        self.require(&req.who, &format!("/vms/{newid}"), "VM.Allocate")?;
         let full = p.bool("full").unwrap_or(!src.is_template());
         if !full && p.has("storage") {
             return Err(PveError::param(
@@ -59,7 +54,7 @@ impl Site {
         if let Some(sid) = &target_storage {
             self.storage_on(node, sid)?.check_images()?;
             self.require(
-                caller.who,
+                &req.who,
                 &format!("/storage/{sid}"),
                 "Datastore.AllocateSpace",
             )?;
@@ -71,9 +66,7 @@ impl Site {
                 "can't clone VM to node '{t}' (VM uses local storage)"
             )));
         }
-        if let Some(l) = &src.lock {
-            return Err(PveError::die(format!("VM is locked ({l})")));
-        }
+        unlocked(&src, false)?;
         if self.vms.contains_key(&newid) {
             return Err(PveError::die(format!(
                 "unable to create VM {newid}: config file already exists"
@@ -117,13 +110,7 @@ impl Site {
                 snapshots: Default::default(),
             },
         );
-        let mut plan = TaskPlan::new(
-            "qmclone",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        let mut plan = op.plan("qmclone", Work::Noop);
         let mut t = 0.3;
         let mut err = None;
         if let Some(n) = self.nodes.get(node) {
@@ -237,16 +224,9 @@ impl Site {
     }
 
     /// `PUT .../resize`: returns a UPID (PVE ≥ 8.0) or does it inline (7.x).
-    pub fn resize_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<Option<String>, PveError> {
-        let vm = self.vm_on(node, vmid)?;
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
+    pub fn resize_vm(&mut self, req: &Request) -> Result<Option<String>, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Config.Disk"])?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
         if let Some(d) = p.str("digest")
             && d != vm.digest()
         {
@@ -263,13 +243,7 @@ impl Site {
                 .map_err(PveError::die)?;
             return Ok(None);
         }
-        let mut plan = TaskPlan::new(
-            "resize",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        let mut plan = op.plan("resize", Work::Noop);
         match check {
             Ok(new_size) => {
                 plan.work = Work::Resize {
@@ -383,22 +357,28 @@ impl Site {
         Ok(())
     }
 
-    /// `DELETE /nodes/{node}/qemu/{vmid}`
-    pub fn destroy_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?;
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Allocate")?;
-        if let Some(l) = &vm.lock
-            && !p.flag("skiplock")
-        {
-            return Err(PveError::die(format!("VM is locked ({l})")));
+    /// `POST …/template`: a stopped, unlocked VM becomes a template.
+    pub fn template_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Allocate"])?;
+        unlocked(vm, false)?;
+        if vm.power != Power::Stopped {
+            return Err(PveError::die(
+                "you can't convert a running VM to a template",
+            ));
         }
+        let mut plan = op.plan("qmtemplate", Work::Noop);
+        plan.duration = 0.3;
+        if let Some(vm) = self.vms.get_mut(&op.vmid) {
+            vm.config.insert("template".into(), "1".into());
+        }
+        Ok(self.start_task(plan, req.now))
+    }
+
+    /// `DELETE /nodes/{node}/qemu/{vmid}`
+    pub fn destroy_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Allocate"])?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
+        unlocked(vm, op.skiplock())?;
         if vm.power != Power::Stopped {
             return Err(PveError::die(format!(
                 "VM {vmid} is running - destroy failed"
@@ -409,13 +389,7 @@ impl Site {
                 "can't remove VM {vmid} - protection mode enabled"
             )));
         }
-        let mut plan = TaskPlan::new(
-            "qmdestroy",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        let mut plan = op.plan("qmdestroy", Work::Noop);
         let mut t = 0.2;
         for volid in vm.referenced_volumes() {
             if let Some((sid, vol)) = parse_volid(&volid) {

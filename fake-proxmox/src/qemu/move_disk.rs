@@ -8,24 +8,19 @@
 
 use std::collections::BTreeSet;
 
-use super::create::Caller;
 use super::model::{DiskPlan, add_unused, prop, split_props};
+use super::op::unlocked;
+use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
-use crate::wire::{Params, PveError};
+use crate::tasks::model::{Chunk, TransferStyle, Work};
+use crate::wire::PveError;
 use crate::world::Site;
 
 impl Site {
-    pub fn move_disk(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?.clone();
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
+    pub fn move_disk(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Config.Disk"])?;
+        let vm = vm.clone();
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
         let target_vmid = p.int("target-vmid").filter(|t| *t != i64::from(vmid));
         let storage = match (p.str("storage"), target_vmid) {
             (Some(_), Some(_)) => {
@@ -46,15 +41,13 @@ impl Site {
         let tsto = self.storage_on(node, &storage)?;
         tsto.check_images()?;
         self.require(
-            caller.who,
+            &req.who,
             &format!("/storage/{storage}"),
             "Datastore.AllocateSpace",
         )?;
 
         // `$load_and_check_move`.
-        if let Some(l) = &vm.lock {
-            return Err(PveError::die(format!("VM is locked ({l})")));
-        }
+        unlocked(&vm, false)?;
         if let Some(d) = p.str("digest")
             && d != vm.digest()
         {
@@ -131,11 +124,8 @@ impl Site {
             cloudinit: false,
         };
         let secs = (size as f64 / speed).max(0.1);
-        let mut task = TaskPlan::new(
+        let mut task = op.plan(
             "qmmove",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
             Work::MoveDisk {
                 vmid,
                 plan,

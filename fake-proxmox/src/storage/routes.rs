@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{Value, json};
 
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::storage::model::{Content, Storage, Volume};
 use crate::storage::volid::{parse_volid, parse_volname};
 use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
@@ -47,7 +47,7 @@ pub fn routes() -> Vec<Route> {
 
 fn storage<'a>(c: &'a Ctx) -> Result<&'a Storage, PveError> {
     let node = c.node()?;
-    let sid = c.p.req_str("storage")?;
+    let sid = c.req.p.req_str("storage")?;
     let n = c
         .site
         .node(&node)
@@ -64,8 +64,10 @@ fn storage<'a>(c: &'a Ctx) -> Result<&'a Storage, PveError> {
 
 fn can_see(c: &Ctx, sid: &str) -> bool {
     let path = format!("/storage/{sid}");
-    c.site.access.has(&c.who, &path, "Datastore.Audit")
-        || c.site.access.has(&c.who, &path, "Datastore.AllocateSpace")
+    c.site.access.has(&c.req.who, &path, "Datastore.Audit")
+        || c.site
+            .access
+            .has(&c.req.who, &path, "Datastore.AllocateSpace")
 }
 
 fn storage_json(s: &Storage, with_formats: bool) -> Value {
@@ -97,14 +99,14 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
         .site
         .node(&node)
         .ok_or_else(|| PveError::die(format!("no such node '{node}'")))?;
-    let content: Option<Vec<Content>> = c.p.str("content").map(|s| {
+    let content: Option<Vec<Content>> = c.req.p.str("content").map(|s| {
         s.split([',', ';', ' '])
             .filter_map(Content::parse)
             .collect()
     });
-    let only = c.p.str("storage");
-    let enabled = c.p.flag("enabled");
-    let formats = c.p.flag("format");
+    let only = c.req.p.str("storage");
+    let enabled = c.req.p.flag("enabled");
+    let formats = c.req.p.flag("format");
     let data: Vec<Value> = n
         .storages
         .values()
@@ -174,8 +176,8 @@ fn content_list(c: &mut Ctx) -> Result<Reply, PveError> {
         &format!("/storage/{}", s.name),
         &["Datastore.Audit", "Datastore.AllocateSpace"],
     )?;
-    let ct = c.p.str("content").and_then(|x| Content::parse(&x));
-    let vmid = c.p.int("vmid");
+    let ct = c.req.p.str("content").and_then(|x| Content::parse(&x));
+    let vmid = c.req.p.int("vmid");
     let data: Vec<Value> = s
         .volumes
         .values()
@@ -193,13 +195,13 @@ fn content_alloc(c: &mut Ctx) -> Result<Reply, PveError> {
     let node = c.node()?;
     let s = storage(c)?.clone();
     c.require(&format!("/storage/{}", s.name), "Datastore.AllocateSpace")?;
-    let vmid = c.p.vmid()?;
-    let filename = c.p.req_str("filename")?;
-    let size_s = c.p.req_str("size")?;
+    let vmid = c.req.p.vmid()?;
+    let filename = c.req.p.req_str("filename")?;
+    let size_s = c.req.p.req_str("size")?;
     let size = parse_kib(&size_s)
         .ok_or_else(|| PveError::param("size", format!("unable to parse size '{size_s}'")))?;
     s.check_images()?;
-    let fmt = s.resolve_format(c.p.str("format").as_deref());
+    let fmt = s.resolve_format(c.req.p.str("format").as_deref());
     let base = filename
         .rsplit_once('.')
         .map_or(filename.as_str(), |(b, _)| b)
@@ -225,7 +227,7 @@ fn content_alloc(c: &mut Ctx) -> Result<Reply, PveError> {
             s.volid(&volname)
         )));
     }
-    let now = c.now as u64;
+    let now = c.req.now as u64;
     let sto = c
         .site
         .nodes
@@ -249,7 +251,7 @@ fn parse_kib(s: &str) -> Option<u64> {
 }
 
 fn volume_name(c: &Ctx, s: &Storage) -> Result<String, PveError> {
-    let vol = c.p.req_str("volume")?;
+    let vol = c.req.p.req_str("volume")?;
     let volname = match parse_volid(&vol) {
         Some((sid, name)) if sid == s.name => name.to_string(),
         Some((sid, _)) => {
@@ -314,7 +316,7 @@ fn volume_delete(c: &mut Ctx) -> Result<Reply, PveError> {
         "imgdel",
         s.volid(&volname),
         &node,
-        &c.who.task_user(),
+        &c.req.who.task_user(),
         Work::DeleteVolume {
             storage: s.name.clone(),
             volname: volname.clone(),
@@ -330,7 +332,7 @@ fn volume_delete(c: &mut Ctx) -> Result<Reply, PveError> {
             format!("  Logical volume \"{volname}\" successfully removed."),
         );
     }
-    Ok(Reply::data(json!(c.site.start_task(plan, c.now))))
+    Ok(Reply::data(json!(c.site.start_task(plan, c.req.now))))
 }
 
 static IMPORT_NAME: LazyLock<Option<Regex>> =
@@ -343,19 +345,19 @@ fn download_url(c: &mut Ctx) -> Result<Reply, PveError> {
         &format!("/storage/{}", s.name),
         "Datastore.AllocateTemplate",
     )?;
-    let net_ok = (c.site.access.has(&c.who, "/", "Sys.Audit")
-        && c.site.access.has(&c.who, "/", "Sys.Modify"))
+    let net_ok = (c.site.access.has(&c.req.who, "/", "Sys.Audit")
+        && c.site.access.has(&c.req.who, "/", "Sys.Modify"))
         || c.site
             .access
-            .has(&c.who, &format!("/nodes/{node}"), "Sys.AccessNetwork");
+            .has(&c.req.who, &format!("/nodes/{node}"), "Sys.AccessNetwork");
     if !net_ok {
         return Err(PveError::perm(Some(format!(
             "/nodes/{node}, Sys.AccessNetwork"
         ))));
     }
-    let url = c.p.req_str("url")?;
-    let content = c.p.req_str("content")?;
-    let filename = c.p.req_str("filename")?;
+    let url = c.req.p.req_str("url")?;
+    let content = c.req.p.req_str("content")?;
+    let filename = c.req.p.req_str("filename")?;
     if !s.kind.is_file_based() {
         return Err(PveError::die(format!(
             "can't upload to storage type '{}', not a file based storage!",
@@ -418,7 +420,7 @@ fn download_url(c: &mut Ctx) -> Result<Reply, PveError> {
             ));
         }
     };
-    if c.p.has("compression") && ct != Content::Iso {
+    if c.req.p.has("compression") && ct != Content::Iso {
         return Err(PveError::param(
             "compression",
             "decompression is only supported for iso content",
@@ -447,7 +449,7 @@ fn download_url(c: &mut Ctx) -> Result<Reply, PveError> {
         "download",
         id,
         &node,
-        &c.who.task_user(),
+        &c.req.who.task_user(),
         Work::Download {
             storage: s.name.clone(),
             volname,
@@ -455,7 +457,7 @@ fn download_url(c: &mut Ctx) -> Result<Reply, PveError> {
         },
     );
     plan.line(0.0, format!("downloading {url} to {path}"));
-    plan.line(0.2, format!("--{}--  {url}", iso_time(c.now)));
+    plan.line(0.2, format!("--{}--  {url}", iso_time(c.req.now)));
     plan.line(
         0.2,
         format!(
@@ -488,7 +490,7 @@ fn download_url(c: &mut Ctx) -> Result<Reply, PveError> {
         );
         plan.duration = 0.4 + secs;
     }
-    Ok(Reply::data(json!(c.site.start_task(plan, c.now))))
+    Ok(Reply::data(json!(c.site.start_task(plan, c.req.now))))
 }
 
 fn regex_like_vztmpl(name: &str) -> bool {
