@@ -4,11 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use rand::Rng;
 use serde::Serialize;
 
 use crate::qemu::model::{Power, Vm};
-use crate::scenario::{BridgeSpec, NodeSpec};
 use crate::storage::model::Storage;
 
 #[derive(Clone, Debug, Serialize)]
@@ -21,19 +19,6 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    pub fn from_spec(b: &BridgeSpec) -> Bridge {
-        Bridge {
-            name: b.name.clone(),
-            cidr: b.cidr.clone(),
-            gateway: b.gateway.clone(),
-            ports: b.ports.clone(),
-            dhcp: match (&b.dhcp_start, &b.dhcp_end) {
-                (Some(a), Some(z)) => a.parse().ok().zip(z.parse().ok()),
-                _ => None,
-            },
-        }
-    }
-
     pub fn prefix_len(&self) -> u8 {
         self.cidr
             .as_deref()
@@ -67,28 +52,6 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node as the scenario describes it, up for a few days (deterministic per `rng`).
-    pub fn from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
-        Node {
-            name: n.name.clone(),
-            ip: n.ip.clone(),
-            online: n.online,
-            cpu_model: n.cpu_model.clone(),
-            sockets: n.sockets,
-            cores: n.cores,
-            threads: n.threads,
-            memory: n.memory_bytes,
-            booted_at: now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32)),
-            bridges: n.bridges.iter().map(Bridge::from_spec).collect(),
-            storages: n
-                .storages
-                .iter()
-                .map(|s| (s.name.clone(), Storage::from_spec(s, now as u64)))
-                .collect(),
-            armed_failures: Vec::new(),
-        }
-    }
-
     pub fn bridge(&self, name: &str) -> Option<&Bridge> {
         self.bridges.iter().find(|b| b.name == name)
     }

@@ -26,7 +26,7 @@ pub fn app(shared: SharedRef, site: &str) -> Router {
         site: site.to_string(),
     };
     Router::new()
-        .nest("/_fake", crate::control::routes::router())
+        .nest("/_fake", crate::control::router())
         .fallback(any(dispatch::api_handler))
         .with_state(ctx)
 }

@@ -1,17 +1,20 @@
 //! The simulated world: one cluster per site, each with nodes, storages, VMs and tasks.
 //! Every mutation happens under one lock, so concurrent requests see a consistent state.
+//! The world builds itself from a scenario (`build`).
+
+pub mod build;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::access::model::{Access, Identity};
-use crate::exec::{Executor, Host, Simulated};
+use crate::exec::{Executor, Host};
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
-use crate::scenario::{RemoteFileSpec, Scenario, SiteSpec};
+use crate::scenario::{RemoteFileSpec, Scenario};
 use crate::tasks::store::TaskStore;
 use crate::version::PveVersion;
 use crate::wire::PveError;
@@ -23,19 +26,6 @@ pub struct World {
 }
 
 impl World {
-    pub fn from_scenario(scenario: &Scenario, now: f64) -> World {
-        let sites = scenario
-            .sites
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now))
-            .collect();
-        World {
-            scenario: scenario.clone(),
-            sites,
-        }
-    }
-
     pub fn site(&self, name: &str) -> Option<&Site> {
         self.sites.iter().find(|s| s.name == name)
     }
@@ -74,30 +64,6 @@ pub struct Site {
 }
 
 impl Site {
-    pub fn from_spec(spec: &SiteSpec, seed: u64, now: f64) -> Site {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let key: [u8; 32] = rng.random();
-        let nodes = spec
-            .nodes
-            .iter()
-            .map(|n| (n.name.clone(), Node::from_spec(n, &mut rng, now)))
-            .collect();
-        Site {
-            name: spec.name.clone(),
-            version: spec.version,
-            cluster_name: spec.cluster_name.clone(),
-            boot_delay_secs: spec.boot_delay_secs,
-            download_mib_s: spec.download_mib_s,
-            remote_files: spec.remote_files.clone(),
-            access: Access::from_spec(spec, key),
-            nodes,
-            vms: BTreeMap::new(),
-            tasks: TaskStore::default(),
-            rng,
-            exec: Arc::new(Simulated),
-        }
-    }
-
     /// Finish every task whose time has come, in order of completion.
     pub fn tick(&mut self, now: f64) {
         while let Some(seq) = self.tasks.first_due(now) {
