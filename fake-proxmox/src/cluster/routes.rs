@@ -2,10 +2,7 @@
 
 use serde_json::{Value, json};
 
-use std::collections::HashMap;
-
-use crate::nodes::model::cpu_with;
-use crate::qemu::model::Power;
+use crate::nodes::model::{cpu_with, node_loads};
 use crate::qemu::status::VmStatus;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
@@ -47,18 +44,8 @@ fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
     )))
 }
 
-/// Lowest free VMID; nothing is reserved, so concurrent callers get the same answer.
 fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {
-    if let Some(v) = c.req.p.int("vmid") {
-        let v = u32::try_from(v).unwrap_or(0);
-        if c.site.vms.contains_key(&v) {
-            return Err(PveError::param("vmid", format!("VM {v} already exists")));
-        }
-        return Ok(Reply::data(json!(v.to_string())));
-    }
-    let id = (100u32..1_000_000)
-        .find(|i| !c.site.vms.contains_key(i))
-        .ok_or_else(|| PveError::die("unable to get any free VMID in range [100, 1000000)"))?;
+    let id = c.site.next_vmid(c.req.p.int("vmid"))?;
     Ok(Reply::data(json!(id.to_string())))
 }
 
@@ -91,17 +78,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
         }
     }
     if want("node") {
-        // One pass over the VMs for every node's load, not one pass per node.
-        let mut load: HashMap<&str, (usize, u64)> = HashMap::new();
-        for vm in site.vms.values() {
-            let e = load.entry(vm.node.as_str()).or_default();
-            if vm.power == Power::Running {
-                e.0 += 1;
-            }
-            if vm.power != Power::Stopped {
-                e.1 = e.1.saturating_add(vm.memory_bytes() / 3);
-            }
-        }
+        let load = node_loads(site.vms.values());
         for n in site.nodes.values() {
             let (running, vm_mem) = load.get(n.name.as_str()).copied().unwrap_or_default();
             if !site
@@ -133,12 +110,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
     if want("storage") {
         for n in site.nodes.values() {
             for s in n.storages.values() {
-                let path = format!("/storage/{}", s.name);
-                if !(site.access.has(&c.req.who, &path, "Datastore.Audit")
-                    || site
-                        .access
-                        .has(&c.req.who, &path, "Datastore.AllocateSpace"))
-                {
+                if !site.can_see_storage(&c.req.who, &s.name) {
                     continue;
                 }
                 let mut v = json!({
@@ -184,14 +156,13 @@ enum Resource {
 fn status(c: &mut Ctx) -> Result<Reply, PveError> {
     let site = &*c.site;
     let mut out = Vec::new();
-    let online = site.nodes.values().filter(|n| n.online).count();
     if let Some(name) = &site.cluster_name {
         out.push(json!({
             "type": "cluster",
             "id": "cluster",
             "name": name,
             "nodes": site.nodes.len(),
-            "quorate": b(online * 2 > site.nodes.len()),
+            "quorate": b(site.quorate()),
             "version": site.nodes.len() + 1,
         }));
     }

@@ -1,7 +1,7 @@
 //! Nodes as the world holds them: hardware, bridges, storages, armed task failures, and the
 //! synthetic load figures derived from the VMs that run on them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 
 use serde::Serialize;
@@ -56,6 +56,15 @@ impl Node {
         self.bridges.iter().find(|b| b.name == name)
     }
 
+    /// The physical ports the bridges are built on (`bridge_ports`), each once.
+    pub fn ports(&self) -> BTreeSet<&str> {
+        self.bridges
+            .iter()
+            .filter_map(|b| b.ports.as_deref())
+            .flat_map(str::split_whitespace)
+            .collect()
+    }
+
     /// Memory used on the node: the host itself plus its running VMs.
     pub fn mem_used<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> u64 {
         let share: u64 = vms
@@ -84,4 +93,20 @@ impl Node {
 /// Node CPU load given how many of its VMs are running.
 pub fn cpu_with(running: usize) -> f64 {
     ((0.01 + running as f64 * 0.004) * 1000.0).round() / 1000.0
+}
+
+/// Per node: how many of its VMs run, and their memory share (`memory / 3` each) — one
+/// pass over the VMs for every node, not one pass per node.
+pub fn node_loads<'a>(vms: impl IntoIterator<Item = &'a Vm>) -> HashMap<&'a str, (usize, u64)> {
+    let mut load: HashMap<&str, (usize, u64)> = HashMap::new();
+    for vm in vms {
+        let e = load.entry(vm.node.as_str()).or_default();
+        if vm.power == Power::Running {
+            e.0 += 1;
+        }
+        if vm.power != Power::Stopped {
+            e.1 = e.1.saturating_add(vm.memory_bytes() / 3);
+        }
+    }
+    load
 }

@@ -113,9 +113,7 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     let name = c.node()?;
     c.require(&format!("/nodes/{name}"), "Sys.Audit")?;
     let site = &*c.site;
-    let n = site
-        .node(&name)
-        .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
+    let n = site.node_of_request(&c.req)?;
     let used = n.mem_used(site.vms.values());
     let cpu = n.cpu(site.vms.values());
     let v = site.version;
@@ -200,19 +198,10 @@ fn eth_json(port: &str) -> Value {
 }
 
 fn network(c: &mut Ctx) -> Result<Reply, PveError> {
-    let name = c.node()?;
-    let n = c
-        .site
-        .node(&name)
-        .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
+    let n = c.site.node_of_request(&c.req)?;
     let ty = c.req.p.str("type");
     let mut out = Vec::new();
-    let mut ports = std::collections::BTreeSet::new();
-    for b in &n.bridges {
-        if let Some(p) = &b.ports {
-            ports.extend(p.split_whitespace().map(str::to_string));
-        }
-    }
+    let ports = n.ports();
     let want = |t: &str| match ty.as_deref() {
         None => true,
         Some("any_bridge") | Some("any_local_bridge") | Some("include_sdn") => t == "bridge",
@@ -228,20 +217,13 @@ fn network(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn network_iface(c: &mut Ctx) -> Result<Reply, PveError> {
-    let name = c.node()?;
+    c.node()?;
     let iface = c.req.p.req_str("iface")?;
-    let n = c
-        .site
-        .node(&name)
-        .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
+    let n = c.site.node_of_request(&c.req)?;
     if let Some(b) = n.bridge(&iface) {
         return Ok(Reply::data(iface_json(n, b)));
     }
-    if n.bridges.iter().any(|b| {
-        b.ports
-            .as_deref()
-            .is_some_and(|p| p.split_whitespace().any(|x| x == iface))
-    }) {
+    if n.ports().contains(iface.as_str()) {
         return Ok(Reply::data(eth_json(&iface)));
     }
     Err(PveError::die("interface does not exist"))
