@@ -106,20 +106,7 @@ mod tests {
     use super::*;
 
     fn vm() -> Vm {
-        Vm {
-            vmid: 100,
-            node: "pve".into(),
-            config: BTreeMap::new(),
-            lock: None,
-            power: Power::Stopped,
-            started_at: 0.0,
-            pid: None,
-            agent_ready_at: None,
-            leases: BTreeMap::new(),
-            pending: Default::default(),
-            cloudinit: Default::default(),
-            snapshots: Default::default(),
-        }
+        Vm::stopped(100, "pve", BTreeMap::new(), None)
     }
 
     #[test]

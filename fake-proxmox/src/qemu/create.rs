@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use super::disks::DiskOutcome;
-use super::pending::{Change, Pending};
-use crate::qemu::model::{DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, prop, split_props};
+use super::pending::Change;
+use crate::qemu::model::{DiskPlan, Nic, Vm, is_disk_key, is_net_key, prop, split_props};
 use crate::qemu::op::{VmOp, unlocked};
 use crate::request::Request;
 use crate::tasks::model::{TaskPlan, Work};
@@ -123,20 +123,7 @@ impl Site {
         }
         self.vms.insert(
             vmid,
-            Vm {
-                vmid,
-                node: node.to_string(),
-                config: Default::default(),
-                lock: Some("create".into()),
-                power: Power::Stopped,
-                started_at: 0.0,
-                pid: None,
-                agent_ready_at: None,
-                leases: Default::default(),
-                pending: Pending::default(),
-                cloudinit: Default::default(),
-                snapshots: Default::default(),
-            },
+            Vm::stopped(vmid, node, Default::default(), Some("create")),
         );
         let start_after = p.flag("start");
         let mut plan = op.plan("qmcreate", Work::Noop);

@@ -7,7 +7,7 @@ use super::op::VmOp;
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle};
+use crate::tasks::model::{TaskPlan, TransferStyle};
 use crate::wire::PveError;
 use crate::world::Site;
 
@@ -332,7 +332,7 @@ impl Site {
                 let speed = src_speed.min(sto.speed_mib_s) * 1024.0 * 1024.0;
                 let secs = d.size as f64 / speed;
                 let needed = if sto.kind.is_thick() { 0 } else { d.data_bytes };
-                let start = t;
+                plan.transfer(t - t0, secs, d.size, TransferStyle::QemuImg);
                 if needed > avail {
                     // The transfer runs until the storage fills up, then qemu-img fails.
                     let frac = if needed == 0 {
@@ -340,16 +340,7 @@ impl Site {
                     } else {
                         avail as f64 / needed as f64
                     };
-                    let fail_at = secs * frac;
-                    plan.timeline.push((
-                        start - t0,
-                        Chunk::Transfer {
-                            total: d.size,
-                            until: start - t0 + secs,
-                            style: TransferStyle::QemuImg,
-                        },
-                    ));
-                    t += fail_at;
+                    t += secs * frac;
                     return (
                         t,
                         Some(format!(
@@ -358,14 +349,6 @@ impl Site {
                         )),
                     );
                 }
-                plan.timeline.push((
-                    start - t0,
-                    Chunk::Transfer {
-                        total: d.size,
-                        until: start - t0 + secs,
-                        style: TransferStyle::QemuImg,
-                    },
-                ));
                 t += secs;
                 *p += needed;
             } else if !d.cloudinit {

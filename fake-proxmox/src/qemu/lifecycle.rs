@@ -8,7 +8,7 @@ use crate::qemu::model::{
 };
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{Chunk, TransferStyle, Work};
+use crate::tasks::model::{TransferStyle, Work};
 use crate::wire::PveError;
 use crate::world::Site;
 
@@ -93,23 +93,8 @@ impl Site {
         if let Some(d) = p.str("description") {
             cfg.insert("description".into(), d);
         }
-        self.vms.insert(
-            newid,
-            Vm {
-                vmid: newid,
-                node: node.to_string(),
-                config: cfg,
-                lock: Some("clone".into()),
-                power: Power::Stopped,
-                started_at: 0.0,
-                pid: None,
-                agent_ready_at: None,
-                leases: Default::default(),
-                pending: Default::default(),
-                cloudinit: Default::default(),
-                snapshots: Default::default(),
-            },
-        );
+        self.vms
+            .insert(newid, Vm::stopped(newid, node, cfg, Some("clone")));
         let mut plan = op.plan("qmclone", Work::Noop);
         let mut t = 0.3;
         let mut err = None;
@@ -126,14 +111,7 @@ impl Site {
                 plan.line(t, format!("create full clone of drive {key} ({volid})"));
                 let speed = ssto.speed_mib_s.min(tsto.speed_mib_s) * 1024.0 * 1024.0;
                 let secs = (size as f64 / speed).max(0.1);
-                plan.timeline.push((
-                    t,
-                    Chunk::Transfer {
-                        total: size,
-                        until: t + secs,
-                        style: TransferStyle::QemuImg,
-                    },
-                ));
+                plan.transfer(t, secs, size, TransferStyle::QemuImg);
                 t += secs;
                 let _ = vol;
             }

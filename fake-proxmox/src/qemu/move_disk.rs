@@ -12,7 +12,7 @@ use super::model::{DiskPlan, add_unused, prop, split_props};
 use super::op::unlocked;
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{Chunk, TransferStyle, Work};
+use crate::tasks::model::{TransferStyle, Work};
 use crate::wire::PveError;
 use crate::world::Site;
 
@@ -137,14 +137,7 @@ impl Site {
             0.1,
             format!("create full clone of drive {disk} ({old_volid})"),
         );
-        task.timeline.push((
-            0.2,
-            Chunk::Transfer {
-                total: size,
-                until: 0.2 + secs,
-                style: TransferStyle::QemuImg,
-            },
-        ));
+        task.transfer(0.2, secs, size, TransferStyle::QemuImg);
         task.duration = 0.4 + secs;
         Ok(self.start_task(task, now))
     }

@@ -8,7 +8,7 @@ use regex::Regex;
 use crate::request::Request;
 use crate::storage::model::{Content, Storage, Volume};
 use crate::storage::volid::parse_volname;
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work, render_bytes};
+use crate::tasks::model::{TaskPlan, TransferStyle, Work, render_bytes};
 use crate::version::PveVersion;
 use crate::wire::PveError;
 use crate::world::Site;
@@ -230,14 +230,7 @@ fn lay_out(plan: &mut TaskPlan, url: &str, path: &str, size: u64, secs: f64, ava
         0.2,
         format!("Saving to: '{path}.tmp.{}'", std::process::id()),
     );
-    plan.timeline.push((
-        0.3,
-        Chunk::Transfer {
-            total: size,
-            until: 0.3 + secs,
-            style: TransferStyle::Download,
-        },
-    ));
+    plan.transfer(0.3, secs, size, TransferStyle::Download);
     if size > avail {
         let frac = avail as f64 / size.max(1) as f64;
         plan.duration = 0.3 + secs * frac;
