@@ -4,7 +4,6 @@ use serde_json::{Value, json};
 
 use crate::route::{Ctx, Route, route};
 use crate::tasks::model::Task;
-use crate::tasks::upid::Upid;
 use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
@@ -18,25 +17,8 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
-/// Find a task of the node; PVE answers 400 on unparsable or unknown UPIDs.
 fn find<'a>(c: &'a Ctx) -> Result<&'a Task, PveError> {
-    let upid = c.req.p.req_str("upid")?;
-    let node = c.node()?;
-    let parsed = Upid::decode(&upid)
-        .ok_or_else(|| PveError::param("upid", "unable to parse worker upid"))?;
-    if parsed.node != node {
-        return Err(PveError::param("upid", "no such task"));
-    }
-    let t = c
-        .site
-        .task(&upid)
-        .ok_or_else(|| PveError::param("upid", "no such task"))?;
-    let own = t.user == c.req.who.task_user()
-        || t.user.split('!').next() == Some(c.req.who.userid.as_str());
-    if !own {
-        c.require(&format!("/nodes/{node}"), "Sys.Audit")?;
-    }
-    Ok(t)
+    c.site.task_of_request(&c.req)
 }
 
 fn index(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -68,17 +50,7 @@ fn log(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn stop(c: &mut Ctx) -> Result<Reply, PveError> {
-    let upid = find(c)?.upid.clone();
-    let node = c.node()?;
-    c.require(&format!("/nodes/{node}"), "Sys.Modify")
-        .or_else(|e| {
-            let own = c
-                .site
-                .task(&upid)
-                .is_some_and(|t| t.user == c.req.who.task_user());
-            if own { Ok(()) } else { Err(e) }
-        })?;
-    c.site.kill_task(&upid, c.req.now);
+    c.site.stop_task(&c.req)?;
     Ok(Reply::null())
 }
 
