@@ -104,3 +104,126 @@ pub trait Executor: Send + Sync + fmt::Debug {
     /// configured and answering.
     fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String>;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::access::model::Identity;
+    use crate::qemu::model::Power;
+    use crate::scenario::Scenario;
+    use crate::tasks::model::Work;
+    use crate::world::Site;
+
+    /// A second executor: records what the PVE rules asked of it, runs it as `Simulated`.
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<&'static str>>);
+
+    impl Recorder {
+        fn note(&self, what: &'static str) {
+            if let Ok(mut v) = self.0.lock() {
+                v.push(what);
+            }
+        }
+        fn seen(&self) -> Vec<&'static str> {
+            self.0.lock().map(|v| v.clone()).unwrap_or_default()
+        }
+    }
+
+    impl Executor for Recorder {
+        fn start(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("start");
+            Simulated.start(vm, host)
+        }
+        fn start_from_state(
+            &self,
+            vm: &mut Vm,
+            s: &str,
+            host: &mut Host<'_>,
+        ) -> Result<(), String> {
+            self.note("start_from_state");
+            Simulated.start_from_state(vm, s, host)
+        }
+        fn stop(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("stop");
+            Simulated.stop(vm, host)
+        }
+        fn shutdown(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("shutdown");
+            Simulated.shutdown(vm, host)
+        }
+        fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("reboot");
+            Simulated.reboot(vm, host)
+        }
+        fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("reset");
+            Simulated.reset(vm, host)
+        }
+        fn suspend(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("suspend");
+            Simulated.suspend(vm, host)
+        }
+        fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("resume");
+            Simulated.resume(vm, host)
+        }
+        fn copy_disk(&self, f: VolumeRef<'_>, t: VolumeRef<'_>, used: u64) -> Result<u64, String> {
+            self.note("copy_disk");
+            Simulated.copy_disk(f, t, used)
+        }
+        fn save_state(&self, vm: &Vm, volid: &str, size: u64) -> Result<u64, String> {
+            self.note("save_state");
+            Simulated.save_state(vm, volid, size)
+        }
+        fn agent_ready(&self, vm: &Vm, now: f64) -> bool {
+            Simulated.agent_ready(vm, now)
+        }
+        fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+            self.note("agent");
+            Simulated.agent(call)
+        }
+    }
+
+    #[test]
+    fn every_power_effect_and_agent_answer_goes_through_the_sites_executor() {
+        let spec = &Scenario::embedded_default().sites[0];
+        let node = spec.nodes[0].name.clone();
+        let mut site = Site::from_spec(spec, 1, 0.0);
+        let recorder = Arc::new(Recorder::default());
+        site.exec = recorder.clone();
+        let config = [("agent", "1"), ("memory", "512")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        site.vms.insert(100, Vm::stopped(100, &node, config, None));
+
+        site.spawn_start(&node, 100, "root@pam", 0.0);
+        site.tick(10.0);
+        assert_eq!(site.vms[&100].power, Power::Running);
+        let root = Identity {
+            userid: "root@pam".into(),
+            tokenid: None,
+        };
+        let boot = site.boot_delay_secs;
+        let ping = site.agent_call(&node, 100, &root, AgentCommand::Ping, boot + 1.0);
+        assert!(ping.is_ok(), "{ping:?}");
+        for work in [
+            Work::Suspend { vmid: 100 },
+            Work::Resume { vmid: 100 },
+            Work::Reset { vmid: 100 },
+            Work::Reboot { vmid: 100 },
+            Work::Shutdown { vmid: 100 },
+        ] {
+            assert!(site.finish_power(&work, boot + 2.0).is_ok());
+        }
+        assert_eq!(site.vms[&100].power, Power::Stopped);
+        assert_eq!(
+            recorder.seen(),
+            [
+                "start", "agent", "suspend", "resume", "reset", "reboot", "shutdown"
+            ]
+        );
+    }
+}
