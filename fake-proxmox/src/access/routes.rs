@@ -48,9 +48,7 @@ fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
         "password",
         "permissions",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn ticket_get(_c: &mut Ctx) -> Result<Reply, PveError> {

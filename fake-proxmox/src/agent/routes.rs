@@ -1,7 +1,7 @@
 //! `/nodes/{node}/qemu/{vmid}/agent...`: the command from the path, the answer as
 //! `{"result": …}`.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::exec::AgentCommand;
 use crate::route::{Ctx, Route, route};
@@ -76,9 +76,7 @@ fn index(c: &mut Ctx) -> Result<Reply, PveError> {
         "suspend-hybrid",
         "suspend-ram",
     ];
-    Ok(Reply::data(Value::Array(
-        cmds.iter().map(|d| json!({"name": d})).collect(),
-    )))
+    Ok(Reply::index("name", &cmds))
 }
 
 fn command(c: &mut Ctx, cmd: AgentCommand) -> Result<Reply, PveError> {

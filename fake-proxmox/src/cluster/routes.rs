@@ -39,9 +39,7 @@ fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
         "status",
         "tasks",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"name": d})).collect(),
-    )))
+    Ok(Reply::index("name", &dirs))
 }
 
 fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -104,9 +104,7 @@ fn node_index(c: &mut Ctx) -> Result<Reply, PveError> {
         "vzdump",
         "wakeonlan",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"name": d})).collect(),
-    )))
+    Ok(Reply::index("name", &dirs))
 }
 
 fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -1,6 +1,6 @@
 //! `/nodes/{node}/qemu...` routes: parse, call the model verb, render.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::qemu::cloudinit;
 use crate::qemu::model::{Power, Vm};
@@ -151,9 +151,7 @@ fn index(c: &mut Ctx) -> Result<Reply, PveError> {
         "mtunnel",
         "remote_migrate",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn destroy(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -295,9 +293,7 @@ fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {
     let dirs = [
         "current", "start", "stop", "reset", "shutdown", "suspend", "reboot", "resume",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {

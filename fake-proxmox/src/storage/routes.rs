@@ -107,9 +107,7 @@ fn index(c: &mut Ctx) -> Result<Reply, PveError> {
         "status",
         "upload",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn status(c: &mut Ctx) -> Result<Reply, PveError> {
