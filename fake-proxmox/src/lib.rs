@@ -53,7 +53,9 @@
 //! run state it produced on the VM (`power`, `pid`, `started_at`, `agent_ready_at`), which
 //! is all the routes read. [`exec::Simulated`] is today's only executor (no process; seeded
 //! pids, a boot delay on the clock, answers made up from the config); an executor backed by
-//! real QEMU guests implements the same trait without touching the PVE rules. Consoles and
+//! real QEMU guests implements the same trait without touching the PVE rules and is handed
+//! to `FakeProxmox::builder().executor(…)` (it stays across `/_fake/reset` and scenario
+//! loads). Consoles and
 //! the agent's `exec`/file commands have no route (501) and so are not in the trait yet.
 
 pub mod access;

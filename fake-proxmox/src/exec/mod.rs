@@ -10,7 +10,8 @@
 //!
 //! Today's only implementation is [`Simulated`]: no process, figures from the site's seeded
 //! random source and its boot delay, agent answers made up from the config. A lab-backed
-//! executor (real QEMU guests) implements the same trait; the PVE rules do not change.
+//! executor (real QEMU guests) implements the same trait and is handed to
+//! `FakeProxmox::builder().executor(…)`; the PVE rules do not change.
 //!
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`) and agent `exec`
 //! / file commands, because no route serves them (they answer 501).

@@ -147,8 +147,8 @@ impl Site {
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);
         }
-        self.assign_leases(vmid);
         self.run_vm(vmid, now, |exec, vm, host| exec.start(vm, host))?;
+        self.assign_leases(vmid);
         Ok(Vec::new())
     }
 

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{Site, World};
 use crate::access::model::{Access, Acl, Token, User};
-use crate::exec::Simulated;
+use crate::exec::{Executor, Simulated};
 use crate::nodes::model::{Bridge, Node};
 use crate::scenario::{BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
 use crate::storage::model::{Storage, Volume};
@@ -18,19 +18,29 @@ use crate::storage::volumes::Volumes;
 use crate::tasks::store::TaskStore;
 
 impl World {
-    /// Every site of the scenario; each site's random source is seeded from the scenario's
-    /// seed and the site's place in it, so a scenario replays the same way.
-    pub fn from_scenario(scenario: &Scenario, now: f64) -> World {
+    /// Every site of the scenario, its VMs run by `exec`; each site's random source is
+    /// seeded from the scenario's seed and the site's place in it, so a scenario replays
+    /// the same way.
+    pub fn from_scenario(scenario: &Scenario, now: f64, exec: Arc<dyn Executor>) -> World {
         let sites = scenario
             .sites
             .iter()
             .enumerate()
-            .map(|(i, s)| Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now))
+            .map(|(i, s)| Site {
+                exec: exec.clone(),
+                ..Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now)
+            })
             .collect();
         World {
             scenario: scenario.clone(),
             sites,
+            exec,
         }
+    }
+
+    /// The same world's scenario again, from scratch, with the same executor.
+    pub fn rebuilt(&self, scenario: &Scenario, now: f64) -> World {
+        World::from_scenario(scenario, now, self.exec.clone())
     }
 }
 

@@ -23,6 +23,8 @@ use crate::wire::PveError;
 pub struct World {
     pub scenario: Scenario,
     pub sites: Vec<Site>,
+    /// What runs every site's VMs; kept when the world is rebuilt (reset, new scenario).
+    pub exec: Arc<dyn Executor>,
 }
 
 impl World {
