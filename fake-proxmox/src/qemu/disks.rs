@@ -13,6 +13,16 @@ use crate::world::Site;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
+/// A drive option of a request, parsed.
+struct Drive<'a> {
+    key: &'a str,
+    value: &'a str,
+    props: Vec<(String, String)>,
+    /// The drive's options without `file`.
+    opts: Vec<(String, String)>,
+    import_from: Option<String>,
+}
+
 /// Where an incoming drive value is going.
 pub(crate) enum DiskOutcome {
     /// Goes into the config as given.
@@ -63,7 +73,6 @@ impl Site {
         default_storage: Option<&str>,
         taken: &mut BTreeSet<String>,
     ) -> Result<DiskOutcome, PveError> {
-        let (node, vmid) = (op.node.as_str(), op.vmid);
         let props = split_props(value, "file");
         let file = prop(&props, "file").unwrap_or("").to_string();
         let import_from = prop(&props, "import-from").map(str::to_string);
@@ -77,132 +86,165 @@ impl Site {
         }
         let opts: Vec<(String, String)> =
             props.iter().filter(|(k, _)| k != "file").cloned().collect();
+        let drive = Drive {
+            key,
+            value,
+            props,
+            opts,
+            import_from,
+        };
         match classify_file(&file) {
             DriveFile::New { storage, gib } => {
                 let sid = storage
                     .or_else(|| default_storage.map(str::to_string))
                     .ok_or_else(|| PveError::param(key, "missing storage for new disk"))?;
-                let sto = self.storage_on(node, &sid)?;
-                sto.check_images()?;
-                self.require(
-                    &op.req.who,
-                    &format!("/storage/{sid}"),
-                    "Datastore.AllocateSpace",
-                )?;
-                let requested_fmt = prop(&props, "format");
-                if let Some(src) = import_from {
-                    if gib != 0.0 {
-                        return Err(PveError::param(
-                            key,
-                            "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>",
-                        ));
-                    }
-                    let (ssid, svol) = self.check_import_source(op, key, &src)?;
-                    let source = self
-                        .nodes
-                        .get(node)
-                        .and_then(|n| n.storages.get(&ssid))
-                        .and_then(|s| s.volumes.get(&svol));
-                    let (size, data, src_fmt) = source
-                        .map(|v| (v.size, v.used, v.format.clone()))
-                        .unwrap_or((0, 0, "raw".into()));
-                    // The target format falls back to the storage default if unsupported.
-                    let (supported, default) = sto.kind.formats();
-                    let fmt = match requested_fmt {
-                        Some(f) => f.to_string(),
-                        None if supported.contains(&src_fmt.as_str()) => src_fmt,
-                        None => default.unwrap_or("raw").to_string(),
-                    };
-                    let volname = self.pick_volname(node, &sid, vmid, &fmt, taken);
-                    Ok(DiskOutcome::Alloc(DiskPlan {
-                        key: key.to_string(),
-                        storage: sid,
-                        volname,
-                        format: fmt,
-                        size,
-                        import_from: Some((ssid, svol)),
-                        data_bytes: data,
-                        opts,
-                        cloudinit: false,
-                    }))
-                } else {
-                    let fmt = sto.resolve_format(requested_fmt);
-                    let size = (gib * GIB).round() as u64;
-                    let volname = self.pick_volname(node, &sid, vmid, &fmt, taken);
-                    Ok(DiskOutcome::Alloc(DiskPlan {
-                        key: key.to_string(),
-                        storage: sid,
-                        volname,
-                        format: fmt,
-                        size,
-                        import_from: None,
-                        data_bytes: 0,
-                        opts,
-                        cloudinit: false,
-                    }))
-                }
+                self.plan_new_disk(op, drive, sid, gib, taken)
+                    .map(DiskOutcome::Alloc)
             }
-            DriveFile::CloudInit { storage } => {
-                let sto = self.storage_on(node, &storage)?;
-                sto.check_images()?;
-                self.require(
-                    &op.req.who,
-                    &format!("/storage/{storage}"),
-                    "Datastore.AllocateSpace",
-                )?;
-                let fmt = if sto.kind.is_file_based() {
-                    "qcow2"
-                } else {
-                    "raw"
-                };
-                let volname = sto.image_volname(vmid, &format!("vm-{vmid}-cloudinit"), fmt);
-                let mut opts = opts;
-                opts.retain(|(k, _)| k != "media");
-                opts.push(("media".into(), "cdrom".into()));
-                Ok(DiskOutcome::Alloc(DiskPlan {
-                    key: key.to_string(),
-                    storage,
-                    volname,
-                    format: fmt.into(),
-                    size: 4 * 1024 * 1024,
-                    import_from: None,
-                    data_bytes: 0,
-                    opts,
-                    cloudinit: true,
-                }))
-            }
-            DriveFile::Existing(f) => {
-                if f == "none" || f == "cdrom" {
-                    return Ok(DiskOutcome::Keep(value.to_string()));
-                }
-                if f.starts_with('/') {
-                    if !(op.req.who.userid == "root@pam" && op.req.who.tokenid.is_none()) {
-                        return Err(PveError::die(
-                            "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
-                        ));
-                    }
-                    return Ok(DiskOutcome::Keep(value.to_string()));
-                }
-                let Some((sid, volname)) = parse_volid(&f) else {
-                    return Err(PveError::param(
-                        key,
-                        format!("unable to parse volume ID '{f}'"),
-                    ));
-                };
-                let sto = self.storage_on(node, sid)?;
-                let vtype = parse_volname(sto.kind, volname).map(|v| v.0);
-                if vtype == Some(Content::Iso)
-                    && self.version.iso_requires_cdrom()
-                    && prop(&props, "media") != Some("cdrom")
-                {
-                    return Err(PveError::param(
-                        key,
-                        "explicit 'media=cdrom' is required for iso images",
-                    ));
-                }
-                Ok(DiskOutcome::Keep(value.to_string()))
-            }
+            DriveFile::CloudInit { storage } => self
+                .plan_cloudinit_disk(op, drive, storage)
+                .map(DiskOutcome::Alloc),
+            DriveFile::Existing(f) => self.check_existing_disk(op, &drive, &f),
         }
+    }
+
+    /// `STORAGE:SIZE` (a new, empty volume) or `STORAGE:0,import-from=SOURCE` (a copy).
+    fn plan_new_disk(
+        &self,
+        op: &VmOp,
+        drive: Drive,
+        sid: String,
+        gib: f64,
+        taken: &mut BTreeSet<String>,
+    ) -> Result<DiskPlan, PveError> {
+        let (node, vmid, key) = (op.node.as_str(), op.vmid, drive.key);
+        let sto = self.storage_on(node, &sid)?;
+        sto.check_images()?;
+        self.require(
+            &op.req.who,
+            &format!("/storage/{sid}"),
+            "Datastore.AllocateSpace",
+        )?;
+        let requested_fmt = prop(&drive.props, "format");
+        let (format, size, import_from, data_bytes) = match drive.import_from {
+            Some(src) => {
+                if gib != 0.0 {
+                    return Err(PveError::param(
+                        key,
+                        "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>",
+                    ));
+                }
+                let (ssid, svol) = self.check_import_source(op, key, &src)?;
+                let source = self
+                    .nodes
+                    .get(node)
+                    .and_then(|n| n.storages.get(&ssid))
+                    .and_then(|s| s.volumes.get(&svol));
+                let (size, data, src_fmt) = source
+                    .map(|v| (v.size, v.used, v.format.clone()))
+                    .unwrap_or((0, 0, "raw".into()));
+                // The target format falls back to the storage default if unsupported.
+                let (supported, default) = sto.kind.formats();
+                let fmt = match requested_fmt {
+                    Some(f) => f.to_string(),
+                    None if supported.contains(&src_fmt.as_str()) => src_fmt,
+                    None => default.unwrap_or("raw").to_string(),
+                };
+                (fmt, size, Some((ssid, svol)), data)
+            }
+            None => {
+                let fmt = sto.resolve_format(requested_fmt);
+                (fmt, (gib * GIB).round() as u64, None, 0)
+            }
+        };
+        let volname = self.pick_volname(node, &sid, vmid, &format, taken);
+        Ok(DiskPlan {
+            key: key.to_string(),
+            storage: sid,
+            volname,
+            format,
+            size,
+            import_from,
+            data_bytes,
+            opts: drive.opts,
+            cloudinit: false,
+        })
+    }
+
+    /// `STORAGE:cloudinit`: the cloud-init drive, a small cdrom volume.
+    fn plan_cloudinit_disk(
+        &self,
+        op: &VmOp,
+        drive: Drive,
+        storage: String,
+    ) -> Result<DiskPlan, PveError> {
+        let vmid = op.vmid;
+        let sto = self.storage_on(&op.node, &storage)?;
+        sto.check_images()?;
+        self.require(
+            &op.req.who,
+            &format!("/storage/{storage}"),
+            "Datastore.AllocateSpace",
+        )?;
+        let fmt = if sto.kind.is_file_based() {
+            "qcow2"
+        } else {
+            "raw"
+        };
+        let volname = sto.image_volname(vmid, &format!("vm-{vmid}-cloudinit"), fmt);
+        let mut opts = drive.opts;
+        opts.retain(|(k, _)| k != "media");
+        opts.push(("media".into(), "cdrom".into()));
+        Ok(DiskPlan {
+            key: drive.key.to_string(),
+            storage,
+            volname,
+            format: fmt.into(),
+            size: 4 * 1024 * 1024,
+            import_from: None,
+            data_bytes: 0,
+            opts,
+            cloudinit: true,
+        })
+    }
+
+    /// A drive on an existing volume, a path (root only) or none/cdrom: kept as written.
+    fn check_existing_disk(
+        &self,
+        op: &VmOp,
+        drive: &Drive,
+        f: &str,
+    ) -> Result<DiskOutcome, PveError> {
+        let keep = Ok(DiskOutcome::Keep(drive.value.to_string()));
+        if f == "none" || f == "cdrom" {
+            return keep;
+        }
+        if f.starts_with('/') {
+            if !(op.req.who.userid == "root@pam" && op.req.who.tokenid.is_none()) {
+                return Err(PveError::die(
+                    "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
+                ));
+            }
+            return keep;
+        }
+        let Some((sid, volname)) = parse_volid(f) else {
+            return Err(PveError::param(
+                drive.key,
+                format!("unable to parse volume ID '{f}'"),
+            ));
+        };
+        let sto = self.storage_on(&op.node, sid)?;
+        let vtype = parse_volname(sto.kind, volname).map(|v| v.0);
+        if vtype == Some(Content::Iso)
+            && self.version.iso_requires_cdrom()
+            && prop(&drive.props, "media") != Some("cdrom")
+        {
+            return Err(PveError::param(
+                drive.key,
+                "explicit 'media=cdrom' is required for iso images",
+            ));
+        }
+        keep
     }
 
     /// Check an `import-from` source: volid syntax, storage, vtype (`images` or `import`).
