@@ -15,16 +15,61 @@
 //! println!("{} {}", site.url(), site.fingerprint());
 //! # Ok(()) }
 //! ```
+//!
+//! # How the pieces fit
+//! A request goes `server` → `server::dispatch` (PVE's order: auth, CSRF, schema check of
+//! the parameters by `schema`, node online, faults by `faults`) → the handler of the
+//! matching route in `router`'s table → a family's `routes.rs` (parse, render) → the
+//! family's model verb on the [`world::Site`] under one lock (decide). Verbs that take time
+//! lay out a task (`tasks`): its log lines and its end on the simulated `clock`; its effect
+//! on the world is applied when the clock passes the end (`qemu::work`).
+//!
+//! - [`route`]: the handlers' vocabulary: `Ctx` (the site and the request) and `Route`.
+//!   [`router`] is only the table of every family's routes and the path matching.
+//! - [`request::Request`]: what a model verb is handed, whole: who asks, whether with a
+//!   ticket, the validated parameters, the clock.
+//! - [`qemu::op`]: the entry of every VM verb. `Site::vm_op` looks the VM up on its node and
+//!   checks the privilege on `/vms/{vmid}`; the `VmOp` it returns carries the lock check
+//!   (`skiplock`) and lays out the verb's task as the caller (`VmOp::plan`).
+//!
+//! - [`world`]: one `Site` per scenario site: `nodes`, `storage` per node, `qemu` VMs,
+//!   `tasks`, `access` (users, tokens, ACLs, tickets), the site's seeded random source and
+//!   its executor. `world::build` makes it from a [`Scenario`]; no model knows the
+//!   scenario's types.
+//! - Families (`access`, `cluster`, `nodes`, `storage`, `tasks`, `qemu`, `agent`): the state
+//!   and PVE's rules in `model.rs` and verb files named after what they decide
+//!   (`qemu/create.rs`, `storage/download.rs`, `access/verbs.rs`, …; no HTTP types), the
+//!   wire side in `routes.rs`, which nothing but the route table imports. Each `mod.rs`
+//!   lists its deviations from real PVE.
+//! - [`control`]: the `/_fake` control plane for tests (reset, state, clock, faults), apart
+//!   from the emulated API.
+//!
+//! # The execution seam
+//! The qemu and agent models decide *whether* something happens to a guest (privileges,
+//! locks, pending changes, PVE's errors, the task's plan); everything that *runs* a guest
+//! goes through the site's [`exec::Executor`]: start (also from a RAM state), stop,
+//! shutdown, reboot, reset, suspend, resume, copying disk data into a new volume, writing a
+//! RAM state, whether the guest agent answers and what it answers. The executor writes the
+//! run state it produced on the VM (`power`, `pid`, `started_at`, `agent_ready_at`), which
+//! is all the routes read. [`exec::Simulated`] is today's only executor (no process; seeded
+//! pids, a boot delay on the clock, answers made up from the config); an executor backed by
+//! real QEMU guests implements the same trait without touching the PVE rules and is handed
+//! to `FakeProxmox::builder().executor(…)` (it stays across `/_fake/reset` and scenario
+//! loads). Consoles and
+//! the agent's `exec`/file commands have no route (501) and so are not in the trait yet.
 
 pub mod access;
 pub mod agent;
 pub mod clock;
 pub mod cluster;
 pub mod control;
+pub mod exec;
 pub mod faults;
 pub mod journal;
 pub mod nodes;
 pub mod qemu;
+pub mod request;
+pub mod route;
 pub mod router;
 pub mod scenario;
 pub mod schema;

@@ -1,4 +1,5 @@
-//! The emulated API's route table: (method, schema path template) → handler.
+//! The emulated API's route table: (method, schema path template) → handler, from every
+//! family's `routes()`. The handlers' vocabulary is `route`.
 //!
 //! Paths are matched as PVE's `find_handler` does: segment by segment, literal segments
 //! before `{param}` segments. Templates are the schema's path strings, so the table can be
@@ -7,64 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
-use crate::access::model::Identity;
-use crate::wire::{Params, PveError, Reply};
-use crate::world::Site;
-
-/// Everything a handler sees: the site under lock, validated parameters, the caller.
-pub struct Ctx<'a> {
-    pub site: &'a mut Site,
-    pub p: Params,
-    pub who: Identity,
-    pub via_ticket: bool,
-    pub now: f64,
-}
-
-impl Ctx<'_> {
-    pub fn caller(&self) -> crate::qemu::create::Caller<'_> {
-        crate::qemu::create::Caller {
-            who: &self.who,
-            via_ticket: self.via_ticket,
-        }
-    }
-    pub fn node(&self) -> Result<String, PveError> {
-        self.p.req_str("node")
-    }
-    pub fn require(&self, path: &str, privilege: &str) -> Result<(), PveError> {
-        self.site.require(&self.who, path, privilege)
-    }
-    /// At least one of the privileges (PVE's `any` rule; the error joins them with `|`).
-    pub fn require_any(&self, path: &str, privs: &[&str]) -> Result<(), PveError> {
-        if privs
-            .iter()
-            .any(|p| self.site.access.has(&self.who, path, p))
-        {
-            Ok(())
-        } else {
-            Err(PveError::perm(Some(format!("{path}, {}", privs.join("|")))))
-        }
-    }
-}
-
-pub type Handler = fn(&mut Ctx) -> Result<Reply, PveError>;
-
-#[derive(Clone, Copy)]
-pub struct Route {
-    pub method: &'static str,
-    pub template: &'static str,
-    pub handler: Handler,
-    /// `allowtoken => 0` in PVE: refused when called with an API token.
-    pub allowtoken: bool,
-}
-
-pub const fn route(method: &'static str, template: &'static str, handler: Handler) -> Route {
-    Route {
-        method,
-        template,
-        handler,
-        allowtoken: true,
-    }
-}
+use crate::route::Route;
 
 /// Each template pre-split into segments, for matching without allocating.
 static SEGMENTS: LazyLock<Vec<(&'static Route, Vec<&'static str>, usize)>> = LazyLock::new(|| {

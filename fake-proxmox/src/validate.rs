@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::router::Route;
+use crate::route::Route;
 use crate::schema::{ApiSchema, RawValue};
 use crate::version::PveVersion;
 use crate::wire::{Params, PveError, RawParam};

@@ -8,3 +8,4 @@
 
 pub mod model;
 pub mod routes;
+pub mod verbs;

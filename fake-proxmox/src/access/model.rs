@@ -7,8 +7,6 @@ use base64::engine::general_purpose::STANDARD_NO_PAD;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::scenario::SiteSpec;
-
 /// Ticket lifetime and clock-skew grace (`AccessControl.pm:58-59`).
 const TICKET_LIFETIME: f64 = 7200.0;
 const TICKET_GRACE: f64 = 300.0;
@@ -190,48 +188,12 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
 }
 
 impl Access {
-    pub fn from_spec(spec: &SiteSpec, key: [u8; 32]) -> Access {
+    /// No users, tokens or ACLs yet; `key` signs tickets and CSRF tokens.
+    pub fn new(key: [u8; 32]) -> Access {
         Access {
-            users: spec
-                .users
-                .iter()
-                .map(|u| {
-                    (
-                        u.userid.clone(),
-                        User {
-                            userid: u.userid.clone(),
-                            password: u.password.clone(),
-                            enable: u.enable,
-                        },
-                    )
-                })
-                .collect(),
-            tokens: spec
-                .tokens
-                .iter()
-                .map(|t| {
-                    (
-                        t.tokenid.clone(),
-                        Token {
-                            tokenid: t.tokenid.clone(),
-                            secret: t.secret.clone(),
-                            privsep: t.privsep,
-                            comment: None,
-                            expire: 0,
-                        },
-                    )
-                })
-                .collect(),
-            acls: spec
-                .acls
-                .iter()
-                .map(|a| Acl {
-                    path: a.path.clone(),
-                    ugid: a.ugid.clone(),
-                    role: a.role.clone(),
-                    propagate: a.propagate,
-                })
-                .collect(),
+            users: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            acls: Vec::new(),
             key,
         }
     }
@@ -427,7 +389,7 @@ mod tests {
             role: "PVEAuditor".into(),
             propagate: true,
         });
-        Access::from_spec(&spec, [7; 32])
+        crate::world::build::access_from_spec(&spec, [7; 32])
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::access::model::Token;
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
 pub fn routes() -> Vec<Route> {
@@ -48,17 +48,11 @@ fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
         "password",
         "permissions",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn ticket_get(_c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(Reply::null())
-}
-
-fn auth_failure() -> PveError {
-    PveError::new(401, "authentication failure\n")
 }
 
 fn caps_of(c: &Ctx, userid: &str) -> Value {
@@ -89,37 +83,16 @@ fn caps_of(c: &Ctx, userid: &str) -> Value {
 }
 
 fn ticket_post(c: &mut Ctx) -> Result<Reply, PveError> {
-    let username = c.p.req_str("username")?;
-    let password = c.p.req_str("password")?;
-    let realm = c.p.str("realm");
-    let userid = if username.contains('@') {
-        username.clone()
-    } else {
-        format!("{username}@{}", realm.as_deref().unwrap_or("pam"))
-    };
-    // The password may be a still-valid ticket of the same user (ticket renewal).
-    let user = match c.site.access.verify_ticket(&password, c.now) {
-        Some(u) if u == userid => Some(u),
-        _ => c.site.access.login(&username, &password, realm.as_deref()),
-    };
-    let user = user.ok_or_else(auth_failure)?;
-    if let (Some(path), Some(privs)) = (c.p.str("path"), c.p.str("privs")) {
+    let user = c.site.authenticate(&c.req)?;
+    if let (Some(path), Some(privs)) = (c.req.p.str("path"), c.req.p.str("privs")) {
         // Verify mode: check privileges, return nothing else.
-        let id = crate::access::model::Identity {
-            userid: user.clone(),
-            tokenid: None,
-        };
-        for p in privs.split([',', ';', ' ']).filter(|p| !p.is_empty()) {
-            if !c.site.access.has(&id, &path, p) {
-                return Err(auth_failure());
-            }
-        }
+        c.site.verify_privs(&user, &path, &privs)?;
         return Ok(Reply::data(json!({"username": user})));
     }
     let mut data = json!({
         "username": user,
-        "ticket": c.site.access.make_ticket(&user, c.now),
-        "CSRFPreventionToken": c.site.access.make_csrf(&user, c.now),
+        "ticket": c.site.access.make_ticket(&user, c.req.now),
+        "CSRFPreventionToken": c.site.access.make_csrf(&user, c.req.now),
         "cap": caps_of(c, &user),
     });
     if let Some(name) = &c.site.cluster_name {
@@ -129,21 +102,8 @@ fn ticket_post(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn permissions(c: &mut Ctx) -> Result<Reply, PveError> {
-    let target = match c.p.str("userid") {
-        Some(u) if u != c.who.task_user() && u != c.who.userid => {
-            c.require("/access", "Sys.Audit")?;
-            let (user, tok) = match u.split_once('!') {
-                Some((user, _)) => (user.to_string(), Some(u.clone())),
-                None => (u.clone(), None),
-            };
-            crate::access::model::Identity {
-                userid: user,
-                tokenid: tok,
-            }
-        }
-        _ => c.who.clone(),
-    };
-    let paths: Vec<String> = match c.p.str("path") {
+    let target = c.site.permissions_of(&c.req)?;
+    let paths: Vec<String> = match c.req.p.str("path") {
         Some(p) => vec![p],
         None => c.site.access.known_paths().into_iter().collect(),
     };
@@ -162,13 +122,6 @@ fn permissions(c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(Reply::data(Value::Object(out)))
 }
 
-fn check_user_admin(c: &Ctx, userid: &str) -> Result<(), PveError> {
-    if c.who.userid == userid && c.who.tokenid.is_none() {
-        return Ok(());
-    }
-    c.require(&format!("/access/users/{userid}"), "User.Modify")
-}
-
 fn token_json(t: &Token) -> Value {
     let mut v = json!({"privsep": b(t.privsep), "expire": t.expire});
     if let Some(cm) = &t.comment {
@@ -177,24 +130,12 @@ fn token_json(t: &Token) -> Value {
     v
 }
 
-fn full_id(c: &Ctx) -> Result<(String, String), PveError> {
-    let userid = c.p.req_str("userid")?;
-    let tokenid = c.p.req_str("tokenid")?;
-    Ok((userid.clone(), format!("{userid}!{tokenid}")))
-}
-
 fn token_list(c: &mut Ctx) -> Result<Reply, PveError> {
-    let userid = c.p.req_str("userid")?;
-    check_user_admin(c, &userid)?;
-    if !c.site.access.users.contains_key(&userid) {
-        return Err(PveError::die(format!("no such user ('{userid}')")));
-    }
-    let prefix = format!("{userid}!");
+    let prefix = format!("{}!", c.req.p.req_str("userid")?);
     let data: Vec<Value> = c
         .site
-        .access
-        .tokens
-        .values()
+        .tokens_of(&c.req)?
+        .into_iter()
         .filter_map(|t| {
             let name = t.tokenid.strip_prefix(&prefix)?;
             let mut v = token_json(t);
@@ -206,69 +147,21 @@ fn token_list(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn token_get(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (userid, full) = full_id(c)?;
-    check_user_admin(c, &userid)?;
-    let t = c.site.access.tokens.get(&full).ok_or_else(|| {
-        PveError::die(format!(
-            "no such token '{}' for user '{userid}'",
-            c.p.str("tokenid").unwrap_or_default()
-        ))
-    })?;
-    Ok(Reply::data(token_json(t)))
+    Ok(Reply::data(token_json(c.site.token(&c.req)?)))
 }
 
 fn token_create(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (userid, full) = full_id(c)?;
-    check_user_admin(c, &userid)?;
-    if !c.site.access.users.contains_key(&userid) {
-        return Err(PveError::die(format!("no such user ('{userid}')")));
-    }
-    if c.site.access.tokens.contains_key(&full) {
-        return Err(PveError::die("Token already exists."));
-    }
-    let secret = c.site.access.new_token_secret(&format!("{full}{}", c.now));
-    let t = Token {
-        tokenid: full.clone(),
-        secret: secret.clone(),
-        privsep: c.p.bool("privsep").unwrap_or(true),
-        comment: c.p.str("comment"),
-        expire: c.p.int("expire").unwrap_or(0).max(0) as u64,
-    };
-    let info = token_json(&t);
-    c.site.access.tokens.insert(full.clone(), t);
+    let (t, secret) = c.site.create_token(&c.req)?;
     Ok(Reply::data(
-        json!({"full-tokenid": full, "info": info, "value": secret}),
+        json!({"full-tokenid": t.tokenid, "info": token_json(&t), "value": secret}),
     ))
 }
 
 fn token_update(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (userid, full) = full_id(c)?;
-    check_user_admin(c, &userid)?;
-    let (privsep, comment, expire) = (c.p.bool("privsep"), c.p.str("comment"), c.p.int("expire"));
-    let t = c
-        .site
-        .access
-        .tokens
-        .get_mut(&full)
-        .ok_or_else(|| PveError::die(format!("no such token for user '{userid}'")))?;
-    if let Some(p) = privsep {
-        t.privsep = p;
-    }
-    if let Some(cm) = comment {
-        t.comment = Some(cm);
-    }
-    if let Some(e) = expire {
-        t.expire = e.max(0) as u64;
-    }
-    Ok(Reply::data(token_json(t)))
+    Ok(Reply::data(token_json(c.site.update_token(&c.req)?)))
 }
 
 fn token_delete(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (userid, full) = full_id(c)?;
-    check_user_admin(c, &userid)?;
-    if c.site.access.tokens.remove(&full).is_none() {
-        return Err(PveError::die(format!("no such token for user '{userid}'")));
-    }
-    c.site.access.acls.retain(|a| a.ugid != full);
+    c.site.delete_token(&c.req)?;
     Ok(Reply::null())
 }

@@ -4,4 +4,5 @@
 //! - `nextid` honours no `next-id` range from datacenter.cfg (always 100..1,000,000).
 //! - Resource usage figures (cpu, mem, disk I/O) are synthetic.
 
+pub mod model;
 pub mod routes;

@@ -2,12 +2,9 @@
 
 use serde_json::{Value, json};
 
-use std::collections::HashMap;
-
-use crate::nodes::routes::{cpu_with, mem_used_with};
-use crate::qemu::model::Power;
+use crate::nodes::model::{cpu_with, node_loads};
 use crate::qemu::status::VmStatus;
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
 pub fn routes() -> Vec<Route> {
@@ -42,43 +39,31 @@ fn index(_c: &mut Ctx) -> Result<Reply, PveError> {
         "status",
         "tasks",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"name": d})).collect(),
-    )))
+    Ok(Reply::index("name", &dirs))
 }
 
-/// Lowest free VMID; nothing is reserved, so concurrent callers get the same answer.
 fn nextid(c: &mut Ctx) -> Result<Reply, PveError> {
-    if let Some(v) = c.p.int("vmid") {
-        let v = u32::try_from(v).unwrap_or(0);
-        if c.site.vms.contains_key(&v) {
-            return Err(PveError::param("vmid", format!("VM {v} already exists")));
-        }
-        return Ok(Reply::data(json!(v.to_string())));
-    }
-    let id = (100u32..1_000_000)
-        .find(|i| !c.site.vms.contains_key(i))
-        .ok_or_else(|| PveError::die("unable to get any free VMID in range [100, 1000000)"))?;
+    let id = c.site.next_vmid(c.req.p.int("vmid"))?;
     Ok(Reply::data(json!(id.to_string())))
 }
 
 fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
-    let ty = c.p.str("type");
+    let ty = c.req.p.str("type");
     let site = &*c.site;
     let mut out: Vec<Resource> = Vec::new();
     let want = |t: &str| ty.as_deref().is_none_or(|x| x == t);
-    let sees_all = site.access.holds_everything(&c.who);
+    let sees_all = site.access.holds_everything(&c.req.who);
     if want("vm") {
         for vm in site.vms.values() {
             if !sees_all
                 && !site
                     .access
-                    .has(&c.who, &format!("/vms/{}", vm.vmid), "VM.Audit")
+                    .has(&c.req.who, &format!("/vms/{}", vm.vmid), "VM.Audit")
             {
                 continue;
             }
             let online = site.node(&vm.node).is_some_and(|n| n.online);
-            let mut st = vm.vmstatus(c.now);
+            let mut st = vm.vmstatus(c.req.now);
             st.id = Some(format!("qemu/{}", vm.vmid));
             st.kind = Some("qemu");
             st.node = Some(vm.node.clone());
@@ -91,22 +76,12 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
         }
     }
     if want("node") {
-        // One pass over the VMs for every node's load, not one pass per node.
-        let mut load: HashMap<&str, (usize, u64)> = HashMap::new();
-        for vm in site.vms.values() {
-            let e = load.entry(vm.node.as_str()).or_default();
-            if vm.power == Power::Running {
-                e.0 += 1;
-            }
-            if vm.power != Power::Stopped {
-                e.1 = e.1.saturating_add(vm.memory_bytes() / 3);
-            }
-        }
+        let load = node_loads(site.vms.values());
         for n in site.nodes.values() {
             let (running, vm_mem) = load.get(n.name.as_str()).copied().unwrap_or_default();
             if !site
                 .access
-                .has(&c.who, &format!("/nodes/{}", n.name), "Sys.Audit")
+                .has(&c.req.who, &format!("/nodes/{}", n.name), "Sys.Audit")
             {
                 continue;
             }
@@ -121,11 +96,11 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
             if n.online {
                 v["cpu"] = json!(cpu_with(running));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(mem_used_with(n, vm_mem));
+                v["mem"] = json!(n.mem_used_with(vm_mem));
                 v["maxmem"] = json!(n.memory);
                 v["disk"] = json!(8u64 << 30);
                 v["maxdisk"] = json!(100u64 << 30);
-                v["uptime"] = json!((c.now - n.booted_at) as u64);
+                v["uptime"] = json!((c.req.now - n.booted_at) as u64);
             }
             out.push(Resource::Other(v));
         }
@@ -133,10 +108,7 @@ fn resources(c: &mut Ctx) -> Result<Reply, PveError> {
     if want("storage") {
         for n in site.nodes.values() {
             for s in n.storages.values() {
-                let path = format!("/storage/{}", s.name);
-                if !(site.access.has(&c.who, &path, "Datastore.Audit")
-                    || site.access.has(&c.who, &path, "Datastore.AllocateSpace"))
-                {
+                if !site.can_see_storage(&c.req.who, &s.name) {
                     continue;
                 }
                 let mut v = json!({
@@ -182,14 +154,13 @@ enum Resource {
 fn status(c: &mut Ctx) -> Result<Reply, PveError> {
     let site = &*c.site;
     let mut out = Vec::new();
-    let online = site.nodes.values().filter(|n| n.online).count();
     if let Some(name) = &site.cluster_name {
         out.push(json!({
             "type": "cluster",
             "id": "cluster",
             "name": name,
             "nodes": site.nodes.len(),
-            "quorate": b(online * 2 > site.nodes.len()),
+            "quorate": b(site.quorate()),
             "version": site.nodes.len() + 1,
         }));
     }

@@ -6,3 +6,4 @@ pub mod client;
 pub mod routes;
 
 pub use client::{ControlClient, ControlError};
+pub use routes::router;

@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 
 use crate::clock::ClockMode;
 use crate::faults::FaultRule;
+use crate::nodes::model::ArmedFailure;
 use crate::scenario::Scenario;
 use crate::server::state::SiteCtx;
 use crate::storage::model::Volume;
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::world::{ArmedFailure, World};
 
 pub fn router() -> Router<SiteCtx> {
     Router::new()
@@ -65,7 +65,7 @@ async fn reset(State(ctx): State<SiteCtx>) -> Res {
     let mut inner = ctx.shared.inner.lock();
     let now = inner.clock.now();
     let scenario = inner.world.scenario.clone();
-    inner.world = World::from_scenario(&scenario, now);
+    inner.world = inner.world.rebuilt(&scenario, now);
     inner.faults = crate::faults::Faults::new(scenario.seed);
     inner.journal.clear();
     ok(json!({}))
@@ -92,7 +92,7 @@ async fn scenario_load(State(ctx): State<SiteCtx>, body: String) -> Res {
         ));
     }
     let now = inner.clock.now();
-    inner.world = World::from_scenario(&sc, now);
+    inner.world = inner.world.rebuilt(&sc, now);
     inner.faults = crate::faults::Faults::new(sc.seed);
     inner.journal.clear();
     ok(json!({}))

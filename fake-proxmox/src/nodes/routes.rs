@@ -2,10 +2,9 @@
 
 use serde_json::{Value, json};
 
-use crate::qemu::model::Power;
-use crate::router::{Ctx, Route, route};
+use crate::nodes::model::{Bridge, Node};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
-use crate::world::{Node, Site};
 
 pub fn routes() -> Vec<Route> {
     vec![
@@ -27,36 +26,6 @@ fn version(c: &mut Ctx) -> Result<Reply, PveError> {
     })))
 }
 
-/// Memory used on a node: the host itself plus its running VMs.
-pub fn node_mem_used(site: &Site, node: &Node) -> u64 {
-    let vms: u64 = site
-        .vms
-        .values()
-        .filter(|v| v.node == node.name && v.power != Power::Stopped)
-        .map(|v| v.memory_bytes() / 3)
-        .sum();
-    mem_used_with(node, vms)
-}
-
-/// Node memory used given the sum of its running VMs' share (`memory / 3` each).
-pub fn mem_used_with(node: &Node, vms: u64) -> u64 {
-    (node.memory / 20).saturating_add(vms).min(node.memory)
-}
-
-pub fn node_cpu(site: &Site, node: &Node) -> f64 {
-    let running = site
-        .vms
-        .values()
-        .filter(|v| v.node == node.name && v.power == Power::Running)
-        .count();
-    cpu_with(running)
-}
-
-/// Node CPU load given how many of its VMs are running.
-pub fn cpu_with(running: usize) -> f64 {
-    ((0.01 + running as f64 * 0.004) * 1000.0).round() / 1000.0
-}
-
 fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
     let site = &*c.site;
     let data: Vec<Value> = site
@@ -72,11 +41,11 @@ fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
                 "ssl_fingerprint": fingerprint_for(&n.name),
             });
             if n.online {
-                v["cpu"] = json!(node_cpu(site, n));
+                v["cpu"] = json!(n.cpu(site.vms.values()));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(node_mem_used(site, n));
+                v["mem"] = json!(n.mem_used(site.vms.values()));
                 v["maxmem"] = json!(n.memory);
-                v["uptime"] = json!((c.now - n.booted_at) as u64);
+                v["uptime"] = json!((c.req.now - n.booted_at) as u64);
                 v["disk"] = json!(8u64 << 30);
                 v["maxdisk"] = json!(100u64 << 30);
             }
@@ -135,25 +104,21 @@ fn node_index(c: &mut Ctx) -> Result<Reply, PveError> {
         "vzdump",
         "wakeonlan",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"name": d})).collect(),
-    )))
+    Ok(Reply::index("name", &dirs))
 }
 
 fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     let name = c.node()?;
     c.require(&format!("/nodes/{name}"), "Sys.Audit")?;
     let site = &*c.site;
-    let n = site
-        .node(&name)
-        .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
-    let used = node_mem_used(site, n);
-    let cpu = node_cpu(site, n);
+    let n = site.node_of_request(&c.req)?;
+    let used = n.mem_used(site.vms.values());
+    let cpu = n.cpu(site.vms.values());
     let v = site.version;
     Ok(Reply::data(json!({
         "cpu": cpu,
         "wait": 0.0003,
-        "uptime": (c.now - n.booted_at) as u64,
+        "uptime": (c.req.now - n.booted_at) as u64,
         "loadavg": [format!("{:.2}", cpu * n.threads as f64), "0.30", "0.25"],
         "kversion": format!("Linux {} #1 SMP PREEMPT_DYNAMIC PMX", v.kernel()),
         "pveversion": format!("pve-manager/{}/{}", v.manager_version(), &v.repoid()[..8.min(v.repoid().len())]),
@@ -187,7 +152,7 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     })))
 }
 
-fn iface_json(n: &Node, b: &crate::world::Bridge) -> Value {
+fn iface_json(n: &Node, b: &Bridge) -> Value {
     let mut v = json!({
         "iface": b.name,
         "type": "bridge",
@@ -231,19 +196,10 @@ fn eth_json(port: &str) -> Value {
 }
 
 fn network(c: &mut Ctx) -> Result<Reply, PveError> {
-    let name = c.node()?;
-    let n = c
-        .site
-        .node(&name)
-        .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
-    let ty = c.p.str("type");
+    let n = c.site.node_of_request(&c.req)?;
+    let ty = c.req.p.str("type");
     let mut out = Vec::new();
-    let mut ports = std::collections::BTreeSet::new();
-    for b in &n.bridges {
-        if let Some(p) = &b.ports {
-            ports.extend(p.split_whitespace().map(str::to_string));
-        }
-    }
+    let ports = n.ports();
     let want = |t: &str| match ty.as_deref() {
         None => true,
         Some("any_bridge") | Some("any_local_bridge") | Some("include_sdn") => t == "bridge",
@@ -259,20 +215,13 @@ fn network(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn network_iface(c: &mut Ctx) -> Result<Reply, PveError> {
-    let name = c.node()?;
-    let iface = c.p.req_str("iface")?;
-    let n = c
-        .site
-        .node(&name)
-        .ok_or_else(|| PveError::die(format!("no such node '{name}'")))?;
+    c.node()?;
+    let iface = c.req.p.req_str("iface")?;
+    let n = c.site.node_of_request(&c.req)?;
     if let Some(b) = n.bridge(&iface) {
         return Ok(Reply::data(iface_json(n, b)));
     }
-    if n.bridges.iter().any(|b| {
-        b.ports
-            .as_deref()
-            .is_some_and(|p| p.split_whitespace().any(|x| x == iface))
-    }) {
+    if n.ports().contains(iface.as_str()) {
         return Ok(Reply::data(eth_json(&iface)));
     }
     Err(PveError::die("interface does not exist"))

@@ -2,25 +2,16 @@
 
 use super::*;
 use crate::qemu::model::Power;
-use crate::qemu::pending::Pending;
 
 fn vm(pairs: &[(&str, &str)]) -> Vm {
+    let config = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Vm {
-        vmid: 100,
-        node: "pve".into(),
-        config: pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        lock: None,
         power: Power::Running,
-        started_at: 0.0,
-        pid: None,
-        agent_ready_at: None,
-        leases: BTreeMap::new(),
-        pending: Pending::default(),
         cloudinit: Section::new(),
-        snapshots: Default::default(),
+        ..Vm::stopped(100, "pve", config, None)
     }
 }
 

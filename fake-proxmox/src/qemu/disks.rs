@@ -3,15 +3,25 @@
 
 use std::collections::BTreeSet;
 
-use super::create::Caller;
+use super::op::VmOp;
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle};
+use crate::tasks::model::{TaskPlan, TransferStyle};
 use crate::wire::PveError;
 use crate::world::Site;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// A drive option of a request, parsed.
+struct Drive<'a> {
+    key: &'a str,
+    value: &'a str,
+    props: Vec<(String, String)>,
+    /// The drive's options without `file`.
+    opts: Vec<(String, String)>,
+    import_from: Option<String>,
+}
 
 /// Where an incoming drive value is going.
 pub(crate) enum DiskOutcome {
@@ -55,15 +65,12 @@ impl Site {
     }
 
     /// Check one drive option and decide what to allocate (`$check_storage_access` + parsing).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn plan_disk(
         &self,
-        node: &str,
-        vmid: u32,
+        op: &VmOp,
         key: &str,
         value: &str,
         default_storage: Option<&str>,
-        caller: &Caller,
         taken: &mut BTreeSet<String>,
     ) -> Result<DiskOutcome, PveError> {
         let props = split_props(value, "file");
@@ -79,147 +86,177 @@ impl Site {
         }
         let opts: Vec<(String, String)> =
             props.iter().filter(|(k, _)| k != "file").cloned().collect();
+        let drive = Drive {
+            key,
+            value,
+            props,
+            opts,
+            import_from,
+        };
         match classify_file(&file) {
             DriveFile::New { storage, gib } => {
                 let sid = storage
                     .or_else(|| default_storage.map(str::to_string))
                     .ok_or_else(|| PveError::param(key, "missing storage for new disk"))?;
-                let sto = self.storage_on(node, &sid)?;
-                sto.check_images()?;
-                self.require(
-                    caller.who,
-                    &format!("/storage/{sid}"),
-                    "Datastore.AllocateSpace",
-                )?;
-                let requested_fmt = prop(&props, "format");
-                if let Some(src) = import_from {
-                    if gib != 0.0 {
-                        return Err(PveError::param(
-                            key,
-                            "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>",
-                        ));
-                    }
-                    let (ssid, svol) = self.check_import_source(node, key, &src, caller)?;
-                    let source = self
-                        .nodes
-                        .get(node)
-                        .and_then(|n| n.storages.get(&ssid))
-                        .and_then(|s| s.volumes.get(&svol));
-                    let (size, data, src_fmt) = source
-                        .map(|v| (v.size, v.used, v.format.clone()))
-                        .unwrap_or((0, 0, "raw".into()));
-                    // The target format falls back to the storage default if unsupported.
-                    let (supported, default) = sto.kind.formats();
-                    let fmt = match requested_fmt {
-                        Some(f) => f.to_string(),
-                        None if supported.contains(&src_fmt.as_str()) => src_fmt,
-                        None => default.unwrap_or("raw").to_string(),
-                    };
-                    let volname = self.pick_volname(node, &sid, vmid, &fmt, taken);
-                    Ok(DiskOutcome::Alloc(DiskPlan {
-                        key: key.to_string(),
-                        storage: sid,
-                        volname,
-                        format: fmt,
-                        size,
-                        import_from: Some((ssid, svol)),
-                        data_bytes: data,
-                        opts,
-                        cloudinit: false,
-                    }))
-                } else {
-                    let fmt = sto.resolve_format(requested_fmt);
-                    let size = (gib * GIB).round() as u64;
-                    let volname = self.pick_volname(node, &sid, vmid, &fmt, taken);
-                    Ok(DiskOutcome::Alloc(DiskPlan {
-                        key: key.to_string(),
-                        storage: sid,
-                        volname,
-                        format: fmt,
-                        size,
-                        import_from: None,
-                        data_bytes: 0,
-                        opts,
-                        cloudinit: false,
-                    }))
-                }
+                self.plan_new_disk(op, drive, sid, gib, taken)
+                    .map(DiskOutcome::Alloc)
             }
-            DriveFile::CloudInit { storage } => {
-                let sto = self.storage_on(node, &storage)?;
-                sto.check_images()?;
-                self.require(
-                    caller.who,
-                    &format!("/storage/{storage}"),
-                    "Datastore.AllocateSpace",
-                )?;
-                let fmt = if sto.kind.is_file_based() {
-                    "qcow2"
-                } else {
-                    "raw"
-                };
-                let volname = sto.image_volname(vmid, &format!("vm-{vmid}-cloudinit"), fmt);
-                let mut opts = opts;
-                opts.retain(|(k, _)| k != "media");
-                opts.push(("media".into(), "cdrom".into()));
-                Ok(DiskOutcome::Alloc(DiskPlan {
-                    key: key.to_string(),
-                    storage,
-                    volname,
-                    format: fmt.into(),
-                    size: 4 * 1024 * 1024,
-                    import_from: None,
-                    data_bytes: 0,
-                    opts,
-                    cloudinit: true,
-                }))
-            }
-            DriveFile::Existing(f) => {
-                if f == "none" || f == "cdrom" {
-                    return Ok(DiskOutcome::Keep(value.to_string()));
-                }
-                if f.starts_with('/') {
-                    if !(caller.who.userid == "root@pam" && caller.who.tokenid.is_none()) {
-                        return Err(PveError::die(
-                            "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
-                        ));
-                    }
-                    return Ok(DiskOutcome::Keep(value.to_string()));
-                }
-                let Some((sid, volname)) = parse_volid(&f) else {
-                    return Err(PveError::param(
-                        key,
-                        format!("unable to parse volume ID '{f}'"),
-                    ));
-                };
-                let sto = self.storage_on(node, sid)?;
-                let vtype = parse_volname(sto.kind, volname).map(|v| v.0);
-                if vtype == Some(Content::Iso)
-                    && self.version.iso_requires_cdrom()
-                    && prop(&props, "media") != Some("cdrom")
-                {
-                    return Err(PveError::param(
-                        key,
-                        "explicit 'media=cdrom' is required for iso images",
-                    ));
-                }
-                Ok(DiskOutcome::Keep(value.to_string()))
-            }
+            DriveFile::CloudInit { storage } => self
+                .plan_cloudinit_disk(op, drive, storage)
+                .map(DiskOutcome::Alloc),
+            DriveFile::Existing(f) => self.check_existing_disk(op, &drive, &f),
         }
+    }
+
+    /// `STORAGE:SIZE` (a new, empty volume) or `STORAGE:0,import-from=SOURCE` (a copy).
+    fn plan_new_disk(
+        &self,
+        op: &VmOp,
+        drive: Drive,
+        sid: String,
+        gib: f64,
+        taken: &mut BTreeSet<String>,
+    ) -> Result<DiskPlan, PveError> {
+        let (node, vmid, key) = (op.node.as_str(), op.vmid, drive.key);
+        let sto = self.storage_on(node, &sid)?;
+        sto.check_images()?;
+        self.require(
+            &op.req.who,
+            &format!("/storage/{sid}"),
+            "Datastore.AllocateSpace",
+        )?;
+        let requested_fmt = prop(&drive.props, "format");
+        let (format, size, import_from, data_bytes) = match drive.import_from {
+            Some(src) => {
+                if gib != 0.0 {
+                    return Err(PveError::param(
+                        key,
+                        "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>",
+                    ));
+                }
+                let (ssid, svol) = self.check_import_source(op, key, &src)?;
+                let source = self
+                    .nodes
+                    .get(node)
+                    .and_then(|n| n.storages.get(&ssid))
+                    .and_then(|s| s.volumes.get(&svol));
+                let (size, data, src_fmt) = source
+                    .map(|v| (v.size, v.used, v.format.clone()))
+                    .unwrap_or((0, 0, "raw".into()));
+                // The target format falls back to the storage default if unsupported.
+                let (supported, default) = sto.kind.formats();
+                let fmt = match requested_fmt {
+                    Some(f) => f.to_string(),
+                    None if supported.contains(&src_fmt.as_str()) => src_fmt,
+                    None => default.unwrap_or("raw").to_string(),
+                };
+                (fmt, size, Some((ssid, svol)), data)
+            }
+            None => {
+                let fmt = sto.resolve_format(requested_fmt);
+                (fmt, (gib * GIB).round() as u64, None, 0)
+            }
+        };
+        let volname = self.pick_volname(node, &sid, vmid, &format, taken);
+        Ok(DiskPlan {
+            key: key.to_string(),
+            storage: sid,
+            volname,
+            format,
+            size,
+            import_from,
+            data_bytes,
+            opts: drive.opts,
+            cloudinit: false,
+        })
+    }
+
+    /// `STORAGE:cloudinit`: the cloud-init drive, a small cdrom volume.
+    fn plan_cloudinit_disk(
+        &self,
+        op: &VmOp,
+        drive: Drive,
+        storage: String,
+    ) -> Result<DiskPlan, PveError> {
+        let vmid = op.vmid;
+        let sto = self.storage_on(&op.node, &storage)?;
+        sto.check_images()?;
+        self.require(
+            &op.req.who,
+            &format!("/storage/{storage}"),
+            "Datastore.AllocateSpace",
+        )?;
+        let fmt = if sto.kind.is_file_based() {
+            "qcow2"
+        } else {
+            "raw"
+        };
+        let volname = sto.image_volname(vmid, &format!("vm-{vmid}-cloudinit"), fmt);
+        let mut opts = drive.opts;
+        opts.retain(|(k, _)| k != "media");
+        opts.push(("media".into(), "cdrom".into()));
+        Ok(DiskPlan {
+            key: drive.key.to_string(),
+            storage,
+            volname,
+            format: fmt.into(),
+            size: 4 * 1024 * 1024,
+            import_from: None,
+            data_bytes: 0,
+            opts,
+            cloudinit: true,
+        })
+    }
+
+    /// A drive on an existing volume, a path (root only) or none/cdrom: kept as written.
+    fn check_existing_disk(
+        &self,
+        op: &VmOp,
+        drive: &Drive,
+        f: &str,
+    ) -> Result<DiskOutcome, PveError> {
+        let keep = Ok(DiskOutcome::Keep(drive.value.to_string()));
+        if f == "none" || f == "cdrom" {
+            return keep;
+        }
+        if f.starts_with('/') {
+            if !(op.req.who.userid == "root@pam" && op.req.who.tokenid.is_none()) {
+                return Err(PveError::die(
+                    "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
+                ));
+            }
+            return keep;
+        }
+        let Some((sid, volname)) = parse_volid(f) else {
+            return Err(PveError::param(
+                drive.key,
+                format!("unable to parse volume ID '{f}'"),
+            ));
+        };
+        let sto = self.storage_on(&op.node, sid)?;
+        let vtype = parse_volname(sto.kind, volname).map(|v| v.0);
+        if vtype == Some(Content::Iso)
+            && self.version.iso_requires_cdrom()
+            && prop(&drive.props, "media") != Some("cdrom")
+        {
+            return Err(PveError::param(
+                drive.key,
+                "explicit 'media=cdrom' is required for iso images",
+            ));
+        }
+        keep
     }
 
     /// Check an `import-from` source: volid syntax, storage, vtype (`images` or `import`).
     pub(crate) fn check_import_source(
         &self,
-        node: &str,
+        op: &VmOp,
         key: &str,
         src: &str,
-        caller: &Caller,
     ) -> Result<(String, String), PveError> {
+        let node = op.node.as_str();
         if src.starts_with('/') {
-            if !(caller.who.userid == "root@pam"
-                && caller.who.tokenid.is_none()
-                && caller.via_ticket)
-            {
+            if !op.req.is_root_ticket() {
                 return Err(PveError::die(
                     "Only root can pass arbitrary filesystem paths. at /usr/share/perl5/PVE/Storage.pm line 643.",
                 ));
@@ -243,11 +280,11 @@ impl Site {
         match vtype {
             Content::Images => {
                 if let Some(owner) = owner {
-                    self.require(caller.who, &format!("/vms/{owner}"), "VM.Clone")?;
+                    self.require(&op.req.who, &format!("/vms/{owner}"), "VM.Clone")?;
                 }
             }
             Content::Import if self.version.has_import_content() => {
-                self.require(caller.who, &format!("/storage/{sid}"), "Datastore.Audit")?;
+                self.require(&op.req.who, &format!("/storage/{sid}"), "Datastore.Audit")?;
             }
             other => {
                 return Err(PveError::param(
@@ -337,7 +374,7 @@ impl Site {
                 let speed = src_speed.min(sto.speed_mib_s) * 1024.0 * 1024.0;
                 let secs = d.size as f64 / speed;
                 let needed = if sto.kind.is_thick() { 0 } else { d.data_bytes };
-                let start = t;
+                plan.transfer(t - t0, secs, d.size, TransferStyle::QemuImg);
                 if needed > avail {
                     // The transfer runs until the storage fills up, then qemu-img fails.
                     let frac = if needed == 0 {
@@ -345,16 +382,7 @@ impl Site {
                     } else {
                         avail as f64 / needed as f64
                     };
-                    let fail_at = secs * frac;
-                    plan.timeline.push((
-                        start - t0,
-                        Chunk::Transfer {
-                            total: d.size,
-                            until: start - t0 + secs,
-                            style: TransferStyle::QemuImg,
-                        },
-                    ));
-                    t += fail_at;
+                    t += secs * frac;
                     return (
                         t,
                         Some(format!(
@@ -363,14 +391,6 @@ impl Site {
                         )),
                     );
                 }
-                plan.timeline.push((
-                    start - t0,
-                    Chunk::Transfer {
-                        total: d.size,
-                        until: start - t0 + secs,
-                        style: TransferStyle::QemuImg,
-                    },
-                ));
                 t += secs;
                 *p += needed;
             } else if !d.cloudinit {
@@ -469,8 +489,13 @@ impl Site {
                     .ok_or_else(|| format!("storage '{}' does not exist", d.storage))?;
                 sto.alloc_image(vmid, d.volname.clone(), &d.format, d.size, now as u64)?;
                 done.push((d.storage.clone(), d.volname.clone()));
-                if let Some(Some(bytes)) = src {
-                    sto.write_data(&d.volname, bytes)?;
+                if let (Some(Some(bytes)), Some((ssid, svol))) = (src, &d.import_from) {
+                    let written = self.exec.copy_disk(
+                        (ssid.as_str(), svol.as_str()),
+                        (d.storage.as_str(), d.volname.as_str()),
+                        bytes,
+                    )?;
+                    sto.write_data(&d.volname, written)?;
                 }
             }
             Ok(())

@@ -1,48 +1,68 @@
 //! Clone, resize and destroy.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::create::Caller;
+use super::op::{VmOp, unlocked};
 use crate::qemu::model::{
     DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, is_unused_key, prop, split_props,
 };
+use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
+use crate::tasks::model::{TaskPlan, TransferStyle, Work};
 use crate::wire::{Params, PveError};
 use crate::world::Site;
 
 impl Site {
     /// `POST .../clone`
-    #[allow(clippy::too_many_arguments)]
-    pub fn clone_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
+    pub fn clone_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = VmOp::of(req)?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
         let newid = u32::try_from(p.req_int("newid")?).map_err(|_| {
             PveError::param("newid", "value must have a maximum value of 999999999")
         })?;
-        let src = self.vm_on(node, vmid)?.clone();
-        // From a snapshot, the clone is made of the snapshot's config and disks.
-        let snapname = p.str("snapname");
-        let src = match &snapname {
-            Some(s) => {
-                let snap = src
-                    .snapshots
-                    .get(s)
-                    .ok_or_else(|| PveError::die(format!("snapshot '{s}' does not exist")))?;
-                Vm {
-                    config: snap.config.clone(),
-                    ..src
-                }
-            }
-            None => src,
+        let src = self.clone_source(&op)?;
+        self.check_clone(&op, &src, newid)?;
+        let cfg = self.clone_config(&src, p);
+        self.vms
+            .insert(newid, Vm::stopped(newid, node, cfg, Some("clone")));
+        let target_storage = p.str("storage");
+        let mut plan = op.plan("qmclone", Work::Noop);
+        let (t, err) = self.lay_out_clone(node, &src, target_storage.as_deref(), &mut plan);
+        plan.duration = t + 0.2;
+        plan.planned_error = err;
+        plan.work = Work::Clone {
+            src: vmid,
+            newid,
+            name: p.str("name"),
+            target_storage,
+            format: p.str("format"),
+            snapname: p.str("snapname"),
         };
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Clone")?;
-        self.require(caller.who, &format!("/vms/{newid}"), "VM.Allocate")?;
+        Ok(self.start_task(plan, now))
+    }
+
+    /// What a clone is made of: the VM, or with `snapname` its snapshot's config and disks.
+    fn clone_source(&self, op: &VmOp) -> Result<Vm, PveError> {
+        let src = self.vm_on(&op.node, op.vmid)?.clone();
+        let Some(s) = op.req.p.str("snapname") else {
+            return Ok(src);
+        };
+        let snap = src
+            .snapshots
+            .get(&s)
+            .ok_or_else(|| PveError::die(format!("snapshot '{s}' does not exist")))?;
+        Ok(Vm {
+            config: snap.config.clone(),
+            ..src
+        })
+    }
+
+    /// Privileges on both VMs (and the target storage), full or linked, the target node,
+    /// the source's lock, the new VMID free.
+    fn check_clone(&self, op: &VmOp, src: &Vm, newid: u32) -> Result<(), PveError> {
+        let (node, req, p) = (op.node.as_str(), op.req, &op.req.p);
+        op.require(self, &["VM.Clone"])?;
+        self.require(&req.who, &format!("/vms/{newid}"), "VM.Allocate")?;
         let full = p.bool("full").unwrap_or(!src.is_template());
         if !full && p.has("storage") {
             return Err(PveError::param(
@@ -55,11 +75,10 @@ impl Site {
                 "linked clone feature is not supported for drive 'scsi0'",
             ));
         }
-        let target_storage = p.str("storage");
-        if let Some(sid) = &target_storage {
+        if let Some(sid) = &p.str("storage") {
             self.storage_on(node, sid)?.check_images()?;
             self.require(
-                caller.who,
+                &req.who,
                 &format!("/storage/{sid}"),
                 "Datastore.AllocateSpace",
             )?;
@@ -71,15 +90,19 @@ impl Site {
                 "can't clone VM to node '{t}' (VM uses local storage)"
             )));
         }
-        if let Some(l) = &src.lock {
-            return Err(PveError::die(format!("VM is locked ({l})")));
-        }
+        unlocked(src, false)?;
         if self.vms.contains_key(&newid) {
             return Err(PveError::die(format!(
                 "unable to create VM {newid}: config file already exists"
             )));
         }
-        let mut cfg = std::collections::BTreeMap::new();
+        Ok(())
+    }
+
+    /// The clone's config: the source's without drives, `unusedN`, `template` and
+    /// `parent`; new MACs; `name` (or `Copy-of-VM-…`) and `description` from the request.
+    fn clone_config(&mut self, src: &Vm, p: &Params) -> BTreeMap<String, String> {
+        let mut cfg = BTreeMap::new();
         for (k, v) in &src.config {
             if is_disk_key(k) || is_unused_key(k) || k == "template" || k == "parent" {
                 continue;
@@ -100,68 +123,39 @@ impl Site {
         if let Some(d) = p.str("description") {
             cfg.insert("description".into(), d);
         }
-        self.vms.insert(
-            newid,
-            Vm {
-                vmid: newid,
-                node: node.to_string(),
-                config: cfg,
-                lock: Some("clone".into()),
-                power: Power::Stopped,
-                started_at: 0.0,
-                pid: None,
-                agent_ready_at: None,
-                leases: Default::default(),
-                pending: Default::default(),
-                cloudinit: Default::default(),
-                snapshots: Default::default(),
-            },
-        );
-        let mut plan = TaskPlan::new(
-            "qmclone",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        cfg
+    }
+
+    /// One full copy per disk, one after the other; the end offset, or a missing storage.
+    fn lay_out_clone(
+        &self,
+        node: &str,
+        src: &Vm,
+        target: Option<&str>,
+        plan: &mut TaskPlan,
+    ) -> (f64, Option<String>) {
         let mut t = 0.3;
-        let mut err = None;
-        if let Some(n) = self.nodes.get(node) {
-            for (key, volid, size) in src.disks() {
-                let Some((sid, vol)) = parse_volid(&volid) else {
-                    continue;
-                };
-                let tsid = target_storage.clone().unwrap_or_else(|| sid.to_string());
-                let (Some(ssto), Some(tsto)) = (n.storages.get(sid), n.storages.get(&tsid)) else {
-                    err = Some(format!("clone failed: storage '{tsid}' does not exist"));
-                    break;
-                };
-                plan.line(t, format!("create full clone of drive {key} ({volid})"));
-                let speed = ssto.speed_mib_s.min(tsto.speed_mib_s) * 1024.0 * 1024.0;
-                let secs = (size as f64 / speed).max(0.1);
-                plan.timeline.push((
-                    t,
-                    Chunk::Transfer {
-                        total: size,
-                        until: t + secs,
-                        style: TransferStyle::QemuImg,
-                    },
-                ));
-                t += secs;
-                let _ = vol;
-            }
-        }
-        plan.duration = t + 0.2;
-        plan.planned_error = err;
-        plan.work = Work::Clone {
-            src: vmid,
-            newid,
-            name: p.str("name"),
-            target_storage,
-            format: p.str("format"),
-            snapname,
+        let Some(n) = self.nodes.get(node) else {
+            return (t, None);
         };
-        Ok(self.start_task(plan, now))
+        for (key, volid, size) in src.disks() {
+            let Some((sid, _)) = parse_volid(&volid) else {
+                continue;
+            };
+            let tsid = target.unwrap_or(sid);
+            let (Some(ssto), Some(tsto)) = (n.storages.get(sid), n.storages.get(tsid)) else {
+                return (
+                    t,
+                    Some(format!("clone failed: storage '{tsid}' does not exist")),
+                );
+            };
+            plan.line(t, format!("create full clone of drive {key} ({volid})"));
+            let speed = ssto.speed_mib_s.min(tsto.speed_mib_s) * 1024.0 * 1024.0;
+            let secs = (size as f64 / speed).max(0.1);
+            plan.transfer(t, secs, size, TransferStyle::QemuImg);
+            t += secs;
+        }
+        (t, None)
     }
 
     /// Complete a clone: copy every disk of the source (or of its snapshot) onto the
@@ -237,16 +231,9 @@ impl Site {
     }
 
     /// `PUT .../resize`: returns a UPID (PVE ≥ 8.0) or does it inline (7.x).
-    pub fn resize_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<Option<String>, PveError> {
-        let vm = self.vm_on(node, vmid)?;
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
+    pub fn resize_vm(&mut self, req: &Request) -> Result<Option<String>, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Config.Disk"])?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
         if let Some(d) = p.str("digest")
             && d != vm.digest()
         {
@@ -263,13 +250,7 @@ impl Site {
                 .map_err(PveError::die)?;
             return Ok(None);
         }
-        let mut plan = TaskPlan::new(
-            "resize",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        let mut plan = op.plan("resize", Work::Noop);
         match check {
             Ok(new_size) => {
                 plan.work = Work::Resize {
@@ -383,22 +364,28 @@ impl Site {
         Ok(())
     }
 
-    /// `DELETE /nodes/{node}/qemu/{vmid}`
-    pub fn destroy_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?;
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Allocate")?;
-        if let Some(l) = &vm.lock
-            && !p.flag("skiplock")
-        {
-            return Err(PveError::die(format!("VM is locked ({l})")));
+    /// `POST …/template`: a stopped, unlocked VM becomes a template.
+    pub fn template_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Allocate"])?;
+        unlocked(vm, false)?;
+        if vm.power != Power::Stopped {
+            return Err(PveError::die(
+                "you can't convert a running VM to a template",
+            ));
         }
+        let mut plan = op.plan("qmtemplate", Work::Noop);
+        plan.duration = 0.3;
+        if let Some(vm) = self.vms.get_mut(&op.vmid) {
+            vm.config.insert("template".into(), "1".into());
+        }
+        Ok(self.start_task(plan, req.now))
+    }
+
+    /// `DELETE /nodes/{node}/qemu/{vmid}`
+    pub fn destroy_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Allocate"])?;
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
+        unlocked(vm, op.skiplock())?;
         if vm.power != Power::Stopped {
             return Err(PveError::die(format!(
                 "VM {vmid} is running - destroy failed"
@@ -409,13 +396,7 @@ impl Site {
                 "can't remove VM {vmid} - protection mode enabled"
             )));
         }
-        let mut plan = TaskPlan::new(
-            "qmdestroy",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::Noop,
-        );
+        let mut plan = op.plan("qmdestroy", Work::Noop);
         let mut t = 0.2;
         for volid in vm.referenced_volumes() {
             if let Some((sid, vol)) = parse_volid(&volid) {

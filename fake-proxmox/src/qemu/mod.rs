@@ -26,6 +26,7 @@ pub mod hotplug;
 pub mod lifecycle;
 pub mod model;
 pub mod move_disk;
+pub mod op;
 pub mod pending;
 pub mod power;
 pub mod routes;

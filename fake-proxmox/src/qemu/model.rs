@@ -43,6 +43,31 @@ pub struct Vm {
     pub snapshots: BTreeMap<String, super::snapshot::Snapshot>,
 }
 
+impl Vm {
+    /// A VM whose QEMU is not running, with no pending changes, snapshots or leases.
+    pub fn stopped(
+        vmid: u32,
+        node: &str,
+        config: BTreeMap<String, String>,
+        lock: Option<&str>,
+    ) -> Vm {
+        Vm {
+            vmid,
+            node: node.to_string(),
+            config,
+            lock: lock.map(str::to_string),
+            power: Power::Stopped,
+            started_at: 0.0,
+            pid: None,
+            agent_ready_at: None,
+            leases: BTreeMap::new(),
+            pending: Pending::default(),
+            cloudinit: Default::default(),
+            snapshots: BTreeMap::new(),
+        }
+    }
+}
+
 /// A disk to allocate (or import) inside a task.
 #[derive(Clone, Debug, Serialize)]
 pub struct DiskPlan {

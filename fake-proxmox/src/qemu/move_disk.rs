@@ -8,97 +8,33 @@
 
 use std::collections::BTreeSet;
 
-use super::create::Caller;
-use super::model::{DiskPlan, add_unused, prop, split_props};
+use super::model::{DiskPlan, Vm, add_unused, prop, split_props};
+use super::op::unlocked;
+use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{Chunk, TaskPlan, TransferStyle, Work};
+use crate::tasks::model::{TransferStyle, Work};
 use crate::wire::{Params, PveError};
 use crate::world::Site;
 
 impl Site {
-    pub fn move_disk(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?.clone();
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
-        let target_vmid = p.int("target-vmid").filter(|t| *t != i64::from(vmid));
-        let storage = match (p.str("storage"), target_vmid) {
-            (Some(_), Some(_)) => {
-                return Err(PveError::die(
-                    "either set 'storage' or 'target-vmid', but not both",
-                ));
-            }
-            (None, None) => return Err(PveError::die("either set 'storage' or 'target-vmid'")),
-            (None, Some(_)) => {
-                return Err(PveError::die(
-                    "moving a disk to another VM is not implemented by fake-proxmox",
-                ));
-            }
-            (Some(s), None) => s,
-        };
+    /// `POST …/move_disk`: the `qmmove` task.
+    pub fn move_disk(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Config.Disk"])?;
+        let vm = vm.clone();
+        let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
+        let storage = target_storage(p, vmid)?;
         let disk = p.req_str("disk")?;
         let format = p.str("format");
         let tsto = self.storage_on(node, &storage)?;
         tsto.check_images()?;
         self.require(
-            caller.who,
+            &req.who,
             &format!("/storage/{storage}"),
             "Datastore.AllocateSpace",
         )?;
-
-        // `$load_and_check_move`.
-        if let Some(l) = &vm.lock {
-            return Err(PveError::die(format!("VM is locked ({l})")));
-        }
-        if let Some(d) = p.str("digest")
-            && d != vm.digest()
-        {
-            return Err(PveError::die(
-                "detected modified configuration - file changed by other user? Try again.",
-            ));
-        }
-        let value = vm
-            .config
-            .get(&disk)
-            .ok_or_else(|| PveError::die(format!("disk '{disk}' does not exist")))?;
-        let props = split_props(value, "file");
-        let old_volid = prop(&props, "file")
-            .filter(|f| !f.is_empty())
-            .ok_or_else(|| PveError::die(format!("disk '{disk}' has no associated volume")))?
-            .to_string();
-        if prop(&props, "media") == Some("cdrom") || old_volid == "cdrom" {
-            return Err(PveError::die("you can't move a cdrom"));
-        }
+        let Movable { props, old_volid } = load_and_check_move(&vm, p, &disk, &storage)?;
         let (old_sid, old_vol) = parse_volid(&old_volid)
             .ok_or_else(|| PveError::die(format!("unable to parse volume ID '{old_volid}'")))?;
-        let old_fmt = [".raw", ".qcow2", ".vmdk"]
-            .iter()
-            .find(|ext| old_vol.ends_with(*ext))
-            .map(|ext| &ext[1..]);
-        if old_sid == storage
-            && (format.is_none() || old_fmt.is_none() || old_fmt == format.as_deref())
-        {
-            return Err(PveError::die(
-                "you can't move to the same storage with same format",
-            ));
-        }
-        let snapshotted = vm.snapshots.values().any(|s| {
-            s.config
-                .get(&disk)
-                .is_some_and(|v| prop(&split_props(v, "file"), "file") == Some(old_volid.as_str()))
-        });
-        let delete = p.flag("delete");
-        if snapshotted && delete {
-            return Err(PveError::die(
-                "you can't move a disk with snapshots and delete the source",
-            ));
-        }
-
         let source = self
             .nodes
             .get(node)
@@ -131,30 +67,16 @@ impl Site {
             cloudinit: false,
         };
         let secs = (size as f64 / speed).max(0.1);
-        let mut task = TaskPlan::new(
-            "qmmove",
-            vmid.to_string(),
-            node,
-            &caller.who.task_user(),
-            Work::MoveDisk {
-                vmid,
-                plan,
-                old_volid: old_volid.clone(),
-                delete,
-            },
-        );
-        task.line(
-            0.1,
-            format!("create full clone of drive {disk} ({old_volid})"),
-        );
-        task.timeline.push((
-            0.2,
-            Chunk::Transfer {
-                total: size,
-                until: 0.2 + secs,
-                style: TransferStyle::QemuImg,
-            },
-        ));
+        let line = format!("create full clone of drive {disk} ({old_volid})");
+        let work = Work::MoveDisk {
+            vmid,
+            plan,
+            old_volid,
+            delete: p.flag("delete"),
+        };
+        let mut task = op.plan("qmmove", work);
+        task.line(0.1, line);
+        task.transfer(0.2, secs, size, TransferStyle::QemuImg);
         task.duration = 0.4 + secs;
         Ok(self.start_task(task, now))
     }
@@ -193,4 +115,79 @@ impl Site {
         }
         Ok(Vec::new())
     }
+}
+
+/// The storage a disk moves to: `storage`, as moving to another VM is not implemented.
+fn target_storage(p: &Params, vmid: u32) -> Result<String, PveError> {
+    let target_vmid = p.int("target-vmid").filter(|t| *t != i64::from(vmid));
+    match (p.str("storage"), target_vmid) {
+        (Some(_), Some(_)) => Err(PveError::die(
+            "either set 'storage' or 'target-vmid', but not both",
+        )),
+        (None, None) => Err(PveError::die("either set 'storage' or 'target-vmid'")),
+        (None, Some(_)) => Err(PveError::die(
+            "moving a disk to another VM is not implemented by fake-proxmox",
+        )),
+        (Some(s), None) => Ok(s),
+    }
+}
+
+/// A drive that may move: its options and its volume.
+struct Movable {
+    props: Vec<(String, String)>,
+    old_volid: String,
+}
+
+/// qemu-server's `$load_and_check_move`: unlocked, digest, a drive with a volume that is
+/// no cdrom, a real change of storage or format, no deleting a source snapshots use.
+fn load_and_check_move(
+    vm: &Vm,
+    p: &Params,
+    disk: &str,
+    storage: &str,
+) -> Result<Movable, PveError> {
+    unlocked(vm, false)?;
+    if let Some(d) = p.str("digest")
+        && d != vm.digest()
+    {
+        return Err(PveError::die(
+            "detected modified configuration - file changed by other user? Try again.",
+        ));
+    }
+    let value = vm
+        .config
+        .get(disk)
+        .ok_or_else(|| PveError::die(format!("disk '{disk}' does not exist")))?;
+    let props = split_props(value, "file");
+    let old_volid = prop(&props, "file")
+        .filter(|f| !f.is_empty())
+        .ok_or_else(|| PveError::die(format!("disk '{disk}' has no associated volume")))?
+        .to_string();
+    if prop(&props, "media") == Some("cdrom") || old_volid == "cdrom" {
+        return Err(PveError::die("you can't move a cdrom"));
+    }
+    let (old_sid, old_vol) = parse_volid(&old_volid)
+        .ok_or_else(|| PveError::die(format!("unable to parse volume ID '{old_volid}'")))?;
+    let old_fmt = [".raw", ".qcow2", ".vmdk"]
+        .iter()
+        .find(|ext| old_vol.ends_with(*ext))
+        .map(|ext| &ext[1..]);
+    let format = p.str("format");
+    if old_sid == storage && (format.is_none() || old_fmt.is_none() || old_fmt == format.as_deref())
+    {
+        return Err(PveError::die(
+            "you can't move to the same storage with same format",
+        ));
+    }
+    let snapshotted = vm.snapshots.values().any(|s| {
+        s.config
+            .get(disk)
+            .is_some_and(|v| prop(&split_props(v, "file"), "file") == Some(old_volid.as_str()))
+    });
+    if snapshotted && p.flag("delete") {
+        return Err(PveError::die(
+            "you can't move a disk with snapshots and delete the source",
+        ));
+    }
+    Ok(Movable { props, old_volid })
 }

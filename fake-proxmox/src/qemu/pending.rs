@@ -356,22 +356,13 @@ mod tests {
     use super::*;
 
     fn vm(power: Power, pairs: &[(&str, &str)]) -> Vm {
+        let config = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Vm {
-            vmid: 100,
-            node: "ml110-01".into(),
-            config: pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            lock: None,
             power,
-            started_at: 0.0,
-            pid: None,
-            agent_ready_at: None,
-            leases: Default::default(),
-            pending: Pending::default(),
-            cloudinit: Default::default(),
-            snapshots: Default::default(),
+            ..Vm::stopped(100, "ml110-01", config, None)
         }
     }
 

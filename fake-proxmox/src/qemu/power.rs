@@ -3,10 +3,11 @@
 
 use std::net::Ipv4Addr;
 
-use crate::qemu::create::Caller;
 use crate::qemu::model::{Nic, Power};
+use crate::qemu::op::{VmOp, lock_refusal};
+use crate::request::Request;
 use crate::tasks::model::{TaskPlan, Work};
-use crate::wire::{Params, PveError};
+use crate::wire::PveError;
 use crate::world::Site;
 
 /// What `start` would do now: the task error and its log lines, or fine.
@@ -90,33 +91,30 @@ impl Site {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Power verbs check the privilege before they look at the VM.
+    fn power_op<'r>(&self, req: &'r Request) -> Result<VmOp<'r>, PveError> {
+        let op = VmOp::of(req)?;
+        op.require(self, &["VM.PowerMgmt"])?;
+        Ok(op)
+    }
+
+    /// Start a power task that takes `dur` seconds, or fails at once with `err`.
     fn power_task(
         &mut self,
-        ttype: &'static str,
-        node: &str,
-        vmid: u32,
-        user: &str,
-        work: Work,
+        mut plan: TaskPlan,
         dur: f64,
         err: Option<String>,
         now: f64,
     ) -> String {
-        let mut plan = TaskPlan::new(ttype, vmid.to_string(), node, user, work);
         plan.duration = if err.is_some() { 0.1 } else { dur };
         plan.planned_error = err;
         self.start_task(plan, now)
     }
 
-    pub fn start_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        now: f64,
-    ) -> Result<String, PveError> {
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
-        Ok(self.spawn_start(node, vmid, &caller.who.task_user(), now))
+    /// `POST …/status/start`
+    pub fn start_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = self.power_op(req)?;
+        Ok(self.spawn_start(&op.node, op.vmid, &req.task_user(), req.now))
     }
 
     pub fn spawn_start(&mut self, node: &str, vmid: u32, user: &str, now: f64) -> String {
@@ -149,16 +147,8 @@ impl Site {
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);
         }
-        use rand::Rng;
-        let pid = self.rng.random_range(2_000..4_000_000);
-        let boot = self.boot_delay_secs;
+        self.run_vm(vmid, now, |exec, vm, host| exec.start(vm, host))?;
         self.assign_leases(vmid);
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            vm.power = Power::Running;
-            vm.started_at = now;
-            vm.pid = Some(pid);
-            vm.agent_ready_at = Some(now + boot);
-        }
         Ok(Vec::new())
     }
 
@@ -206,137 +196,73 @@ impl Site {
         }
     }
 
-    pub fn stop_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
-        let err = self.lock_error(node, vmid, p);
-        Ok(self.power_task(
-            "qmstop",
-            node,
-            vmid,
-            &caller.who.task_user(),
-            Work::Stop { vmid },
-            0.5,
-            err,
-            now,
-        ))
+    /// `POST …/status/stop`
+    pub fn stop_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = self.power_op(req)?;
+        let err = self.lock_error(&op);
+        let plan = op.plan("qmstop", Work::Stop { vmid: op.vmid });
+        Ok(self.power_task(plan, 0.5, err, req.now))
     }
 
-    pub fn shutdown_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
-        let vm = self.vm_on(node, vmid)?;
+    /// `POST …/status/shutdown`
+    pub fn shutdown_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = self.power_op(req)?;
+        let vm = self.vm_on(&op.node, op.vmid)?;
         if vm.power == Power::Paused {
             return Err(PveError::die("VM is paused - cannot shutdown"));
         }
-        let dur = if vm.is_agent_enabled() && vm.agent_ready_at.is_some_and(|t| t <= now) {
+        let dur = if vm.is_agent_enabled() && self.exec.agent_ready(vm, req.now) {
             3.0
         } else {
             5.0
         };
-        let err = self.lock_error(node, vmid, p);
-        Ok(self.power_task(
-            "qmshutdown",
-            node,
-            vmid,
-            &caller.who.task_user(),
-            Work::Shutdown { vmid },
-            dur,
-            err,
-            now,
-        ))
+        let err = self.lock_error(&op);
+        let plan = op.plan("qmshutdown", Work::Shutdown { vmid: op.vmid });
+        Ok(self.power_task(plan, dur, err, req.now))
     }
 
-    pub fn reboot_vm(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
-        let vm = self.vm_on(node, vmid)?;
-        if vm.power == Power::Stopped {
-            return Err(PveError::die(format!("VM {vmid} not running")));
+    /// `POST …/status/reboot`
+    pub fn reboot_vm(&mut self, req: &Request) -> Result<String, PveError> {
+        let op = self.power_op(req)?;
+        if self.vm_on(&op.node, op.vmid)?.power == Power::Stopped {
+            return Err(PveError::die(format!("VM {} not running", op.vmid)));
         }
-        let err = self.lock_error(node, vmid, p);
-        Ok(self.power_task(
-            "qmreboot",
-            node,
-            vmid,
-            &caller.who.task_user(),
-            Work::Reboot { vmid },
-            4.0,
-            err,
-            now,
-        ))
+        let err = self.lock_error(&op);
+        let plan = op.plan("qmreboot", Work::Reboot { vmid: op.vmid });
+        Ok(self.power_task(plan, 4.0, err, req.now))
     }
 
-    pub fn simple_power(
-        &mut self,
-        ttype: &'static str,
-        node: &str,
-        vmid: u32,
-        caller: &Caller,
-        p: &Params,
-        now: f64,
-    ) -> Result<String, PveError> {
-        self.require(caller.who, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
-        let vm = self.vm_on(node, vmid)?;
-        let mut err = self.lock_error(node, vmid, p);
+    /// `POST …/status/{reset,suspend,resume}` (`qmreset`, `qmsuspend`, `qmresume`).
+    pub fn simple_power(&mut self, ttype: &'static str, req: &Request) -> Result<String, PveError> {
+        let op = self.power_op(req)?;
+        let vmid = op.vmid;
+        let stopped = self.vm_on(&op.node, vmid)?.power == Power::Stopped;
+        let mut err = self.lock_error(&op);
         let work = match ttype {
             "qmreset" => Work::Reset { vmid },
             "qmsuspend" => Work::Suspend { vmid },
             _ => Work::Resume { vmid },
         };
-        if err.is_none() && vm.power == Power::Stopped {
+        if err.is_none() && stopped {
             err = Some(format!("VM {vmid} not running"));
         }
-        Ok(self.power_task(
-            ttype,
-            node,
-            vmid,
-            &caller.who.task_user(),
-            work,
-            0.5,
-            err,
-            now,
-        ))
+        Ok(self.power_task(op.plan(ttype, work), 0.5, err, req.now))
     }
 
-    fn lock_error(&self, node: &str, vmid: u32, p: &Params) -> Option<String> {
-        match self.vms.get(&vmid).filter(|v| v.node == node) {
+    /// The lock check the power tasks make as they start: their exit status, if any.
+    fn lock_error(&self, op: &VmOp) -> Option<String> {
+        let (node, vmid) = (&op.node, op.vmid);
+        match self.vms.get(&vmid).filter(|v| v.node == *node) {
             None => Some(format!(
                 "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
             )),
-            Some(vm) => match &vm.lock {
-                Some(l) if !p.flag("skiplock") => Some(format!("VM is locked ({l})")),
-                _ => None,
-            },
+            Some(vm) => lock_refusal(vm, op.skiplock()),
         }
     }
 
     /// Apply a finished power task.
-    pub fn finish_power(
-        &mut self,
-        work: &crate::tasks::model::Work,
-        now: f64,
-    ) -> Result<Vec<String>, String> {
-        use crate::tasks::model::Work::*;
-        let boot = self.boot_delay_secs;
+    pub fn finish_power(&mut self, work: &Work, now: f64) -> Result<Vec<String>, String> {
+        use Work::*;
         let vmid = match work {
             Stop { vmid }
             | Shutdown { vmid }
@@ -346,47 +272,26 @@ impl Site {
             | Resume { vmid } => *vmid,
             _ => return Ok(Vec::new()),
         };
-        let Some(vm) = self.vms.get_mut(&vmid) else {
+        let Some(vm) = self.vms.get(&vmid) else {
             return Err(format!("VM {vmid} does not exist"));
         };
-        match work {
-            // `vm_stop_cleanup` applies pending changes once QEMU is gone; a reboot is a
-            // shutdown that qmeventd follows with a start.
-            Stop { .. } | Shutdown { .. } => {
-                vm.power = Power::Stopped;
-                vm.pid = None;
-                vm.agent_ready_at = None;
-                self.apply_pending(vmid);
-            }
-            Reboot { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Running;
-                vm.agent_ready_at = Some(now + boot);
-                self.apply_pending(vmid);
-            }
-            // A reset restarts the guest inside the same QEMU process: pending stays pending.
-            Reset { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Running;
-                vm.agent_ready_at = Some(now + boot);
-            }
-            Suspend { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Paused;
-            }
-            Resume { .. } => {
-                if vm.power == Power::Stopped {
-                    return Err(format!("VM {vmid} not running"));
-                }
-                vm.power = Power::Running;
-            }
-            _ => {}
+        // Checked again inside the task: all but stop and shutdown need QEMU running.
+        if vm.power == Power::Stopped && !matches!(work, Stop { .. } | Shutdown { .. }) {
+            return Err(format!("VM {vmid} not running"));
+        }
+        self.run_vm(vmid, now, |exec, vm, host| match work {
+            Stop { .. } => exec.stop(vm, host),
+            Shutdown { .. } => exec.shutdown(vm, host),
+            Reboot { .. } => exec.reboot(vm, host),
+            Reset { .. } => exec.reset(vm, host),
+            Suspend { .. } => exec.suspend(vm, host),
+            _ => exec.resume(vm, host),
+        })?;
+        // `vm_stop_cleanup` applies pending changes once QEMU is gone; a reboot is a
+        // shutdown that qmeventd follows with a start. A reset restarts the guest inside
+        // the same QEMU process: pending stays pending.
+        if matches!(work, Stop { .. } | Shutdown { .. } | Reboot { .. }) {
+            self.apply_pending(vmid);
         }
         Ok(Vec::new())
     }

@@ -1,11 +1,11 @@
 //! `/nodes/{node}/qemu...` routes: parse, call the model verb, render.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::qemu::cloudinit;
 use crate::qemu::model::{Power, Vm};
 use crate::qemu::status::{HaStatus, VmStatus};
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
@@ -82,17 +82,23 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
-fn vmid(c: &Ctx) -> Result<u32, PveError> {
-    c.p.vmid()
+/// The VM of the path, without a privilege check (index routes).
+fn vm<'a>(c: &'a Ctx) -> Result<&'a Vm, PveError> {
+    c.site.vm_on(&c.node()?, c.req.vmid()?)
 }
 
-fn vm<'a>(c: &'a Ctx) -> Result<&'a Vm, PveError> {
-    let node = c.node()?;
-    c.site.vm_on(&node, vmid(c)?)
+/// The VM of the path, for a read that needs `VM.Audit`.
+fn audited<'a>(c: &'a Ctx) -> Result<&'a Vm, PveError> {
+    Ok(c.site.vm_op(&c.req, &["VM.Audit"])?.1)
 }
 
 fn upid(u: String) -> Reply {
     Reply::data(json!(u))
+}
+
+/// A verb answering with a task (PVE ≥ 8.0 for resize) or nothing (done inline).
+fn upid_or_null(u: Option<String>) -> Reply {
+    u.map_or_else(Reply::null, upid)
 }
 
 fn list(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -105,10 +111,10 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
         .filter(|v| {
             c.site
                 .access
-                .has(&c.who, &format!("/vms/{}", v.vmid), "VM.Audit")
+                .has(&c.req.who, &format!("/vms/{}", v.vmid), "VM.Audit")
         })
         .map(|v| {
-            let mut st = v.vmstatus(c.now);
+            let mut st = v.vmstatus(c.req.now);
             if v.power != Power::Stopped {
                 st.qmpstatus = Some(v.qmpstatus());
             }
@@ -119,14 +125,7 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn create(c: &mut Ctx) -> Result<Reply, PveError> {
-    let node = c.node()?;
-    let (who, via) = (c.who.clone(), c.via_ticket);
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: via,
-    };
-    let p = c.p.clone();
-    Ok(upid(c.site.create_vm(&node, &caller, &p, c.now)?))
+    Ok(upid(c.site.create_vm(&c.req)?))
 }
 
 fn index(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -152,28 +151,18 @@ fn index(c: &mut Ctx) -> Result<Reply, PveError> {
         "mtunnel",
         "remote_migrate",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn destroy(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let (who, via, p) = (c.who.clone(), c.via_ticket, c.p.clone());
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: via,
-    };
-    Ok(upid(c.site.destroy_vm(&node, id, &caller, &p, c.now)?))
+    Ok(upid(c.site.destroy_vm(&c.req)?))
 }
 
 fn config_get(c: &mut Ctx) -> Result<Reply, PveError> {
-    let id = vmid(c)?;
-    let v = vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    let current = c.p.flag("current");
-    if c.p.has("snapshot") {
-        let s = c.p.str("snapshot").unwrap_or_default();
+    let v = audited(c)?;
+    let current = c.req.p.flag("current");
+    if c.req.p.has("snapshot") {
+        let s = c.req.p.str("snapshot").unwrap_or_default();
         if current && !s.is_empty() {
             let msg = "cannot use 'snapshot' parameter with 'current'";
             return Err(PveError::params(
@@ -188,75 +177,46 @@ fn config_get(c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(Reply::data(v.config_json(c.site.version, current)))
 }
 
-fn config_update(c: &mut Ctx, async_task: bool) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let (who, via, p) = (c.who.clone(), c.via_ticket, c.p.clone());
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: via,
-    };
-    Ok(
-        match c
-            .site
-            .update_vm_config(&node, id, &caller, &p, c.now, async_task)?
-        {
-            Some(u) => upid(u),
-            None => Reply::null(),
-        },
-    )
-}
-
 fn config_post(c: &mut Ctx) -> Result<Reply, PveError> {
-    config_update(c, true)
+    Ok(upid_or_null(c.site.update_vm_config(&c.req, true)?))
 }
 
 fn config_put(c: &mut Ctx) -> Result<Reply, PveError> {
-    config_update(c, false)
+    Ok(upid_or_null(c.site.update_vm_config(&c.req, false)?))
 }
 
 fn pending(c: &mut Ctx) -> Result<Reply, PveError> {
-    let id = vmid(c)?;
-    let v = vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    let v = audited(c)?;
     Ok(Reply::data(v.pending_json(c.site.version)))
 }
 
 fn cloudinit_get(c: &mut Ctx) -> Result<Reply, PveError> {
-    let id = vmid(c)?;
-    let v = vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    Ok(Reply::data(cloudinit::pending_list(v)))
+    Ok(Reply::data(cloudinit::pending_list(audited(c)?)))
 }
 
 fn cloudinit_put(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Config.Cloudinit")?;
-    c.site.regenerate_cloudinit(&node, id)?;
+    let (op, _) = c.site.vm_op(&c.req, &["VM.Config.Cloudinit"])?;
+    c.site.regenerate_cloudinit(&op.node, op.vmid)?;
     Ok(Reply::null())
 }
 
 fn cloudinit_dump(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let v = vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
+    let v = audited(c)?;
     // The schema's enum has already refused anything else.
-    let ty = c.p.req_str("type")?;
+    let ty = c.req.p.req_str("type")?;
     let what = cloudinit::DumpType::parse(&ty).ok_or_else(|| {
         PveError::param(
             "type",
             format!("value '{ty}' does not have a value in the enumeration 'user, network, meta'"),
         )
     })?;
-    let text = cloudinit::dump(v, what, &c.site.host_dns(&node));
+    let text = cloudinit::dump(v, what, &c.site.host_dns(&v.node));
     Ok(Reply::data(json!(text)))
 }
 
 fn feature(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    let name = c.p.req_str("feature")?;
+    let (op, _) = c.site.vm_op(&c.req, &["VM.Audit"])?;
+    let name = c.req.p.req_str("feature")?;
     // The schema's enum has already refused anything else.
     let feature = crate::storage::features::Feature::parse(&name).ok_or_else(|| {
         PveError::param(
@@ -266,59 +226,35 @@ fn feature(c: &mut Ctx) -> Result<Reply, PveError> {
             ),
         )
     })?;
-    let snapname = c.p.str("snapname");
+    let snapname = c.req.p.str("snapname");
     Ok(Reply::data(c.site.vm_feature(
-        &node,
-        id,
+        &op.node,
+        op.vmid,
         feature,
         snapname.as_deref(),
     )?))
 }
 
 fn move_disk(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let (who, p) = (c.who.clone(), c.p.clone());
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: c.via_ticket,
-    };
-    Ok(upid(c.site.move_disk(&node, id, &caller, &p, c.now)?))
+    Ok(upid(c.site.move_disk(&c.req)?))
 }
 
 /// `PUT …/unlink`: PVE runs it as a synchronous config update deleting `idlist`.
 fn unlink(c: &mut Ctx) -> Result<Reply, PveError> {
-    let id = vmid(c)?;
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Config.Disk")?;
-    if let Some(list) = c.p.0.remove("idlist") {
-        c.p.0.insert("delete".into(), list);
+    c.site.vm_op(&c.req, &["VM.Config.Disk"])?;
+    if let Some(list) = c.req.p.0.remove("idlist") {
+        c.req.p.0.insert("delete".into(), list);
     }
-    config_update(c, false)
+    config_put(c)
 }
 
 fn snapshot_list(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    Ok(Reply::data(c.site.snapshot_list(&node, id)?))
+    let (op, _) = c.site.vm_op(&c.req, &["VM.Audit"])?;
+    Ok(Reply::data(c.site.snapshot_list(&op.node, op.vmid)?))
 }
 
 fn snapshot_create(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Snapshot")?;
-    let name = c.p.req_str("snapname")?;
-    let user = c.who.task_user();
-    let (vmstate, description) = (c.p.flag("vmstate"), c.p.str("description"));
-    Ok(upid(c.site.start_snapshot(
-        &node,
-        id,
-        &name,
-        vmstate,
-        description,
-        &user,
-        c.now,
-    )?))
+    Ok(upid(c.site.start_snapshot(&c.req)?))
 }
 
 fn snapshot_index(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -327,55 +263,28 @@ fn snapshot_index(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn snapshot_delete(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Snapshot")?;
-    let name = c.p.req_str("snapname")?;
-    let user = c.who.task_user();
-    Ok(upid(
-        c.site
-            .start_snapshot_delete(&node, id, &name, &user, c.now)?,
-    ))
+    Ok(upid(c.site.start_snapshot_delete(&c.req)?))
 }
 
 fn snapshot_rollback(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require_any(
-        &format!("/vms/{id}"),
-        &["VM.Snapshot", "VM.Snapshot.Rollback"],
-    )?;
-    let name = c.p.req_str("snapname")?;
-    let user = c.who.task_user();
-    let start = c.p.flag("start");
-    Ok(upid(
-        c.site
-            .start_rollback(&node, id, &name, start, &user, c.now)?,
-    ))
+    Ok(upid(c.site.start_rollback(&c.req)?))
 }
 
 fn snapshot_config_get(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require_any(
-        &format!("/vms/{id}"),
-        &["VM.Snapshot", "VM.Snapshot.Rollback", "VM.Audit"],
-    )?;
-    let name = c.p.req_str("snapname")?;
+    let (op, _) = c
+        .site
+        .vm_op(&c.req, &["VM.Snapshot", "VM.Snapshot.Rollback", "VM.Audit"])?;
+    let name = c.req.p.req_str("snapname")?;
     let version = c.site.version;
     Ok(Reply::data(
-        c.site.snapshot(&node, id, &name)?.config_json(version),
+        c.site
+            .snapshot(&op.node, op.vmid, &name)?
+            .config_json(version),
     ))
 }
 
 fn snapshot_config_put(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Snapshot")?;
-    let name = c.p.req_str("snapname")?;
-    let description = c.p.str("description");
-    c.site
-        .set_snapshot_description(&node, id, &name, description)?;
+    c.site.set_snapshot_description(&c.req)?;
     Ok(Reply::null())
 }
 
@@ -384,16 +293,12 @@ fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {
     let dirs = [
         "current", "start", "stop", "reset", "shutdown", "suspend", "reboot", "resume",
     ];
-    Ok(Reply::data(Value::Array(
-        dirs.iter().map(|d| json!({"subdir": d})).collect(),
-    )))
+    Ok(Reply::index("subdir", &dirs))
 }
 
 fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
-    let id = vmid(c)?;
-    let v = vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Audit")?;
-    let mut st = v.vmstatus(c.now);
+    let v = audited(c)?;
+    let mut st = v.vmstatus(c.req.now);
     st.ha = Some(HaStatus { managed: 0 });
     st.agent = v.is_agent_enabled().then_some(1);
     st.qmpstatus = Some(v.qmpstatus());
@@ -406,91 +311,41 @@ fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn start(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let who = c.who.clone();
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: c.via_ticket,
-    };
-    Ok(upid(c.site.start_vm(&node, id, &caller, c.now)?))
+    Ok(upid(c.site.start_vm(&c.req)?))
 }
 
-macro_rules! power {
-    ($name:ident, $verb:ident) => {
-        fn $name(c: &mut Ctx) -> Result<Reply, PveError> {
-            let (node, id) = (c.node()?, vmid(c)?);
-            let (who, p) = (c.who.clone(), c.p.clone());
-            let caller = crate::qemu::create::Caller {
-                who: &who,
-                via_ticket: c.via_ticket,
-            };
-            Ok(upid(c.site.$verb(&node, id, &caller, &p, c.now)?))
-        }
-    };
+fn stop(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(upid(c.site.stop_vm(&c.req)?))
 }
-power!(stop, stop_vm);
-power!(shutdown, shutdown_vm);
-power!(reboot, reboot_vm);
-power!(clone, clone_vm);
 
-fn simple(c: &mut Ctx, ttype: &'static str) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let (who, p) = (c.who.clone(), c.p.clone());
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: c.via_ticket,
-    };
-    Ok(upid(
-        c.site.simple_power(ttype, &node, id, &caller, &p, c.now)?,
-    ))
+fn shutdown(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(upid(c.site.shutdown_vm(&c.req)?))
+}
+
+fn reboot(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(upid(c.site.reboot_vm(&c.req)?))
 }
 
 fn reset(c: &mut Ctx) -> Result<Reply, PveError> {
-    simple(c, "qmreset")
+    Ok(upid(c.site.simple_power("qmreset", &c.req)?))
 }
+
 fn suspend(c: &mut Ctx) -> Result<Reply, PveError> {
-    simple(c, "qmsuspend")
+    Ok(upid(c.site.simple_power("qmsuspend", &c.req)?))
 }
+
 fn resume(c: &mut Ctx) -> Result<Reply, PveError> {
-    simple(c, "qmresume")
+    Ok(upid(c.site.simple_power("qmresume", &c.req)?))
+}
+
+fn clone(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(upid(c.site.clone_vm(&c.req)?))
 }
 
 fn resize(c: &mut Ctx) -> Result<Reply, PveError> {
-    let (node, id) = (c.node()?, vmid(c)?);
-    let (who, p) = (c.who.clone(), c.p.clone());
-    let caller = crate::qemu::create::Caller {
-        who: &who,
-        via_ticket: c.via_ticket,
-    };
-    Ok(match c.site.resize_vm(&node, id, &caller, &p, c.now)? {
-        Some(u) => upid(u),
-        None => Reply::null(),
-    })
+    Ok(upid_or_null(c.site.resize_vm(&c.req)?))
 }
 
 fn template(c: &mut Ctx) -> Result<Reply, PveError> {
-    let id = vmid(c)?;
-    let v = vm(c)?;
-    c.require(&format!("/vms/{id}"), "VM.Allocate")?;
-    if let Some(l) = &v.lock {
-        return Err(PveError::die(format!("VM is locked ({l})")));
-    }
-    if v.power != Power::Stopped {
-        return Err(PveError::die(
-            "you can't convert a running VM to a template",
-        ));
-    }
-    let node = c.node()?;
-    let mut plan = crate::tasks::model::TaskPlan::new(
-        "qmtemplate",
-        id.to_string(),
-        &node,
-        &c.who.task_user(),
-        crate::tasks::model::Work::Noop,
-    );
-    plan.duration = 0.3;
-    if let Some(vm) = c.site.vms.get_mut(&id) {
-        vm.config.insert("template".into(), "1".into());
-    }
-    Ok(upid(c.site.start_task(plan, c.now)))
+    Ok(upid(c.site.template_vm(&c.req)?))
 }

@@ -17,6 +17,8 @@ use serde_json::{Map, Value, json};
 use super::model::{
     Power, Vm, add_unused, is_disk_key, is_unused_key, prop, split_props, typed_value,
 };
+use crate::qemu::op::unlocked;
+use crate::request::Request;
 use crate::storage::features::{Feature, VolumeState, has_feature};
 use crate::storage::model::StorageType;
 use crate::storage::volid::parse_volid;
@@ -242,18 +244,13 @@ impl Site {
     }
 
     /// `PUT …/snapshot/{snapname}/config`: only the description changes.
-    pub fn set_snapshot_description(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        name: &str,
-        description: Option<String>,
-    ) -> Result<(), PveError> {
-        let vm = self.vm_on(node, vmid)?;
-        if let Some(l) = &vm.lock {
-            return Err(PveError::die(format!("VM is locked ({l})")));
-        }
-        self.snapshot(node, vmid, name)?;
+    pub fn set_snapshot_description(&mut self, req: &Request) -> Result<(), PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Snapshot"])?;
+        let name = &req.p.req_str("snapname")?;
+        let description = req.p.str("description");
+        unlocked(vm, false)?;
+        let vmid = op.vmid;
+        self.snapshot(&op.node, vmid, name)?;
         if let (Some(d), Some(vm)) = (description, self.vms.get_mut(&vmid))
             && let Some(s) = vm.snapshots.get_mut(name)
         {
@@ -264,18 +261,12 @@ impl Site {
 
     /// `POST …/snapshot`: the `qmsnapshot` task. Its checks and preparation run as it
     /// starts (`__snapshot_prepare`), their errors end the task.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_snapshot(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        name: &str,
-        save_vmstate: bool,
-        description: Option<String>,
-        user: &str,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?.clone();
+    pub fn start_snapshot(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Snapshot"])?;
+        let vm = vm.clone();
+        let name = &req.p.req_str("snapname")?;
+        let (save_vmstate, description) = (req.p.flag("vmstate"), req.p.str("description"));
+        let (node, vmid, now) = (op.node.as_str(), op.vmid, req.now);
         if name == "current" {
             return Err(PveError::die(
                 "unable to use snapshot name 'current' (reserved name)",
@@ -290,7 +281,7 @@ impl Site {
             vmid,
             snapname: name.to_string(),
         };
-        let mut plan = TaskPlan::new("qmsnapshot", vmid.to_string(), node, user, work);
+        let mut plan = op.plan("qmsnapshot", work);
         let refused = if vm.is_template() {
             Some("you can't take a snapshot if it's a template".to_string())
         } else if let Some(l) = &vm.lock {
@@ -396,26 +387,30 @@ impl Site {
         };
         let secs = sto.write_secs(size).max(0.5);
         sto.alloc_image(vm.vmid, volname.clone(), "raw", size, now as u64)?;
+        let volid = format!("{sid}:{volname}");
+        let written = match self.exec.save_state(vm, &volid, size) {
+            Ok(w) => w,
+            Err(e) => {
+                sto.volumes.remove(&volname);
+                return Err(e);
+            }
+        };
         // A thin storage accounts what is written; the state is written in full.
-        let _ = sto.write_data(&volname, size);
-        Ok((format!("{sid}:{volname}"), sid, secs))
+        let _ = sto.write_data(&volname, written);
+        Ok((volid, sid, secs))
     }
 
     /// `DELETE …/snapshot/{snapname}`: the `qmdelsnapshot` task.
-    pub fn start_snapshot_delete(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        name: &str,
-        user: &str,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?.clone();
+    pub fn start_snapshot_delete(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Snapshot"])?;
+        let vm = vm.clone();
+        let name = &req.p.req_str("snapname")?;
+        let (node, vmid, now) = (op.node.as_str(), op.vmid, req.now);
         let work = Work::SnapshotDelete {
             vmid,
             snapname: name.to_string(),
         };
-        let mut plan = TaskPlan::new("qmdelsnapshot", vmid.to_string(), node, user, work);
+        let mut plan = op.plan("qmdelsnapshot", work);
         let refused = match vm.snapshots.get(name) {
             None => Some(format!("snapshot '{name}' does not exist")),
             Some(_) if vm.lock.is_some() => Some(format!(
@@ -451,23 +446,18 @@ impl Site {
 
     /// `POST …/snapshot/{snapname}/rollback`: the `qmrollback` task; a running VM is
     /// stopped first.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_rollback(
-        &mut self,
-        node: &str,
-        vmid: u32,
-        name: &str,
-        start: bool,
-        user: &str,
-        now: f64,
-    ) -> Result<String, PveError> {
-        let vm = self.vm_on(node, vmid)?.clone();
+    pub fn start_rollback(&mut self, req: &Request) -> Result<String, PveError> {
+        let (op, vm) = self.vm_op(req, &["VM.Snapshot", "VM.Snapshot.Rollback"])?;
+        let vm = vm.clone();
+        let name = &req.p.req_str("snapname")?;
+        let start = req.p.flag("start");
+        let (node, vmid, now) = (op.node.as_str(), op.vmid, req.now);
         let work = Work::SnapshotRollback {
             vmid,
             snapname: name.to_string(),
             start,
         };
-        let mut plan = TaskPlan::new("qmrollback", vmid.to_string(), node, user, work);
+        let mut plan = op.plan("qmrollback", work);
         let refused = if vm.is_template() {
             Some("you can't rollback if vm is a template".to_string())
         } else {
@@ -493,8 +483,10 @@ impl Site {
             }
         }
         plan.duration = offset + 0.2;
-        if vm.power != Power::Stopped {
-            self.stop_now(vmid);
+        if vm.power != Power::Stopped
+            && let Err(e) = self.stop_now(vmid, now)
+        {
+            return Ok(self.fail_at_start(plan, e, now));
         }
         if let Some(v) = self.vms.get_mut(&vmid) {
             v.lock = Some("rollback".into());
@@ -512,13 +504,10 @@ impl Site {
     }
 
     /// QEMU is gone: what `vm_stop` leaves behind.
-    fn stop_now(&mut self, vmid: u32) {
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            vm.power = Power::Stopped;
-            vm.pid = None;
-            vm.agent_ready_at = None;
-        }
+    fn stop_now(&mut self, vmid: u32, now: f64) -> Result<(), String> {
+        self.run_vm(vmid, now, |exec, vm, host| exec.stop(vm, host))?;
         self.apply_pending(vmid);
+        Ok(())
     }
 
     /// A `qmsnapshot` task finished: the snapshot is complete (`__snapshot_commit`).
@@ -631,15 +620,10 @@ impl Site {
             vm.pending = Default::default();
             vm.lock = None;
         }
-        if snap.vmstate.is_some() {
-            use rand::Rng;
-            let pid = self.rng.random_range(2_000..4_000_000);
-            if let Some(vm) = self.vms.get_mut(&vmid) {
-                vm.power = Power::Running;
-                vm.started_at = now;
-                vm.pid = Some(pid);
-                vm.agent_ready_at = Some(now);
-            }
+        if let Some(state) = &snap.vmstate {
+            self.run_vm(vmid, now, |exec, vm, host| {
+                exec.start_from_state(vm, state, host)
+            })?;
         } else if start {
             self.finish_start(node, vmid, now)?;
         }

@@ -128,7 +128,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::qemu::pending::Pending;
 
     fn vm(power: Power) -> Vm {
         let config: BTreeMap<String, String> = [
@@ -142,18 +141,10 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         Vm {
-            vmid: 100,
-            node: "pve".into(),
-            config,
-            lock: None,
             power,
             started_at: 1000.0,
             pid: Some(4242),
-            agent_ready_at: None,
-            leases: BTreeMap::new(),
-            pending: Pending::default(),
-            cloudinit: Default::default(),
-            snapshots: Default::default(),
+            ..Vm::stopped(100, "pve", config, None)
         }
     }
 

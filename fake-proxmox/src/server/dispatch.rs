@@ -11,7 +11,9 @@ use axum::http::{HeaderMap, Response};
 
 use crate::access::model::Identity;
 use crate::journal::{AuthKind, JournalEntry};
-use crate::router::{Ctx, handler_for};
+
+use crate::route::Ctx;
+use crate::router::handler_for;
 use crate::server::state::{Inner, SiteCtx};
 use crate::wire::{
     MAX_BODY, PveError, RawParam, Reply, decode_urlencoded, parse_body, render_err, render_ok,
@@ -98,7 +100,7 @@ fn is_public(method: &str, path: &str) -> bool {
 }
 
 struct Prepared {
-    handler: crate::router::Handler,
+    handler: crate::route::Handler,
     params: crate::wire::Params,
     who: Identity,
     via_ticket: bool,
@@ -237,7 +239,14 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
 
-    match locked_part(&ctx, &method, &rel, raw, &creds, csrf.as_deref(), rec) {
+    let incoming = Incoming {
+        method: &method,
+        rel: &rel,
+        raw,
+        creds: &creds,
+        csrf: csrf.as_deref(),
+    };
+    match locked_part(&ctx, incoming, rec) {
         Locked::Done(resp) => resp,
         Locked::AuthFailed(resp) => {
             if ctx.shared.auth_failure_delay {
@@ -290,22 +299,22 @@ struct DelayedRequest {
     version: crate::version::PveVersion,
 }
 
+/// A request as it arrived: method, path below `/api2/json`, raw parameters, credentials.
+struct Incoming<'a> {
+    method: &'a str,
+    rel: &'a str,
+    raw: BTreeMap<String, RawParam>,
+    creds: &'a Creds,
+    csrf: Option<&'a str>,
+}
+
 /// Auth, route, validation, faults and — unless a fault adds latency — the handler, all
 /// under one acquisition of the lock: it is the one point every request serialises on.
-fn locked_part(
-    ctx: &SiteCtx,
-    method: &str,
-    rel: &str,
-    raw: BTreeMap<String, RawParam>,
-    creds: &Creds,
-    csrf: Option<&str>,
-    mut rec: Record,
-) -> Locked {
+fn locked_part(ctx: &SiteCtx, incoming: Incoming, mut rec: Record) -> Locked {
+    let method = incoming.method;
     let mut inner = ctx.shared.inner.lock();
     let version = site_version(&inner, &ctx.site);
-    let (prepared, fault_err) = match prepare(
-        &mut inner, &ctx.site, method, rel, raw, creds, csrf, &mut rec,
-    ) {
+    let (prepared, fault_err) = match prepare(&mut inner, &ctx.site, incoming, &mut rec) {
         Ok(p) => p,
         Err(e) => {
             journal(&mut inner, &ctx.site, method, rec, e.status, e.reason());
@@ -363,17 +372,19 @@ fn finish(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn prepare(
     inner: &mut Inner,
     site_name: &str,
-    method: &str,
-    rel: &str,
-    mut raw: BTreeMap<String, RawParam>,
-    creds: &Creds,
-    csrf: Option<&str>,
+    incoming: Incoming,
     rec: &mut Record,
 ) -> Result<(Prepared, Option<PveError>), PveError> {
+    let Incoming {
+        method,
+        rel,
+        mut raw,
+        creds,
+        csrf,
+    } = incoming;
     let now = inner.now();
     let Some(site) = inner.world.site(site_name) else {
         return Err(PveError::bare(500, "site not loaded"));
@@ -518,10 +529,12 @@ fn run(inner: &mut Inner, site_name: &str, p: Prepared) -> Result<Reply, PveErro
     };
     let mut ctx = Ctx {
         site,
-        p: p.params,
-        who: p.who,
-        via_ticket: p.via_ticket,
-        now,
+        req: crate::request::Request {
+            who: p.who,
+            via_ticket: p.via_ticket,
+            p: p.params,
+            now,
+        },
     };
     (p.handler)(&mut ctx)
 }

@@ -7,6 +7,7 @@ pub mod tls;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::any;
@@ -15,6 +16,7 @@ use axum_server::accept::NoDelayAcceptor;
 
 use crate::clock::ClockMode;
 use crate::control::ControlClient;
+use crate::exec::{Executor, Simulated};
 use crate::scenario::Scenario;
 use state::{Shared, SharedRef, SiteCtx};
 
@@ -26,7 +28,7 @@ pub fn app(shared: SharedRef, site: &str) -> Router {
         site: site.to_string(),
     };
     Router::new()
-        .nest("/_fake", crate::control::routes::router())
+        .nest("/_fake", crate::control::router())
         .fallback(any(dispatch::api_handler))
         .with_state(ctx)
 }
@@ -38,6 +40,7 @@ pub struct Builder {
     clock: ClockMode,
     listen: BTreeMap<String, SocketAddr>,
     state_dir: Option<PathBuf>,
+    exec: Arc<dyn Executor>,
 }
 
 impl Default for Builder {
@@ -49,6 +52,7 @@ impl Default for Builder {
             clock: ClockMode::Real,
             listen: BTreeMap::new(),
             state_dir: None,
+            exec: Arc::new(Simulated),
         }
     }
 }
@@ -78,6 +82,11 @@ impl Builder {
         self.state_dir = Some(p.into());
         self
     }
+    /// What runs the VMs (default: [`Simulated`]); see `exec`.
+    pub fn executor(mut self, exec: Arc<dyn Executor>) -> Self {
+        self.exec = exec;
+        self
+    }
 
     /// Bind every site's listener and start serving.
     pub async fn start(self) -> Result<FakeProxmox, crate::Error> {
@@ -88,7 +97,12 @@ impl Builder {
                 )));
             }
         }
-        let shared = Shared::new(&self.scenario, self.clock, self.auth_failure_delay);
+        let shared = Shared::new(
+            &self.scenario,
+            self.clock,
+            self.auth_failure_delay,
+            self.exec.clone(),
+        );
         let names: Vec<String> = self
             .scenario
             .sites

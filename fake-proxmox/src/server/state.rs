@@ -6,6 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, ClockMode};
+use crate::exec::Executor;
 use crate::faults::Faults;
 use crate::journal::Journal;
 use crate::scenario::Scenario;
@@ -37,9 +38,14 @@ pub struct Shared {
 pub type SharedRef = Arc<Shared>;
 
 impl Shared {
-    pub fn new(scenario: &Scenario, clock: ClockMode, auth_failure_delay: bool) -> SharedRef {
+    pub fn new(
+        scenario: &Scenario,
+        clock: ClockMode,
+        auth_failure_delay: bool,
+        exec: Arc<dyn Executor>,
+    ) -> SharedRef {
         let clock = Clock::new(clock);
-        let world = World::from_scenario(scenario, clock.now());
+        let world = World::from_scenario(scenario, clock.now(), exec);
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 clock,

@@ -7,6 +7,8 @@
 //! - Nothing is stored on disk: volumes are records with a size.
 //! - Upload (multipart) is not implemented; `POST /_fake/.../volumes` places files instead.
 
+pub mod content;
+pub mod download;
 pub mod features;
 pub mod model;
 pub mod routes;

@@ -5,8 +5,6 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::StorageSpec;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StorageType {
@@ -152,42 +150,6 @@ pub struct Storage {
 const MIB: u64 = 1024 * 1024;
 
 impl Storage {
-    pub fn from_spec(s: &StorageSpec, now: u64) -> Storage {
-        let mut volumes = Volumes::default();
-        for v in &s.volumes {
-            if let Some((vtype, vmid, format)) = super::volid::parse_volname(s.kind, &v.volname) {
-                volumes.insert(
-                    v.volname.clone(),
-                    Volume {
-                        volname: v.volname.clone(),
-                        vtype,
-                        format,
-                        size: v.size_bytes,
-                        used: v.used_bytes.unwrap_or(v.size_bytes),
-                        vmid,
-                        ctime: now,
-                    },
-                );
-            }
-        }
-        Storage {
-            name: s.name.clone(),
-            kind: s.kind,
-            path: s.path.clone().or_else(|| {
-                s.kind
-                    .is_file_based()
-                    .then(|| format!("/mnt/pve/{}", s.name))
-            }),
-            content: s.content.iter().copied().collect(),
-            total: s.total_bytes,
-            speed_mib_s: s.speed_mib_s,
-            shared: s.shared,
-            enabled: true,
-            full: false,
-            volumes,
-        }
-    }
-
     pub fn used(&self) -> u64 {
         if self.full {
             return self.total;

@@ -10,3 +10,4 @@ pub mod model;
 pub mod routes;
 pub mod store;
 pub mod upid;
+pub mod verbs;

@@ -276,6 +276,19 @@ impl TaskPlan {
     pub fn line(&mut self, offset: f64, l: impl Into<String>) {
         self.timeline.push((offset, Chunk::Line(l.into())));
     }
+
+    /// A transfer of `total` bytes from `offset` for `secs` seconds, logged in `style`.
+    pub fn transfer(&mut self, offset: f64, secs: f64, total: u64, style: TransferStyle) {
+        let until = offset + secs;
+        self.timeline.push((
+            offset,
+            Chunk::Transfer {
+                total,
+                until,
+                style,
+            },
+        ));
+    }
 }
 
 impl Site {

@@ -2,9 +2,8 @@
 
 use serde_json::{Value, json};
 
-use crate::router::{Ctx, Route, route};
+use crate::route::{Ctx, Route, route};
 use crate::tasks::model::Task;
-use crate::tasks::upid::Upid;
 use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
@@ -18,25 +17,8 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
-/// Find a task of the node; PVE answers 400 on unparsable or unknown UPIDs.
 fn find<'a>(c: &'a Ctx) -> Result<&'a Task, PveError> {
-    let upid = c.p.req_str("upid")?;
-    let node = c.node()?;
-    let parsed = Upid::decode(&upid)
-        .ok_or_else(|| PveError::param("upid", "unable to parse worker upid"))?;
-    if parsed.node != node {
-        return Err(PveError::param("upid", "no such task"));
-    }
-    let t = c
-        .site
-        .task(&upid)
-        .ok_or_else(|| PveError::param("upid", "no such task"))?;
-    let own =
-        t.user == c.who.task_user() || t.user.split('!').next() == Some(c.who.userid.as_str());
-    if !own {
-        c.require(&format!("/nodes/{node}"), "Sys.Audit")?;
-    }
-    Ok(t)
+    c.site.task_of_request(&c.req)
 }
 
 fn index(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -50,9 +32,9 @@ fn status(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn log(c: &mut Ctx) -> Result<Reply, PveError> {
     let t = find(c)?;
-    let lines = t.log_lines(c.now);
-    let start = c.p.int("start").unwrap_or(0).max(0) as usize;
-    let limit = c.p.int("limit").unwrap_or(50).max(0) as usize;
+    let lines = t.log_lines(c.req.now);
+    let start = c.req.p.int("start").unwrap_or(0).max(0) as usize;
+    let limit = c.req.p.int("limit").unwrap_or(50).max(0) as usize;
     let total = lines.len();
     let mut out: Vec<Value> = lines
         .iter()
@@ -68,17 +50,7 @@ fn log(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn stop(c: &mut Ctx) -> Result<Reply, PveError> {
-    let upid = find(c)?.upid.clone();
-    let node = c.node()?;
-    c.require(&format!("/nodes/{node}"), "Sys.Modify")
-        .or_else(|e| {
-            let own = c
-                .site
-                .task(&upid)
-                .is_some_and(|t| t.user == c.who.task_user());
-            if own { Ok(()) } else { Err(e) }
-        })?;
-    c.site.kill_task(&upid, c.now);
+    c.site.stop_task(&c.req)?;
     Ok(Reply::null())
 }
 
@@ -87,21 +59,21 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
     let audit = c
         .site
         .access
-        .has(&c.who, &format!("/nodes/{node}"), "Sys.Audit");
-    let vmid = c.p.int("vmid");
-    let typefilter = c.p.str("typefilter");
-    let userfilter = c.p.str("userfilter");
-    let errors = c.p.flag("errors");
-    let source = c.p.str("source").unwrap_or_else(|| "archive".into());
-    let since = c.p.int("since");
-    let until = c.p.int("until");
-    let statusfilter: Option<Vec<String>> = c.p.str("statusfilter").map(|s| {
+        .has(&c.req.who, &format!("/nodes/{node}"), "Sys.Audit");
+    let vmid = c.req.p.int("vmid");
+    let typefilter = c.req.p.str("typefilter");
+    let userfilter = c.req.p.str("userfilter");
+    let errors = c.req.p.flag("errors");
+    let source = c.req.p.str("source").unwrap_or_else(|| "archive".into());
+    let since = c.req.p.int("since");
+    let until = c.req.p.int("until");
+    let statusfilter: Option<Vec<String>> = c.req.p.str("statusfilter").map(|s| {
         s.split([',', ';', ' '])
             .filter(|x| !x.is_empty())
             .map(str::to_string)
             .collect()
     });
-    let me = c.who.task_user();
+    let me = c.req.who.task_user();
     let mut tasks: Vec<&Task> = c
         .site
         .tasks
@@ -137,8 +109,8 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
         .collect();
     tasks.sort_by(|a, b| b.start.total_cmp(&a.start));
     let total = tasks.len();
-    let start = c.p.int("start").unwrap_or(0).max(0) as usize;
-    let limit = c.p.int("limit").unwrap_or(50).max(0) as usize;
+    let start = c.req.p.int("start").unwrap_or(0).max(0) as usize;
+    let limit = c.req.p.int("limit").unwrap_or(50).max(0) as usize;
     let data: Vec<Value> = tasks
         .iter()
         .skip(start)
@@ -149,7 +121,7 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn cluster_tasks(c: &mut Ctx) -> Result<Reply, PveError> {
-    let me = c.who.task_user();
+    let me = c.req.who.task_user();
     let mut tasks: Vec<&Task> = c
         .site
         .tasks
@@ -158,7 +130,7 @@ fn cluster_tasks(c: &mut Ctx) -> Result<Reply, PveError> {
             t.user == me
                 || c.site
                     .access
-                    .has(&c.who, &format!("/nodes/{}", t.node), "Sys.Audit")
+                    .has(&c.req.who, &format!("/nodes/{}", t.node), "Sys.Audit")
         })
         .collect();
     tasks.sort_by(|a, b| b.start.total_cmp(&a.start));

@@ -65,6 +65,19 @@ impl Reply {
     pub fn null() -> Self {
         Reply::data(Value::Null)
     }
+    /// An index route's listing: `[{key: name}, …]` (`subdir` or `name`, as PVE's index
+    /// handlers use one or the other).
+    pub fn index(key: &str, names: &[&str]) -> Self {
+        let list = names
+            .iter()
+            .map(|n| {
+                let mut m = serde_json::Map::new();
+                m.insert(key.to_string(), Value::from(*n));
+                Value::Object(m)
+            })
+            .collect();
+        Reply::data(Value::Array(list))
+    }
     pub fn with(mut self, key: &str, v: Value) -> Self {
         self.extra.push((key.to_string(), v));
         self
@@ -279,6 +292,17 @@ fn json_error(msg: &str) -> PveError {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn index_replies_list_one_key_per_entry() {
+        let Data::Value(v) = Reply::index("subdir", &["config", "status"]).data else {
+            panic!("an index reply is a JSON tree");
+        };
+        assert_eq!(
+            v,
+            serde_json::json!([{"subdir": "config"}, {"subdir": "status"}])
+        );
+    }
 
     fn text(m: &BTreeMap<String, RawParam>, k: &str) -> String {
         match m.get(k) {

@@ -133,3 +133,92 @@ async fn privileges_follow_acls_and_privsep() {
         "Permission check failed (/vms/100, VM.PowerMgmt)\n"
     );
 }
+
+#[tokio::test]
+async fn api_tokens_are_created_used_changed_and_deleted() {
+    let f = start().await;
+    let root = f.api("site-1").login("root@pam", "harness").await;
+    let path = "/access/users/root@pam/token/ci";
+    let r = root
+        .post(path, &[("privsep", "0"), ("comment", "deploys")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.data()["full-tokenid"], "root@pam!ci");
+    assert_eq!(r.data()["info"]["privsep"], 0);
+    assert_eq!(r.data()["info"]["comment"], "deploys");
+    let secret = r.data()["value"].as_str().unwrap().to_string();
+    assert!(!secret.is_empty());
+    let again = root.post(path, &[]).await;
+    assert_eq!(
+        (again.status, again.message()),
+        (500, "Token already exists.\n")
+    );
+
+    let list = root.get("/access/users/root@pam/token").await;
+    let names: Vec<&str> = list
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["tokenid"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"ci") && names.contains(&"harness"),
+        "{names:?}"
+    );
+
+    // The new token authenticates.
+    let auth = format!("PVEAPIToken=root@pam!ci={secret}");
+    let as_token = root.with_headers(&[("Authorization", auth.as_str())]);
+    assert_eq!(as_token.get("/version").await.status, 200);
+
+    let r = root.send("PUT", path, &[("expire", "4102444800")]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.data()["expire"], 4102444800u64);
+    assert_eq!(root.get(path).await.data()["comment"], "deploys");
+
+    assert_eq!(root.send("DELETE", path, &[]).await.status, 200);
+    let gone = root.get(path).await;
+    assert_eq!(
+        (gone.status, gone.message()),
+        (500, "no such token 'ci' for user 'root@pam'\n")
+    );
+    assert_eq!(as_token.get("/version").await.status, 401);
+    let r = root.send("DELETE", path, &[]).await;
+    assert_eq!(
+        (r.status, r.message()),
+        (500, "no such token for user 'root@pam'\n")
+    );
+    let r = root.post("/access/users/nobody@pve/token/ci", &[]).await;
+    assert_eq!(
+        (r.status, r.message()),
+        (500, "no such user ('nobody@pve')\n")
+    );
+}
+
+#[tokio::test]
+async fn permissions_list_the_callers_privileges_by_path() {
+    let f = start().await;
+    let api = f.api("site-1");
+    let r = api
+        .send("GET", "/access/permissions", &[("path", "/vms")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.data()["/vms"]["VM.PowerMgmt"], 1);
+    assert_eq!(r.data().as_object().map(|m| m.len()), Some(1));
+    // Ticket verify mode: privileges checked, no ticket handed out.
+    let r = api
+        .with_headers(&[])
+        .post(
+            "/access/ticket",
+            &[
+                ("username", "root@pam"),
+                ("password", "harness"),
+                ("path", "/vms"),
+                ("privs", "VM.Audit,VM.PowerMgmt"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.data(), &serde_json::json!({"username": "root@pam"}));
+}

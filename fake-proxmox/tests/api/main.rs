@@ -8,6 +8,7 @@ mod agent;
 mod auth;
 mod cloudinit;
 mod control;
+mod exec;
 mod move_disk;
 mod pending;
 mod snapshot;

@@ -1,0 +1,230 @@
+//! The execution seam: everything that *runs* a VM, apart from the PVE rules that decide
+//! whether it may run.
+//!
+//! The qemu model decides (privileges, locks, pending changes, task plans, the errors PVE
+//! gives) and then hands each effect on a guest to an [`Executor`]: QEMU starting, stopping,
+//! shutting down, rebooting, resetting, pausing and resuming; disk data being copied into a
+//! new volume or a RAM state being written; the guest agent answering. The executor records
+//! the run state it produces on the [`Vm`] (`power`, `pid`, `started_at`, `agent_ready_at`),
+//! which is what every route reads.
+//!
+//! Today's only implementation is [`Simulated`]: no process, figures from the site's seeded
+//! random source and its boot delay, agent answers made up from the config. A lab-backed
+//! executor (real QEMU guests) implements the same trait and is handed to
+//! `FakeProxmox::builder().executor(…)`; the PVE rules do not change.
+//!
+//! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`) and agent `exec`
+//! / file commands, because no route serves them (they answer 501).
+
+mod guest;
+mod simulated;
+
+use std::fmt;
+
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+
+use crate::nodes::model::Node;
+use crate::qemu::model::Vm;
+
+pub use simulated::Simulated;
+
+/// What the site lends an executor for one effect.
+pub struct Host<'a> {
+    /// The site's seeded random source: a simulated run draws its figures (a QEMU pid) from
+    /// it, so a scenario replays the same way.
+    pub rng: &'a mut ChaCha8Rng,
+    /// How long a simulated guest takes to boot until its agent answers.
+    pub boot_delay_secs: f64,
+    /// The site's clock.
+    pub now: f64,
+}
+
+/// A guest agent command the API forwards (`GET|POST …/agent/{command}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentCommand {
+    Ping,
+    Info,
+    NetworkGetInterfaces,
+    GetHostName,
+    GetOsinfo,
+    GetTime,
+    GetTimezone,
+    GetUsers,
+    GetVcpus,
+    GetFsinfo,
+    GetMemoryBlocks,
+    GetMemoryBlockInfo,
+}
+
+/// One agent call: the VM (config and leases) and the node it runs on (its bridges).
+pub struct AgentCall<'a> {
+    pub vm: &'a Vm,
+    pub node: Option<&'a Node>,
+    pub command: AgentCommand,
+    pub now: f64,
+}
+
+/// A volume on a node's storage: (storage id, volume name).
+pub type VolumeRef<'a> = (&'a str, &'a str);
+
+/// Runs VMs. Every method is called after the qemu model has decided that the effect
+/// happens; an `Err` is the task's exit status, as QEMU or the tool would report it.
+pub trait Executor: Send + Sync + fmt::Debug {
+    /// QEMU starts `vm` (its config already has the pending changes applied).
+    fn start(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// QEMU starts from a saved RAM state (rollback to a snapshot with `vmstate`): the
+    /// guest carries on where it was, its agent answering at once.
+    fn start_from_state(
+        &self,
+        vm: &mut Vm,
+        vmstate: &str,
+        host: &mut Host<'_>,
+    ) -> Result<(), String>;
+    /// QEMU is killed (`qm stop`, or a rollback stopping the VM first).
+    fn stop(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// The guest powers off (ACPI or the agent) and QEMU exits.
+    fn shutdown(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// The guest shuts down and QEMU is started again (qmeventd's part of a reboot).
+    fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// The guest restarts inside the same QEMU process.
+    fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// QEMU pauses the guest.
+    fn suspend(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// QEMU continues a paused guest.
+    fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
+    /// Copy a volume's data into a freshly allocated one (`import-from`, clone, move_disk):
+    /// the bytes written, of the `used` bytes the source holds.
+    fn copy_disk(&self, from: VolumeRef<'_>, to: VolumeRef<'_>, used: u64) -> Result<u64, String>;
+    /// Write a running VM's RAM state of `size` bytes into `volid` (a snapshot with
+    /// `vmstate`): the bytes written.
+    fn save_state(&self, vm: &Vm, volid: &str, size: u64) -> Result<u64, String>;
+    /// Whether the guest agent answers now.
+    fn agent_ready(&self, vm: &Vm, now: f64) -> bool;
+    /// The `result` of a guest agent command, asked once the model has found the agent
+    /// configured and answering.
+    fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::access::model::Identity;
+    use crate::qemu::model::Power;
+    use crate::scenario::Scenario;
+    use crate::tasks::model::Work;
+    use crate::world::Site;
+
+    /// A second executor: records what the PVE rules asked of it, runs it as `Simulated`.
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<&'static str>>);
+
+    impl Recorder {
+        fn note(&self, what: &'static str) {
+            if let Ok(mut v) = self.0.lock() {
+                v.push(what);
+            }
+        }
+        fn seen(&self) -> Vec<&'static str> {
+            self.0.lock().map(|v| v.clone()).unwrap_or_default()
+        }
+    }
+
+    impl Executor for Recorder {
+        fn start(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("start");
+            Simulated.start(vm, host)
+        }
+        fn start_from_state(
+            &self,
+            vm: &mut Vm,
+            s: &str,
+            host: &mut Host<'_>,
+        ) -> Result<(), String> {
+            self.note("start_from_state");
+            Simulated.start_from_state(vm, s, host)
+        }
+        fn stop(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("stop");
+            Simulated.stop(vm, host)
+        }
+        fn shutdown(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("shutdown");
+            Simulated.shutdown(vm, host)
+        }
+        fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("reboot");
+            Simulated.reboot(vm, host)
+        }
+        fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("reset");
+            Simulated.reset(vm, host)
+        }
+        fn suspend(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("suspend");
+            Simulated.suspend(vm, host)
+        }
+        fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
+            self.note("resume");
+            Simulated.resume(vm, host)
+        }
+        fn copy_disk(&self, f: VolumeRef<'_>, t: VolumeRef<'_>, used: u64) -> Result<u64, String> {
+            self.note("copy_disk");
+            Simulated.copy_disk(f, t, used)
+        }
+        fn save_state(&self, vm: &Vm, volid: &str, size: u64) -> Result<u64, String> {
+            self.note("save_state");
+            Simulated.save_state(vm, volid, size)
+        }
+        fn agent_ready(&self, vm: &Vm, now: f64) -> bool {
+            Simulated.agent_ready(vm, now)
+        }
+        fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+            self.note("agent");
+            Simulated.agent(call)
+        }
+    }
+
+    #[test]
+    fn every_power_effect_and_agent_answer_goes_through_the_sites_executor() {
+        let spec = &Scenario::embedded_default().sites[0];
+        let node = spec.nodes[0].name.clone();
+        let mut site = Site::from_spec(spec, 1, 0.0);
+        let recorder = Arc::new(Recorder::default());
+        site.exec = recorder.clone();
+        let config = [("agent", "1"), ("memory", "512")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        site.vms.insert(100, Vm::stopped(100, &node, config, None));
+
+        site.spawn_start(&node, 100, "root@pam", 0.0);
+        site.tick(10.0);
+        assert_eq!(site.vms[&100].power, Power::Running);
+        let root = Identity {
+            userid: "root@pam".into(),
+            tokenid: None,
+        };
+        let boot = site.boot_delay_secs;
+        let ping = site.agent_call(&node, 100, &root, AgentCommand::Ping, boot + 1.0);
+        assert!(ping.is_ok(), "{ping:?}");
+        for work in [
+            Work::Suspend { vmid: 100 },
+            Work::Resume { vmid: 100 },
+            Work::Reset { vmid: 100 },
+            Work::Reboot { vmid: 100 },
+            Work::Shutdown { vmid: 100 },
+        ] {
+            assert!(site.finish_power(&work, boot + 2.0).is_ok());
+        }
+        assert_eq!(site.vms[&100].power, Power::Stopped);
+        assert_eq!(
+            recorder.seen(),
+            [
+                "start", "agent", "suspend", "resume", "reset", "reboot", "shutdown"
+            ]
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! Nodes as the world holds them: hardware, bridges, storages, armed task failures, and the
+//! synthetic load figures derived from the VMs that run on them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+
+use serde::Serialize;
+
+use crate::qemu::model::{Power, Vm};
+use crate::storage::model::Storage;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Bridge {
+    pub name: String,
+    pub cidr: Option<String>,
+    pub gateway: Option<String>,
+    pub ports: Option<String>,
+    pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
+}
+
+impl Bridge {
+    pub fn prefix_len(&self) -> u8 {
+        self.cidr
+            .as_deref()
+            .and_then(|c| c.split_once('/'))
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(24)
+    }
+}
+
+/// A task failure armed by the control plane for the next task of a type on a node.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArmedFailure {
+    pub task_type: String,
+    pub exitstatus: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    pub name: String,
+    pub ip: String,
+    pub online: bool,
+    pub cpu_model: String,
+    pub sockets: u32,
+    pub cores: u32,
+    pub threads: u32,
+    pub memory: u64,
+    pub booted_at: f64,
+    pub bridges: Vec<Bridge>,
+    pub storages: BTreeMap<String, Storage>,
+    pub armed_failures: Vec<ArmedFailure>,
+}
+
+impl Node {
+    pub fn bridge(&self, name: &str) -> Option<&Bridge> {
+        self.bridges.iter().find(|b| b.name == name)
+    }
+
+    /// The physical ports the bridges are built on (`bridge_ports`), each once.
+    pub fn ports(&self) -> BTreeSet<&str> {
+        self.bridges
+            .iter()
+            .filter_map(|b| b.ports.as_deref())
+            .flat_map(str::split_whitespace)
+            .collect()
+    }
+
+    /// Memory used on the node: the host itself plus its running VMs.
+    pub fn mem_used<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> u64 {
+        let share: u64 = vms
+            .into_iter()
+            .filter(|v| v.node == self.name && v.power != Power::Stopped)
+            .map(|v| v.memory_bytes() / 3)
+            .sum();
+        self.mem_used_with(share)
+    }
+
+    /// Node memory used given the sum of its running VMs' share (`memory / 3` each).
+    pub fn mem_used_with(&self, vms: u64) -> u64 {
+        (self.memory / 20).saturating_add(vms).min(self.memory)
+    }
+
+    /// CPU load from the VMs running on the node.
+    pub fn cpu<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> f64 {
+        let running = vms
+            .into_iter()
+            .filter(|v| v.node == self.name && v.power == Power::Running)
+            .count();
+        cpu_with(running)
+    }
+}
+
+/// Node CPU load given how many of its VMs are running.
+pub fn cpu_with(running: usize) -> f64 {
+    ((0.01 + running as f64 * 0.004) * 1000.0).round() / 1000.0
+}
+
+/// Per node: how many of its VMs run, and their memory share (`memory / 3` each) — one
+/// pass over the VMs for every node, not one pass per node.
+pub fn node_loads<'a>(vms: impl IntoIterator<Item = &'a Vm>) -> HashMap<&'a str, (usize, u64)> {
+    let mut load: HashMap<&str, (usize, u64)> = HashMap::new();
+    for vm in vms {
+        let e = load.entry(vm.node.as_str()).or_default();
+        if vm.power == Power::Running {
+            e.0 += 1;
+        }
+        if vm.power != Power::Stopped {
+            e.1 = e.1.saturating_add(vm.memory_bytes() / 3);
+        }
+    }
+    load
+}

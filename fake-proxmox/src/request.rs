@@ -1,0 +1,34 @@
+//! The request as the models see it: who asks, how they authenticated, the validated
+//! parameters, and the site's clock. Routes hand it to a model verb whole.
+
+use crate::access::model::Identity;
+use crate::wire::{Params, PveError};
+
+pub struct Request {
+    pub who: Identity,
+    /// Authenticated with a ticket (not an API token): some PVE rules allow more then.
+    pub via_ticket: bool,
+    /// Path captures and form/query parameters, checked against the schema.
+    pub p: Params,
+    pub now: f64,
+}
+
+impl Request {
+    pub fn node(&self) -> Result<String, PveError> {
+        self.p.req_str("node")
+    }
+
+    pub fn vmid(&self) -> Result<u32, PveError> {
+        self.p.vmid()
+    }
+
+    /// The user a task started by this request runs as (`user@realm!token`).
+    pub fn task_user(&self) -> String {
+        self.who.task_user()
+    }
+
+    /// `root@pam` itself, logged in with a ticket (PVE's test for root-only options).
+    pub fn is_root_ticket(&self) -> bool {
+        self.who.userid == "root@pam" && self.who.tokenid.is_none() && self.via_ticket
+    }
+}

@@ -1,0 +1,187 @@
+//! The world as a scenario describes it: sites, their nodes, bridges, storages with their
+//! volumes, users, tokens and ACLs. The models know nothing of the scenario's types.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{Site, World};
+use crate::access::model::{Access, Acl, Token, User};
+use crate::exec::{Executor, Simulated};
+use crate::nodes::model::{Bridge, Node};
+use crate::scenario::{BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
+use crate::storage::model::{Storage, Volume};
+use crate::storage::volid::parse_volname;
+use crate::storage::volumes::Volumes;
+use crate::tasks::store::TaskStore;
+
+impl World {
+    /// Every site of the scenario, its VMs run by `exec`; each site's random source is
+    /// seeded from the scenario's seed and the site's place in it, so a scenario replays
+    /// the same way.
+    pub fn from_scenario(scenario: &Scenario, now: f64, exec: Arc<dyn Executor>) -> World {
+        let sites = scenario
+            .sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Site {
+                exec: exec.clone(),
+                ..Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now)
+            })
+            .collect();
+        World {
+            scenario: scenario.clone(),
+            sites,
+            exec,
+        }
+    }
+
+    /// The same world's scenario again, from scratch, with the same executor.
+    pub fn rebuilt(&self, scenario: &Scenario, now: f64) -> World {
+        World::from_scenario(scenario, now, self.exec.clone())
+    }
+}
+
+impl Site {
+    /// A site as its spec describes it, with no VMs or tasks yet, run by the simulated
+    /// executor.
+    pub fn from_spec(spec: &SiteSpec, seed: u64, now: f64) -> Site {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let key: [u8; 32] = rng.random();
+        let nodes = spec
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), node_from_spec(n, &mut rng, now)))
+            .collect();
+        Site {
+            name: spec.name.clone(),
+            version: spec.version,
+            cluster_name: spec.cluster_name.clone(),
+            boot_delay_secs: spec.boot_delay_secs,
+            download_mib_s: spec.download_mib_s,
+            remote_files: spec.remote_files.clone(),
+            access: access_from_spec(spec, key),
+            nodes,
+            vms: BTreeMap::new(),
+            tasks: TaskStore::default(),
+            rng,
+            exec: Arc::new(Simulated),
+        }
+    }
+}
+
+/// Users, tokens and ACLs as the site spec lists them; `key` signs tickets.
+pub fn access_from_spec(spec: &SiteSpec, key: [u8; 32]) -> Access {
+    let mut access = Access::new(key);
+    access.users = spec
+        .users
+        .iter()
+        .map(|u| {
+            let user = User {
+                userid: u.userid.clone(),
+                password: u.password.clone(),
+                enable: u.enable,
+            };
+            (u.userid.clone(), user)
+        })
+        .collect();
+    access.tokens = spec
+        .tokens
+        .iter()
+        .map(|t| {
+            let token = Token {
+                tokenid: t.tokenid.clone(),
+                secret: t.secret.clone(),
+                privsep: t.privsep,
+                comment: None,
+                expire: 0,
+            };
+            (t.tokenid.clone(), token)
+        })
+        .collect();
+    access.acls = spec
+        .acls
+        .iter()
+        .map(|a| Acl {
+            path: a.path.clone(),
+            ugid: a.ugid.clone(),
+            role: a.role.clone(),
+            propagate: a.propagate,
+        })
+        .collect();
+    access
+}
+
+/// A storage with the volumes the scenario places on it (unparsable names are left out).
+fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
+    let mut volumes = Volumes::default();
+    for v in &s.volumes {
+        if let Some((vtype, vmid, format)) = parse_volname(s.kind, &v.volname) {
+            volumes.insert(
+                v.volname.clone(),
+                Volume {
+                    volname: v.volname.clone(),
+                    vtype,
+                    format,
+                    size: v.size_bytes,
+                    used: v.used_bytes.unwrap_or(v.size_bytes),
+                    vmid,
+                    ctime: now,
+                },
+            );
+        }
+    }
+    Storage {
+        name: s.name.clone(),
+        kind: s.kind,
+        path: s.path.clone().or_else(|| {
+            s.kind
+                .is_file_based()
+                .then(|| format!("/mnt/pve/{}", s.name))
+        }),
+        content: s.content.iter().copied().collect(),
+        total: s.total_bytes,
+        speed_mib_s: s.speed_mib_s,
+        shared: s.shared,
+        enabled: true,
+        full: false,
+        volumes,
+    }
+}
+
+/// A node as the scenario describes it, up for a few days (deterministic per `rng`).
+fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
+    Node {
+        name: n.name.clone(),
+        ip: n.ip.clone(),
+        online: n.online,
+        cpu_model: n.cpu_model.clone(),
+        sockets: n.sockets,
+        cores: n.cores,
+        threads: n.threads,
+        memory: n.memory_bytes,
+        booted_at: now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32)),
+        bridges: n.bridges.iter().map(bridge_from_spec).collect(),
+        storages: n
+            .storages
+            .iter()
+            .map(|s| (s.name.clone(), storage_from_spec(s, now as u64)))
+            .collect(),
+        armed_failures: Vec::new(),
+    }
+}
+
+fn bridge_from_spec(b: &BridgeSpec) -> Bridge {
+    Bridge {
+        name: b.name.clone(),
+        cidr: b.cidr.clone(),
+        gateway: b.gateway.clone(),
+        ports: b.ports.clone(),
+        dhcp: match (&b.dhcp_start, &b.dhcp_end) {
+            (Some(a), Some(z)) => a.parse().ok().zip(z.parse().ok()),
+            _ => None,
+        },
+    }
+}

@@ -1,0 +1,130 @@
+//! The simulated world: one cluster per site, each with nodes, storages, VMs and tasks.
+//! Every mutation happens under one lock, so concurrent requests see a consistent state.
+//! The world builds itself from a scenario (`build`).
+
+pub mod build;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::access::model::{Access, Identity};
+use crate::exec::{Executor, Host};
+use crate::nodes::model::Node;
+use crate::qemu::model::Vm;
+use crate::scenario::{RemoteFileSpec, Scenario};
+use crate::tasks::store::TaskStore;
+use crate::version::PveVersion;
+use crate::wire::PveError;
+
+#[derive(Clone, Debug)]
+pub struct World {
+    pub scenario: Scenario,
+    pub sites: Vec<Site>,
+    /// What runs every site's VMs; kept when the world is rebuilt (reset, new scenario).
+    pub exec: Arc<dyn Executor>,
+}
+
+impl World {
+    pub fn site(&self, name: &str) -> Option<&Site> {
+        self.sites.iter().find(|s| s.name == name)
+    }
+
+    pub fn site_mut(&mut self, name: &str) -> Option<&mut Site> {
+        self.sites.iter_mut().find(|s| s.name == name)
+    }
+
+    /// The site that has a node of this name (node names are unique over all sites).
+    pub fn site_of_node_mut(&mut self, node: &str) -> Option<&mut Site> {
+        self.sites.iter_mut().find(|s| s.nodes.contains_key(node))
+    }
+
+    pub fn tick(&mut self, now: f64) {
+        for s in &mut self.sites {
+            s.tick(now);
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub name: String,
+    pub version: PveVersion,
+    pub cluster_name: Option<String>,
+    pub boot_delay_secs: f64,
+    pub download_mib_s: f64,
+    pub remote_files: Vec<RemoteFileSpec>,
+    pub access: Access,
+    pub nodes: BTreeMap<String, Node>,
+    pub vms: BTreeMap<u32, Vm>,
+    pub tasks: TaskStore,
+    pub rng: ChaCha8Rng,
+    /// What runs the VMs (see `exec`): the qemu model decides, this carries it out.
+    pub exec: Arc<dyn Executor>,
+}
+
+impl Site {
+    /// Finish every task whose time has come, in order of completion.
+    pub fn tick(&mut self, now: f64) {
+        while let Some(seq) = self.tasks.first_due(now) {
+            self.complete_task(seq);
+        }
+    }
+
+    /// Carry out an effect on VM `vmid` through the executor (see `exec`); `Err` is the
+    /// task's exit status.
+    pub fn run_vm(
+        &mut self,
+        vmid: u32,
+        now: f64,
+        effect: impl FnOnce(&dyn Executor, &mut Vm, &mut Host<'_>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let Some(vm) = self.vms.get_mut(&vmid) else {
+            return Err(format!("VM {vmid} does not exist"));
+        };
+        let mut host = Host {
+            rng: &mut self.rng,
+            boot_delay_secs: self.boot_delay_secs,
+            now,
+        };
+        effect(self.exec.as_ref(), vm, &mut host)
+    }
+
+    /// A random MAC with Proxmox's OUI `BC:24:11`.
+    pub fn random_mac(&mut self) -> String {
+        let b: [u8; 3] = self.rng.random();
+        format!("BC:24:11:{:02X}:{:02X}:{:02X}", b[0], b[1], b[2])
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    /// PVE's `check_perm`: the privilege on the path, or 403 naming both.
+    pub fn require(&self, who: &Identity, path: &str, privilege: &str) -> Result<(), PveError> {
+        if self.access.has(who, path, privilege) {
+            Ok(())
+        } else {
+            Err(PveError::perm(Some(format!("{path}, {privilege}"))))
+        }
+    }
+
+    /// At least one of the privileges (PVE's `any` rule; the error joins them with `|`).
+    pub fn require_any(&self, who: &Identity, path: &str, privs: &[&str]) -> Result<(), PveError> {
+        if privs.iter().any(|p| self.access.has(who, path, p)) {
+            Ok(())
+        } else {
+            Err(PveError::perm(Some(format!("{path}, {}", privs.join("|")))))
+        }
+    }
+
+    /// The VM `vmid` if its config is on `node` (PVE's 500 otherwise).
+    pub fn vm_on(&self, node: &str, vmid: u32) -> Result<&Vm, PveError> {
+        self.vms
+            .get(&vmid)
+            .filter(|v| v.node == node)
+            .ok_or_else(|| PveError::no_vm_config(node, vmid))
+    }
+}
