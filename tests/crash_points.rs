@@ -77,13 +77,17 @@ async fn main() {
             .into_iter()
             .filter(|p| p.method == "POST" && p.pattern.ends_with("/qemu"))
             .collect();
-        assert!(!creates.is_empty(), "the rollout sends a create call");
+        let filtered = std::env::var("HARNESS_CRASH_POINT").is_ok();
+        assert!(
+            !creates.is_empty() || filtered,
+            "the rollout sends a create call"
+        );
         let report = ex.explore_all(creates).await.expect("exploring the mutant");
         println!(
             "mutant that ignores the recorded VMID:\n{}",
             report.render()
         );
-        if report.failed().is_empty() {
+        if report.failed().is_empty() && !filtered {
             eprintln!("the exploration did not catch the mutant that ignores the recorded VMID");
             failed = true;
         }

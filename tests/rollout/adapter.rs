@@ -464,14 +464,18 @@ impl External {
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                // A killed scenario (dropped future) must kill the deployer too.
+                // A killed scenario (dropped future) must kill the deployer too — and what
+                // `sh` started: the command gets a process group of its own, killed whole.
+                .process_group(0)
                 .kill_on_drop(true)
                 .spawn()
                 .with_context(|| format!("starting `{command}`"))?;
+            let mut group = KillGroupOnDrop(child.id());
             let out = child
                 .wait_with_output()
                 .await
                 .with_context(|| format!("running `{command}`"))?;
+            group.0 = None;
             let stderr = String::from_utf8_lossy(&out.stderr);
             let tail: String = stderr
                 .lines()
@@ -493,6 +497,22 @@ impl External {
                     out.status.code()
                 )
             })
+        }
+    }
+}
+
+/// SIGKILLs the process group of an external deployer that is still running when its run is
+/// dropped (a "kill" step). Killing only `sh` would leave the deployer it started running on as
+/// an orphan, racing the resumed run for the cluster and the state file.
+struct KillGroupOnDrop(Option<u32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
