@@ -2,7 +2,7 @@
 //! bar per step, coloured by outcome, with a legend and a time axis.
 //!
 //! [`render`] is a pure function of the neutral [`Timeline`] model; [`Recorder`] builds that model
-//! from the built-in deployer's progress callbacks and its [`crate::deploy::RolloutResult`].
+//! from the built-in deployer's progress callbacks and its [`crate::deployer::deploy::RolloutResult`].
 
 mod model;
 mod recorder;

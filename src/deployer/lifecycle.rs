@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::deploy::{DeployError, Deployer, Outcome, RolloutResult, to_outcome};
-use crate::errors::StepError;
-use crate::manifest::ManifestSet;
-use crate::site::SiteCtx;
-use crate::state::{Condition, Stage, VmRecord, key};
-use crate::validate::validate;
+use crate::deployer::deploy::{DeployError, Deployer, Outcome, RolloutResult, to_outcome};
+use crate::deployer::errors::StepError;
+use crate::deployer::manifest::ManifestSet;
+use crate::deployer::site::SiteCtx;
+use crate::deployer::state::{Condition, Stage, VmRecord, key};
+use crate::deployer::validate::validate;
 
 impl Deployer {
     async fn sites_for(
@@ -205,7 +205,9 @@ async fn destroy_one(
 ) -> Result<(), StepError> {
     let c = &site.client;
     let wait = d.task_wait();
-    let err = |e: &crate::pve::PveError| crate::errors::classify(&site.name, node, None, e);
+    let err = |e: &crate::deployer::pve::PveError| {
+        crate::deployer::errors::classify(&site.name, node, None, e)
+    };
     let cur = match c.vm_current(node, vmid).await {
         Ok(cur) => cur,
         Err(e) if e.text().contains("does not exist") => return Ok(()),

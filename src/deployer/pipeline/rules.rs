@@ -1,11 +1,11 @@
 //! The pure rules of the pipeline: storage checks, the create call's parameters, and which create
 //! refusals mean "cannot import" — kept apart so they are tested without a server.
 
-use crate::errors::StepError;
-use crate::image::StorageView;
-use crate::pve::PveError;
-use crate::pve::api::StorageInfo;
-use crate::validate::VmPlan;
+use crate::deployer::errors::StepError;
+use crate::deployer::image::StorageView;
+use crate::deployer::pve::PveError;
+use crate::deployer::pve::api::StorageInfo;
+use crate::deployer::validate::VmPlan;
 
 /// Storage checks that no wait can fix.
 pub fn check_vm_storage(node: &str, s: &StorageInfo) -> Result<(), StepError> {
@@ -129,7 +129,7 @@ pub fn create_refused(node: &str, plan: &VmPlan, e: &PveError) -> Option<StepErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::ImageSpec;
+    use crate::deployer::validate::ImageSpec;
 
     fn plan() -> VmPlan {
         VmPlan {

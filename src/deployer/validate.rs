@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::manifest::ForProvider;
+use crate::deployer::manifest::ForProvider;
 
 pub const MIN_MEMORY_MIB: u64 = 128;
 pub const MAX_MEMORY_MIB: u64 = 2 * 1024 * 1024;

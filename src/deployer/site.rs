@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use crate::config::Site;
-use crate::errors::{StepError, classify};
-use crate::pve::api::Version;
-use crate::pve::{ClientOptions, Credentials, PveClient};
+use crate::deployer::config::Site;
+use crate::deployer::errors::{StepError, classify};
+use crate::deployer::pve::api::Version;
+use crate::deployer::pve::{ClientOptions, Credentials, PveClient};
 
 pub struct SiteCtx {
     pub name: String,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::model::{Entry, StepOutcome, Timeline};
-use crate::deploy::{DeployOptions, Outcome, RolloutResult};
+use crate::deployer::deploy::{DeployOptions, Outcome, RolloutResult};
 
 /// Step name the deployer may announce while it waits out a retry delay.
 pub const BACKOFF_STEP: &str = "backoff";

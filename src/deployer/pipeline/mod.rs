@@ -4,14 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::errors::{StepError, classify};
-use crate::image::{self, StorageView};
-use crate::pve::api::{ClusterResource, StorageInfo, disk_size_mib};
-use crate::pve::tasks::TaskWait;
-use crate::pve::{PveClient, PveError};
-use crate::site::SiteCtx;
-use crate::state::{Condition, Stage, StateStore, VmRecord};
-use crate::validate::VmPlan;
+use crate::deployer::errors::{StepError, classify};
+use crate::deployer::image::{self, StorageView};
+use crate::deployer::pve::api::{ClusterResource, StorageInfo, disk_size_mib};
+use crate::deployer::pve::tasks::TaskWait;
+use crate::deployer::pve::{PveClient, PveError};
+use crate::deployer::site::SiteCtx;
+use crate::deployer::state::{Condition, Stage, StateStore, VmRecord};
+use crate::deployer::validate::VmPlan;
 
 mod rules;
 pub use rules::{check_free_space, check_vm_storage, create_params};

@@ -11,15 +11,15 @@ use futures::future::join_all;
 use serde::Serialize;
 use tokio::sync::{Semaphore, watch};
 
-use crate::config::Provider;
-use crate::errors::StepError;
-use crate::manifest::{ManifestSet, Unreadable};
-use crate::order::order;
-use crate::pipeline::{Pipeline, PipelineOptions, StepSink, VmJob};
-use crate::retry::Backoff;
-use crate::site::{SiteCtx, connect};
-use crate::state::{Condition, ErrorRecord, Stage, StateStore, VmRecord, key};
-use crate::validate::{VmPlan, validate};
+use crate::deployer::config::Provider;
+use crate::deployer::errors::StepError;
+use crate::deployer::manifest::{ManifestSet, Unreadable};
+use crate::deployer::order::order;
+use crate::deployer::pipeline::{Pipeline, PipelineOptions, StepSink, VmJob};
+use crate::deployer::retry::Backoff;
+use crate::deployer::site::{SiteCtx, connect};
+use crate::deployer::state::{Condition, ErrorRecord, Stage, StateStore, VmRecord, key};
+use crate::deployer::validate::{VmPlan, validate};
 
 /// Called when a VM finishes: (name, ok).
 pub type DoneHook = Arc<dyn Fn(&str, bool) + Send + Sync>;
@@ -132,7 +132,7 @@ impl RolloutResult {
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     #[error(transparent)]
-    State(#[from] crate::state::StateError),
+    State(#[from] crate::deployer::state::StateError),
 }
 
 pub struct Deployer {
@@ -163,7 +163,7 @@ impl Deployer {
         &self.state
     }
 
-    pub(crate) fn task_wait(&self) -> crate::pve::tasks::TaskWait {
+    pub(crate) fn task_wait(&self) -> crate::deployer::pve::tasks::TaskWait {
         self.options.pipeline.task_wait
     }
 
@@ -372,7 +372,7 @@ impl Deployer {
                     );
                     // Observers (progress, the HTML timeline) see the wait as a step of its own.
                     if let Some(sink) = &self.options.on_step {
-                        sink(&plan.name, crate::report_html::BACKOFF_STEP);
+                        sink(&plan.name, crate::deployer::report_html::BACKOFF_STEP);
                     }
                     tokio::time::sleep(delay).await;
                 }

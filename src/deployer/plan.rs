@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::Provider;
-use crate::image::{self, StorageView};
-use crate::manifest::{ManifestSet, Unreadable};
-use crate::order::order;
-use crate::pve::api::{ClusterResource, NetworkIface, NodeStatus, StorageInfo};
-use crate::site::{SiteCtx, connect};
-use crate::validate::{ImageSpec, VmPlan, validate};
+use crate::deployer::config::Provider;
+use crate::deployer::image::{self, StorageView};
+use crate::deployer::manifest::{ManifestSet, Unreadable};
+use crate::deployer::order::order;
+use crate::deployer::pve::api::{ClusterResource, NetworkIface, NodeStatus, StorageInfo};
+use crate::deployer::site::{SiteCtx, connect};
+use crate::deployer::validate::{ImageSpec, VmPlan, validate};
 
 const GIB: u64 = 1024 * 1024 * 1024;
 const MIB: u64 = 1024 * 1024;
