@@ -4,9 +4,12 @@
 //! # How the pieces fit
 //!
 //! - [`deployer`] — seed 000's Proxmox rollout, done the way real PVE needs it. ProxmoxVM
-//!   manifests ([`manifest`]) and a ProviderConfig ([`config`]) go in; [`order`] puts them into
-//!   waves and [`validate`] checks each spec; [`plan`] is the pre-flight check (GET requests
-//!   only); [`deploy`] runs every VM through the per-VM [`pipeline`] on a connected [`site`]
+//!   manifests ([`manifest`]) and a ProviderConfig ([`config`]) go in. A [`rollout::Rollout`]
+//!   is built once from the manifests: each VM's key, wave ([`order`]), validated spec
+//!   ([`validate`]) or why it is invalid, and dependencies. [`plan`] (the pre-flight check, GET
+//!   requests only), [`deploy`], `status` and `destroy` all read that one value. [`deploy`]
+//!   runs every VM through the per-VM [`pipeline`] (its steps a typed list,
+//!   [`pipeline::Step`]) on a connected [`site`]
 //!   (a [`pve`] client), retrying retryable [`errors`] with [`retry`]'s backoff and recording
 //!   what it created in the [`state`] file so a killed run resumes; [`lifecycle`] answers
 //!   `status` and `destroy`. [`report`] and [`report_html`] render the results; [`rehearse`]
@@ -27,5 +30,5 @@ pub mod deployer;
 
 pub use deployer::{
     config, deploy, errors, examples, image, lifecycle, manifest, order, pipeline, plan, pve,
-    rehearse, report, report_html, retry, site, state, validate,
+    rehearse, report, report_html, retry, rollout, site, state, validate,
 };

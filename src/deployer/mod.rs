@@ -16,6 +16,7 @@ pub mod rehearse;
 pub mod report;
 pub mod report_html;
 pub mod retry;
+pub mod rollout;
 pub mod site;
 pub mod state;
 pub mod validate;

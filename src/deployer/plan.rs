@@ -12,12 +12,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::deployer::config::Provider;
+use crate::deployer::errors::StepError;
 use crate::deployer::image::{self, StorageView};
 use crate::deployer::manifest::{ManifestSet, Unreadable};
-use crate::deployer::order::order;
 use crate::deployer::pve::api::{ClusterResource, NetworkIface, NodeStatus, StorageInfo};
-use crate::deployer::site::{SiteCtx, connect};
-use crate::deployer::validate::{ImageSpec, VmPlan, validate};
+use crate::deployer::rollout::Rollout;
+use crate::deployer::site::{SiteCtx, connect_named};
+use crate::deployer::validate::{ImageSpec, ValidSpec};
 
 const GIB: u64 = 1024 * 1024 * 1024;
 const MIB: u64 = 1024 * 1024;
@@ -207,87 +208,152 @@ fn gib(bytes: u64) -> u64 {
 
 /// Plans `set` against the provider's sites. Only GET requests are sent.
 pub async fn plan(provider: &Provider, set: &ManifestSet, options: &PlanOptions) -> PlanReport {
+    plan_rollout(provider, &Rollout::new(set), options).await
+}
+
+/// A valid manifest's spec, by its index in the rollout.
+type Specs<'a> = Vec<(usize, &'a ValidSpec)>;
+
+/// Plans a rollout: the manifests' own problems, then every site and node the valid ones use.
+pub async fn plan_rollout(
+    provider: &Provider,
+    rollout: &Rollout,
+    options: &PlanOptions,
+) -> PlanReport {
     let mut findings = Vec::new();
-    let ord = order(&set.vms);
-    let mut wave_of = BTreeMap::new();
-    for w in &ord.waves {
-        for &m in &w.members {
-            wave_of.insert(m, w.label());
+    let (mut vms, specs) = planned_vms(rollout, &mut findings);
+    findings.extend(rollout.unreadable.iter().map(unreadable_finding));
+    let sites = look_at_sites(provider, &specs, options, &mut findings).await;
+    mark_adoptions(&specs, &sites, &mut vms);
+
+    let mut nodes_out = Vec::new();
+    let mut storages_out = Vec::new();
+    for (site_name, sf) in &sites {
+        for (node, nf) in &sf.nodes {
+            let all_here: Specs<'_> = specs
+                .iter()
+                .filter(|(_, p)| &p.site == site_name && &p.node == node)
+                .copied()
+                .collect();
+            let check = NodeCheck {
+                site: site_name,
+                node,
+                facts: nf,
+                version: sf.ctx.version_pair(),
+                // The VMs this rollout would create here (adopted ones already exist).
+                new: all_here
+                    .iter()
+                    .filter(|(i, _)| vms[*i].action == "create")
+                    .copied()
+                    .collect(),
+                all: all_here,
+            };
+            let capacity = check.capacity(sf, options, rollout, &mut findings);
+            check.bridges(capacity.online, &mut findings);
+            check.images(capacity.online, &mut vms, &mut findings);
+            storages_out.extend(check.storages(capacity.online, &mut findings));
+            nodes_out.push(capacity);
         }
     }
-    let mut plans: Vec<(usize, VmPlan)> = Vec::new();
+    findings.sort_by(|a, b| {
+        a.severity
+            .cmp(&b.severity)
+            .then_with(|| a.subject.cmp(&b.subject))
+    });
+    PlanReport {
+        verdict: verdict(&findings),
+        manifests: rollout.manifest_count(),
+        vms,
+        unreadable: rollout.unreadable.clone(),
+        nodes: nodes_out,
+        storages: storages_out,
+        findings,
+    }
+}
+
+/// One row per manifest, and the specs that can be planned further (valid, properly ordered).
+fn planned_vms<'a>(
+    rollout: &'a Rollout,
+    findings: &mut Vec<Finding>,
+) -> (Vec<PlannedVm>, Specs<'a>) {
+    let mut specs = Vec::new();
     let mut vms = Vec::new();
-    for (i, l) in set.vms.iter().enumerate() {
-        let fp = &l.vm.spec.for_provider;
+    for (i, vm) in rollout.vms.iter().enumerate() {
         let mut pv = PlannedVm {
-            name: fp.name.clone(),
-            manifest: l.path.clone(),
-            site: fp.site.clone(),
-            node: fp.node.clone(),
-            wave: wave_of.get(&i).cloned().unwrap_or_default(),
+            name: vm.name.clone(),
+            manifest: vm.manifest.clone(),
+            site: vm.site.clone(),
+            node: vm.node.clone(),
+            wave: vm.wave.clone(),
             cores: 0,
             memory_mib: 0,
             disk_gib: 0,
-            storage: fp.storage.clone(),
+            storage: vm.storage.clone(),
             action: "invalid".into(),
             image: None,
         };
-        match validate(fp) {
+        match &vm.spec {
             Ok(p) => {
                 pv.cores = p.cores;
                 pv.memory_mib = p.memory_mib;
                 pv.disk_gib = p.disk_gib;
-                if let Some(why) = ord.invalid.get(&i) {
-                    findings.push(err(&l.path, why.clone()));
+                if let Some(why) = &vm.order_error {
+                    findings.push(err(&vm.manifest, why.clone()));
                 } else {
                     pv.action = "create".into();
-                    plans.push((i, p));
+                    specs.push((i, p));
                 }
             }
-            Err(e) => findings.push(err(&l.path, e.to_string())),
+            Err(e) => findings.push(err(&vm.manifest, e.clone())),
         }
         vms.push(pv);
     }
-    for u in &set.unreadable {
-        let at = match (u.line, u.column) {
-            (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
-            (Some(l), None) => format!(" (line {l})"),
-            _ => String::new(),
-        };
-        findings.push(err(
-            &u.path,
-            format!("unreadable manifest{at}: {}", u.error),
-        ));
-    }
+    (vms, specs)
+}
 
-    // Connect and look at every site and node the valid manifests use.
+fn unreadable_finding(u: &Unreadable) -> Finding {
+    let at = match (u.line, u.column) {
+        (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
+        (Some(l), None) => format!(" (line {l})"),
+        _ => String::new(),
+    };
+    err(&u.path, format!("unreadable manifest{at}: {}", u.error))
+}
+
+/// Connects to and looks at every site and node the valid manifests use.
+async fn look_at_sites(
+    provider: &Provider,
+    specs: &Specs<'_>,
+    options: &PlanOptions,
+    findings: &mut Vec<Finding>,
+) -> BTreeMap<String, SiteFacts> {
     let mut by_site: BTreeMap<String, (BTreeSet<String>, Vec<ImageSpec>)> = BTreeMap::new();
-    for (_, p) in &plans {
+    for (_, p) in specs {
         let e = by_site.entry(p.site.clone()).or_default();
         e.0.insert(p.node.clone());
         if !e.1.contains(&p.image) {
             e.1.push(p.image.clone());
         }
     }
-    let mut sites: BTreeMap<String, SiteFacts> = BTreeMap::new();
+    let mut sites = BTreeMap::new();
     for (name, (nodes, images)) in &by_site {
-        let Some(site) = provider.site(name) else {
-            findings.push(err(
-                &format!("site {name}"),
-                "not in the provider config".into(),
-            ));
-            continue;
-        };
-        match connect(site, &provider.credentials, options.http_timeout).await {
+        let subject = format!("site {name}");
+        match connect_named(provider, name, options.http_timeout).await {
             Ok(ctx) => {
                 sites.insert(name.clone(), gather(ctx, nodes, images).await);
             }
-            Err(e) => findings.push(err(&format!("site {name}"), e.to_string())),
+            Err(StepError::SiteUnknown(_)) => {
+                findings.push(err(&subject, "not in the provider config".into()));
+            }
+            Err(e) => findings.push(err(&subject, e.to_string())),
         }
     }
+    sites
+}
 
-    // Existing VMs with a manifest's name are adopted, not created.
-    for (i, p) in &plans {
+/// Existing VMs with a manifest's name are adopted, not created.
+fn mark_adoptions(specs: &Specs<'_>, sites: &BTreeMap<String, SiteFacts>, vms: &mut [PlannedVm]) {
+    for (i, p) in specs {
         if let Some(sf) = sites.get(&p.site)
             && let Some(r) = sf
                 .resources
@@ -297,221 +363,255 @@ pub async fn plan(provider: &Provider, set: &ManifestSet, options: &PlanOptions)
             vms[*i].action = format!("adopt {}", r.vmid.unwrap_or(0));
         }
     }
+}
 
-    let mut nodes_out = Vec::new();
-    let mut storages_out = Vec::new();
-    for (site_name, sf) in &sites {
-        let version = sf.ctx.version_pair();
-        for (node, nf) in &sf.nodes {
-            let here: Vec<&(usize, VmPlan)> = plans
-                .iter()
-                .filter(|(i, p)| {
-                    &p.site == site_name && &p.node == node && vms[*i].action == "create"
-                })
-                .collect();
-            let all_here: Vec<&(usize, VmPlan)> = plans
-                .iter()
-                .filter(|(_, p)| &p.site == site_name && &p.node == node)
-                .collect();
-            let existing: Vec<&ClusterResource> = sf
-                .resources
-                .iter()
-                .filter(|r| r.kind == "qemu" && !r.template && r.node.as_deref() == Some(node))
-                .collect();
-            let subject = format!("node {node}");
-            let (online, threads, mem_total) = match &nf.status {
-                Ok(s) => (true, s.cpuinfo.cpus, s.memory.total.map(|b| b / MIB)),
-                Err(e) => {
-                    findings.push(err(&subject, format!("not reachable or unhealthy: {e}")));
-                    (false, None, None)
-                }
-            };
-            let existing_cores: u64 = existing.iter().filter_map(|r| r.maxcpu).sum();
-            let existing_mem: u64 = existing.iter().filter_map(|r| r.maxmem).sum::<u64>() / MIB;
-            let req_cores: u64 = here.iter().map(|(_, p)| u64::from(p.cores)).sum();
-            let req_mem: u64 = here.iter().map(|(_, p)| p.memory_mib).sum();
-            let cpu_ratio = threads
-                .filter(|t| *t > 0)
-                .map(|t| (existing_cores + req_cores) as f64 / t as f64);
-            let memory_ratio = mem_total
-                .filter(|t| *t > 0)
-                .map(|t| (existing_mem + req_mem) as f64 / t as f64);
-            if let (Some(r), Some(t)) = (cpu_ratio, threads)
-                && r > options.cpu_overcommit
-            {
-                findings.push(err(
-                    &subject,
-                    format!(
-                        "CPU over capacity: {req_cores} vCPUs requested + {existing_cores} existing on {t} CPU threads = {r:.2}× (limit {:.2}×)",
-                        options.cpu_overcommit
-                    ),
-                ));
-            }
-            if let (Some(r), Some(t)) = (memory_ratio, mem_total) {
-                let text = format!(
-                    "memory: {} GiB requested + {} GiB existing of {} GiB = {:.0}%",
-                    req_mem / 1024,
-                    existing_mem / 1024,
-                    t / 1024,
-                    r * 100.0
-                );
-                if r > 1.0 {
-                    findings.push(err(&subject, format!("{text} — over capacity")));
-                } else if r > options.memory_warn {
-                    findings.push(warn(&subject, text));
-                }
-            }
-            if let Some(t) = threads {
-                for (i, p) in &all_here {
-                    if u64::from(p.cores) > t {
-                        findings.push(err(
-                            &set.vms[*i].path,
-                            format!("{} vCPUs > {t} CPU threads on {node}: PVE refuses to start it (MAX {t} vcpus allowed per VM)", p.cores),
-                        ));
-                    }
-                }
-            }
-            // Bridges.
-            let bridges: BTreeSet<&str> = all_here.iter().map(|(_, p)| p.bridge.as_str()).collect();
-            for b in bridges {
-                if online
-                    && !nf.network.iter().any(|i| {
-                        i.iface == b
-                            && (i.kind.to_lowercase().contains("bridge") || i.kind == "vnet")
-                    })
-                {
-                    let users = all_here.iter().filter(|(_, p)| p.bridge == b).count();
-                    findings.push(err(
-                        &subject,
-                        format!("bridge '{b}' does not exist ({users} VMs use it)"),
-                    ));
-                }
-            }
-            // Images.
-            let mut images: Vec<&ImageSpec> = Vec::new();
-            for (_, p) in &here {
-                if !images.contains(&&p.image) {
-                    images.push(&p.image);
-                }
-            }
-            for spec in images {
-                let users: Vec<usize> = here
-                    .iter()
-                    .filter(|(_, p)| &p.image == spec)
-                    .map(|(i, _)| *i)
-                    .collect();
-                match image::resolve(spec, node, &nf.views, version) {
-                    Ok(r) => {
-                        for i in &users {
-                            vms[*i].image = Some(r.volid.clone());
-                        }
-                        if let Some(n) = r.note {
-                            findings.push(Finding {
-                                severity: Severity::Info,
-                                subject: subject.clone(),
-                                message: n,
-                            });
-                        }
-                    }
-                    Err(e) if online => {
-                        findings.push(err(&subject, format!("{e} ({} VMs)", users.len())))
-                    }
-                    Err(_) => {}
-                }
-            }
-            // Storages.
-            let used: BTreeSet<&str> = all_here.iter().map(|(_, p)| p.storage.as_str()).collect();
-            for st in used {
-                let new: Vec<&&(usize, VmPlan)> =
-                    here.iter().filter(|(_, p)| p.storage == st).collect();
-                let requested: u64 = new.iter().map(|(_, p)| p.disk_gib).sum();
-                let info = nf.storages.iter().find(|s| s.storage == st);
-                let subject = format!("storage {node}/{st}");
-                let users = all_here.iter().filter(|(_, p)| p.storage == st).count();
-                let mut row = StorageUse {
-                    site: site_name.clone(),
-                    node: node.clone(),
-                    storage: st.to_string(),
-                    kind: info.map(|s| s.kind.clone()),
-                    holds_vm_disks: info.is_some_and(|s| s.has_content("images")),
-                    thin: info.is_some_and(StorageInfo::is_thin),
-                    total_gib: info.and_then(|s| s.total).map(gib),
-                    avail_gib: info.and_then(|s| s.avail).map(gib),
-                    new_vms: new.len(),
-                    requested_gib: requested,
-                    ratio: None,
-                };
-                match info {
-                    None if online => findings.push(err(&subject, format!("does not exist on {node} ({users} VMs, {requested} GiB)"))),
-                    None => {}
-                    Some(s) if !s.has_content("images") => findings.push(err(
-                        &subject,
-                        format!(
-                            "type {} with content [{}] cannot hold VM disks: {users} VMs ({requested} GiB) would be refused{}",
-                            s.kind,
-                            s.content,
-                            if s.kind == "cephfs" { " — CephFS stores files; put VM disks on an RBD storage" } else { "" }
-                        ),
-                    )),
-                    Some(s) => {
-                        if let Some(avail) = s.avail {
-                            let ratio = if avail > 0 { requested as f64 * GIB as f64 / avail as f64 } else { f64::INFINITY };
-                            row.ratio = Some(ratio);
-                            if requested * GIB > avail {
-                                let text = format!(
-                                    "{requested} GiB requested, {} GiB free ({:.2}×)",
-                                    gib(avail),
-                                    ratio
-                                );
-                                if s.is_thin() {
-                                    findings.push(warn(&subject, format!("{text}: thin-provisioned, so creates succeed but writes fail once it fills")));
-                                } else {
-                                    findings.push(err(&subject, format!("{text}: thick storage, creates would fail")));
-                                }
-                            }
-                        }
-                    }
-                }
-                storages_out.push(row);
-            }
-            nodes_out.push(NodeCapacity {
-                site: site_name.clone(),
-                node: node.clone(),
-                online,
-                cpu_threads: threads,
-                memory_total_mib: mem_total,
-                existing_vms: existing.len(),
-                existing_cores,
-                existing_memory_mib: existing_mem,
-                new_vms: here.len(),
-                requested_cores: req_cores,
-                requested_memory_mib: req_mem,
-                cpu_ratio,
-                memory_ratio,
-            });
-        }
-    }
-    findings.sort_by(|a, b| {
-        a.severity
-            .cmp(&b.severity)
-            .then_with(|| a.subject.cmp(&b.subject))
-    });
-    let verdict = if findings.iter().any(|f| f.severity == Severity::Error) {
+fn verdict(findings: &[Finding]) -> Verdict {
+    if findings.iter().any(|f| f.severity == Severity::Error) {
         Verdict::WouldFail
     } else if findings.iter().any(|f| f.severity == Severity::Warning) {
         Verdict::ReadyWithWarnings
     } else {
         Verdict::Ready
-    };
-    PlanReport {
-        verdict,
-        manifests: set.vms.len() + set.unreadable.len(),
-        vms,
-        unreadable: set.unreadable.clone(),
-        nodes: nodes_out,
-        storages: storages_out,
-        findings,
     }
+}
+
+/// The checks of one node, with the VMs the rollout puts on it.
+struct NodeCheck<'a> {
+    site: &'a str,
+    node: &'a str,
+    facts: &'a NodeFacts,
+    version: Option<(u32, u32)>,
+    /// Every valid VM placed here.
+    all: Specs<'a>,
+    /// Those of them this rollout would create.
+    new: Specs<'a>,
+}
+
+impl NodeCheck<'_> {
+    fn subject(&self) -> String {
+        format!("node {}", self.node)
+    }
+
+    /// CPU and memory against the node's size, counting what already runs there.
+    fn capacity(
+        &self,
+        sf: &SiteFacts,
+        options: &PlanOptions,
+        rollout: &Rollout,
+        findings: &mut Vec<Finding>,
+    ) -> NodeCapacity {
+        let node = self.node;
+        let subject = self.subject();
+        let existing: Vec<&ClusterResource> = sf
+            .resources
+            .iter()
+            .filter(|r| r.kind == "qemu" && !r.template && r.node.as_deref() == Some(node))
+            .collect();
+        let (online, threads, mem_total) = match &self.facts.status {
+            Ok(s) => (true, s.cpuinfo.cpus, s.memory.total.map(|b| b / MIB)),
+            Err(e) => {
+                findings.push(err(&subject, format!("not reachable or unhealthy: {e}")));
+                (false, None, None)
+            }
+        };
+        let existing_cores: u64 = existing.iter().filter_map(|r| r.maxcpu).sum();
+        let existing_mem: u64 = existing.iter().filter_map(|r| r.maxmem).sum::<u64>() / MIB;
+        let req_cores: u64 = self.new.iter().map(|(_, p)| u64::from(p.cores)).sum();
+        let req_mem: u64 = self.new.iter().map(|(_, p)| p.memory_mib).sum();
+        let cpu_ratio = threads
+            .filter(|t| *t > 0)
+            .map(|t| (existing_cores + req_cores) as f64 / t as f64);
+        let memory_ratio = mem_total
+            .filter(|t| *t > 0)
+            .map(|t| (existing_mem + req_mem) as f64 / t as f64);
+        if let (Some(r), Some(t)) = (cpu_ratio, threads)
+            && r > options.cpu_overcommit
+        {
+            findings.push(err(
+                &subject,
+                format!(
+                    "CPU over capacity: {req_cores} vCPUs requested + {existing_cores} existing on {t} CPU threads = {r:.2}× (limit {:.2}×)",
+                    options.cpu_overcommit
+                ),
+            ));
+        }
+        if let (Some(r), Some(t)) = (memory_ratio, mem_total) {
+            let text = format!(
+                "memory: {} GiB requested + {} GiB existing of {} GiB = {:.0}%",
+                req_mem / 1024,
+                existing_mem / 1024,
+                t / 1024,
+                r * 100.0
+            );
+            if r > 1.0 {
+                findings.push(err(&subject, format!("{text} — over capacity")));
+            } else if r > options.memory_warn {
+                findings.push(warn(&subject, text));
+            }
+        }
+        if let Some(t) = threads {
+            for (i, p) in &self.all {
+                if u64::from(p.cores) > t {
+                    findings.push(err(
+                        &rollout.vms[*i].manifest,
+                        format!("{} vCPUs > {t} CPU threads on {node}: PVE refuses to start it (MAX {t} vcpus allowed per VM)", p.cores),
+                    ));
+                }
+            }
+        }
+        NodeCapacity {
+            site: self.site.to_string(),
+            node: node.to_string(),
+            online,
+            cpu_threads: threads,
+            memory_total_mib: mem_total,
+            existing_vms: existing.len(),
+            existing_cores,
+            existing_memory_mib: existing_mem,
+            new_vms: self.new.len(),
+            requested_cores: req_cores,
+            requested_memory_mib: req_mem,
+            cpu_ratio,
+            memory_ratio,
+        }
+    }
+
+    /// Every bridge a VM here names must exist on the node.
+    fn bridges(&self, online: bool, findings: &mut Vec<Finding>) {
+        let bridges: BTreeSet<&str> = self.all.iter().map(|(_, p)| p.bridge.as_str()).collect();
+        for b in bridges {
+            if online
+                && !self
+                    .facts
+                    .network
+                    .iter()
+                    .any(|i| i.iface == b && i.is_bridge())
+            {
+                let users = self.all.iter().filter(|(_, p)| p.bridge == b).count();
+                findings.push(err(
+                    &self.subject(),
+                    format!("bridge '{b}' does not exist ({users} VMs use it)"),
+                ));
+            }
+        }
+    }
+
+    /// Which volume each new VM would import, resolved as the pipeline will.
+    fn images(&self, online: bool, vms: &mut [PlannedVm], findings: &mut Vec<Finding>) {
+        let mut images: Vec<&ImageSpec> = Vec::new();
+        for (_, p) in &self.new {
+            if !images.contains(&&p.image) {
+                images.push(&p.image);
+            }
+        }
+        for spec in images {
+            let users: Vec<usize> = self
+                .new
+                .iter()
+                .filter(|(_, p)| &p.image == spec)
+                .map(|(i, _)| *i)
+                .collect();
+            match image::resolve(spec, self.node, &self.facts.views, self.version) {
+                Ok(r) => {
+                    for i in &users {
+                        vms[*i].image = Some(r.volid.clone());
+                    }
+                    if let Some(n) = r.note {
+                        findings.push(Finding {
+                            severity: Severity::Info,
+                            subject: self.subject(),
+                            message: n,
+                        });
+                    }
+                }
+                Err(e) if online => {
+                    findings.push(err(&self.subject(), format!("{e} ({} VMs)", users.len())))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Each storage a VM here uses: exists, holds VM disks, has room (thick) or is over-provisioned (thin).
+    fn storages(&self, online: bool, findings: &mut Vec<Finding>) -> Vec<StorageUse> {
+        let node = self.node;
+        let used: BTreeSet<&str> = self.all.iter().map(|(_, p)| p.storage.as_str()).collect();
+        let mut rows = Vec::new();
+        for st in used {
+            let new: Vec<&(usize, &ValidSpec)> =
+                self.new.iter().filter(|(_, p)| p.storage == st).collect();
+            let requested: u64 = new.iter().map(|(_, p)| p.disk_gib).sum();
+            let info = self.facts.storages.iter().find(|s| s.storage == st);
+            let subject = format!("storage {node}/{st}");
+            let users = self.all.iter().filter(|(_, p)| p.storage == st).count();
+            let mut row = StorageUse {
+                site: self.site.to_string(),
+                node: node.to_string(),
+                storage: st.to_string(),
+                kind: info.map(|s| s.kind.clone()),
+                holds_vm_disks: info.is_some_and(|s| s.has_content("images")),
+                thin: info.is_some_and(StorageInfo::is_thin),
+                total_gib: info.and_then(|s| s.total).map(gib),
+                avail_gib: info.and_then(|s| s.avail).map(gib),
+                new_vms: new.len(),
+                requested_gib: requested,
+                ratio: None,
+            };
+            match info {
+                None if online => findings.push(err(&subject, format!("does not exist on {node} ({users} VMs, {requested} GiB)"))),
+                None => {}
+                Some(s) if !s.has_content("images") => findings.push(err(
+                    &subject,
+                    format!(
+                        "type {} with content [{}] cannot hold VM disks: {users} VMs ({requested} GiB) would be refused{}",
+                        s.kind,
+                        s.content,
+                        if s.kind == "cephfs" { " — CephFS stores files; put VM disks on an RBD storage" } else { "" }
+                    ),
+                )),
+                Some(s) => row.ratio = free_space(s, requested, &subject, findings),
+            }
+            rows.push(row);
+        }
+        rows
+    }
+}
+
+/// `requested` GiB against the storage's free space: an error on thick storage, a warning on
+/// thin. Returns requested / available when the storage reports its free space.
+fn free_space(
+    s: &StorageInfo,
+    requested: u64,
+    subject: &str,
+    findings: &mut Vec<Finding>,
+) -> Option<f64> {
+    let avail = s.avail?;
+    let ratio = if avail > 0 {
+        requested as f64 * GIB as f64 / avail as f64
+    } else {
+        f64::INFINITY
+    };
+    if requested * GIB > avail {
+        let text = format!(
+            "{requested} GiB requested, {} GiB free ({:.2}×)",
+            gib(avail),
+            ratio
+        );
+        if s.is_thin() {
+            findings.push(warn(
+                subject,
+                format!(
+                    "{text}: thin-provisioned, so creates succeed but writes fail once it fills"
+                ),
+            ));
+        } else {
+            findings.push(err(
+                subject,
+                format!("{text}: thick storage, creates would fail"),
+            ));
+        }
+    }
+    Some(ratio)
 }
 
 fn err(subject: &str, message: String) -> Finding {

@@ -9,7 +9,7 @@ mod recorder;
 mod render;
 
 pub use model::{Entry, Row, StepOutcome, Timeline};
-pub use recorder::{BACKOFF_STEP, Recorder};
+pub use recorder::Recorder;
 pub use render::{esc, fmt_ms, render, render_page, svg, tick_step};
 
 use std::path::Path;
