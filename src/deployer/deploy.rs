@@ -1,6 +1,7 @@
-//! A rollout: manifests → a [`Rollout`] (validated specs, waves) in the seed's order, VMs inside a wave with
-//! bounded concurrency (and `dependsOn` respected), each VM retried with backoff while its error
-//! is retryable, cleaned up when it finally fails after this rollout created it.
+//! A rollout: manifests → a [`Rollout`] (validated specs, waves in the seed's order), VMs
+//! inside a wave with bounded concurrency (and `dependsOn` respected), each VM retried with
+//! backoff while its error is retryable, cleaned up when it finally fails after this rollout
+//! created it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
