@@ -25,6 +25,9 @@
 //! The deployer's modules are re-exported at the crate root (`provision_harness::deploy`,
 //! `provision_harness::pve`, …), the paths the tests, benchmarks and CLI use.
 
+// A library reports through its return values and `tracing`, never by printing; the CLI prints.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod cluster;
 pub mod deployer;
 
