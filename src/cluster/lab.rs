@@ -98,14 +98,7 @@ fn lab_err(e: vm_lab::Error) -> ClusterError {
 
 /// The SSH invocation vm-lab offers for a node (system `ssh` in the lab's namespace, lab key).
 pub fn ssh_target(lab: &Lab, node: &vm_lab::Node) -> SshTarget {
-    let cmd = node.ssh_command(&[]);
-    let mut base = vec![cmd.get_program().to_string_lossy().into_owned()];
-    base.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
-    SshTarget {
-        node: node.name().to_owned(),
-        base,
-        key: lab.ssh_key().to_owned(),
-    }
+    SshTarget::from_command(node.name(), &node.ssh_command(&[]), lab.ssh_key())
 }
 
 /// A cluster being brought up on a lab.
