@@ -140,7 +140,7 @@ impl Bringup {
         let work = guard.path().to_owned();
         prepare_lab_spec(&mut spec, &layout, &work.join("image"))?;
         let cluster = cluster_spec(&spec);
-        cluster.validate()?;
+        cluster.check()?;
         let lab = Lab::up_with(spec, opts).await.map_err(lab_err)?;
         let shells = lab
             .nodes()
