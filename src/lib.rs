@@ -9,18 +9,17 @@
 //!   ([`validate`]) or why it is invalid, and dependencies. [`plan`] (the pre-flight check, GET
 //!   requests only), [`deploy`], `status` and `destroy` all read that one value. [`deploy`]
 //!   runs every VM through the per-VM [`pipeline`] (its steps a typed list,
-//!   [`pipeline::Step`]) on a connected [`site`]
-//!   (a [`pve`] client), retrying retryable [`errors`] with [`retry`]'s backoff and recording
-//!   what it created in the [`state`] file so a killed run resumes; [`lifecycle`] answers
-//!   `status` and `destroy`. [`report`] and [`report_html`] render the results; [`rehearse`]
+//!   [`pipeline::Step`]) on a connected [`site`] (a [`pve`] client), retrying retryable
+//!   [`errors`] with [`retry`]'s backoff and recording what it created in the [`state`] file
+//!   so a killed run resumes; [`lifecycle`] answers `status` and `destroy`. [`report`] and [`report_html`] render the results; [`rehearse`]
 //!   runs the compiled-in [`examples`] against an embedded fake-proxmox.
 //! - [`cluster`] — seed 002's cluster provisioner: a CA and node certificates, node configs,
 //!   provisioning netbooted nodes over SSH on a vm-lab lab, and the Raft quorum check.
 //! - `main.rs` — the `provision-harness` CLI (`plan`, `deploy`, `status`, `destroy`, `rehearse`),
 //!   a thin layer over [`deployer`].
 //!
-//! The two products never import each other: the `@stack` features chain them (the deployer
-//! makes the VMs, the provisioner brings the cluster up on them).
+//! The two products never import each other; a whole-stack run chains them (the deployer makes
+//! the VMs, the provisioner brings the cluster up on them).
 //!
 //! The deployer's modules are re-exported at the crate root (`provision_harness::deploy`,
 //! `provision_harness::pve`, …), the paths the tests, benchmarks and CLI use.
