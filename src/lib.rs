@@ -1,23 +1,37 @@
-//! provision-harness: the deployer (seed 000's Proxmox rollout, done the way real PVE needs it) and
-//! the cluster provisioner (seed 002's bring-up), driven by the Gherkin features in `features/`.
+//! provision-harness: two products and the CLI that drives them, tested by the Gherkin features
+//! in `features/`.
+//!
+//! # How the pieces fit
+//!
+//! - [`deployer`] — seed 000's Proxmox rollout, done the way real PVE needs it. ProxmoxVM
+//!   manifests ([`manifest`]) and a ProviderConfig ([`config`]) go in. A [`rollout::Rollout`]
+//!   is built once from the manifests: each VM's key, wave ([`order`]), validated spec
+//!   ([`validate`]) or why it is invalid, and dependencies. [`plan`] (the pre-flight check, GET
+//!   requests only), [`deploy`], `status` and `destroy` all read that one value. [`deploy`]
+//!   runs every VM through the per-VM [`pipeline`] (its steps a typed list,
+//!   [`pipeline::Step`]) on a connected [`site`] (a [`pve`] client), retrying retryable
+//!   [`errors`] with [`retry`]'s backoff and recording what it created in the [`state`] file
+//!   so a killed run resumes; [`lifecycle`] answers `status` and `destroy`. [`report`] and [`report_html`] render the results; [`rehearse`]
+//!   runs the compiled-in [`examples`] against an embedded fake-proxmox.
+//! - [`cluster`] — seed 002's cluster provisioner: a CA and node certificates, node configs,
+//!   provisioning netbooted nodes over SSH on a vm-lab lab, and the Raft quorum check.
+//! - `main.rs` — the `provision-harness` CLI (`plan`, `deploy`, `status`, `destroy`, `rehearse`),
+//!   a thin layer over [`deployer`].
+//!
+//! The two products never import each other; a whole-stack run chains them (the deployer makes
+//! the VMs, the provisioner brings the cluster up on them).
+//!
+//! The deployer's modules are re-exported at the crate root (`provision_harness::deploy`,
+//! `provision_harness::pve`, …), the paths the tests, benchmarks and CLI use.
+
+// A library reports through its return values and `tracing`, never by printing; the CLI prints.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod cluster;
-pub mod config;
-pub mod deploy;
-pub mod errors;
-pub mod examples;
-pub mod image;
-pub mod lifecycle;
-pub mod manifest;
+pub mod deployer;
 pub mod mutants;
-pub mod order;
-pub mod pipeline;
-pub mod plan;
-pub mod pve;
-pub mod rehearse;
-pub mod report;
-pub mod report_html;
-pub mod retry;
-pub mod site;
-pub mod state;
-pub mod validate;
+
+pub use deployer::{
+    config, deploy, errors, examples, image, lifecycle, manifest, order, pipeline, plan, pve,
+    rehearse, report, report_html, retry, rollout, site, state, validate,
+};

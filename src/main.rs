@@ -18,7 +18,7 @@ use provision_harness::config::{Provider, load_provider};
 use provision_harness::deploy::{DeployOptions, Deployer, RolloutResult};
 use provision_harness::manifest::{ManifestSet, load_dir};
 use provision_harness::plan::{PlanOptions, Verdict, plan};
-use provision_harness::rehearse::{RehearseOptions, rehearse};
+use provision_harness::rehearse::{RehearseOptions, RehearseReport, rehearse};
 use provision_harness::report::{render_plan, render_rollout};
 
 const EXIT_WOULD_FAIL: u8 = 3;
@@ -75,25 +75,7 @@ enum Command {
         cpu_overcommit: f64,
     },
     /// Create, configure and start every VM of the rollout; converge on re-runs.
-    Deploy {
-        #[command(flatten)]
-        inputs: Inputs,
-        /// The rollout's state file (written atomically; a killed run resumes from it).
-        #[arg(long, default_value = "provision-state.json")]
-        state: PathBuf,
-        /// VMs deployed at once within a wave.
-        #[arg(long, default_value_t = 4)]
-        concurrency: usize,
-        /// Attempts per VM for retryable errors (exponential backoff with jitter).
-        #[arg(long, default_value_t = 8)]
-        max_attempts: u32,
-        /// Leave VMs stopped after creating them.
-        #[arg(long)]
-        no_start: bool,
-        /// Seconds to wait for a guest agent IP after start.
-        #[arg(long, default_value_t = 120)]
-        ip_wait: u64,
-    },
+    Deploy(DeployArgs),
     /// What exists for each manifest right now (read-only).
     Status {
         #[command(flatten)]
@@ -109,27 +91,58 @@ enum Command {
         state: PathBuf,
     },
     /// Plan + deploy the seed rollout, then the fixed one, against an embedded fake-proxmox.
-    Rehearse {
-        /// A fake-proxmox scenario YAML to use instead of the seed's two sites.
-        #[arg(long)]
-        scenario: Option<PathBuf>,
-        /// Only the seed rollout, not the fixed one.
-        #[arg(long)]
-        seed_only: bool,
-        /// Exit 3/4 when the rehearsal finds problems (default: report them and exit 0).
-        #[arg(long)]
-        strict: bool,
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
-        #[arg(long)]
-        json: bool,
-        /// Also write the rollouts' timelines as one self-contained HTML page here.
-        #[arg(long, default_value = "target/rehearse-report.html")]
-        html: PathBuf,
-        /// Do not write the HTML report.
-        #[arg(long, conflicts_with = "html")]
-        no_html: bool,
-    },
+    Rehearse(RehearseArgs),
+}
+
+#[derive(Args)]
+struct DeployArgs {
+    #[command(flatten)]
+    inputs: Inputs,
+    /// The rollout's state file (written atomically; a killed run resumes from it).
+    #[arg(long, default_value = "provision-state.json")]
+    state: PathBuf,
+    /// VMs deployed at once within a wave.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Attempts per VM for retryable errors (exponential backoff with jitter).
+    #[arg(long, default_value_t = 8)]
+    max_attempts: u32,
+    /// Leave VMs stopped after creating them.
+    #[arg(long)]
+    no_start: bool,
+    /// Seconds to wait for a guest agent IP after start.
+    #[arg(long, default_value_t = 120)]
+    ip_wait: u64,
+}
+
+#[derive(Args)]
+struct RehearseArgs {
+    /// A fake-proxmox scenario YAML to use instead of the seed's two sites.
+    #[arg(long)]
+    scenario: Option<PathBuf>,
+    /// Only the seed rollout, not the fixed one.
+    #[arg(long)]
+    seed_only: bool,
+    /// Exit 3/4 when the rehearsal finds problems (default: report them and exit 0).
+    #[arg(long)]
+    strict: bool,
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    #[arg(long)]
+    json: bool,
+    /// Also write the rollouts' timelines as one self-contained HTML page here.
+    #[arg(long, default_value = "target/rehearse-report.html")]
+    html: PathBuf,
+    /// Do not write the HTML report.
+    #[arg(long, conflicts_with = "html")]
+    no_html: bool,
+}
+
+/// `status` and `destroy`: read or remove what the state file says this rollout made.
+#[derive(Clone, Copy)]
+enum Lifecycle {
+    Status,
+    Destroy,
 }
 
 fn main() -> ExitCode {
@@ -239,129 +252,126 @@ async fn run(command: Command) -> Result<u8, Failure> {
         Command::Plan {
             inputs,
             cpu_overcommit,
-        } => {
-            let (provider, set) = load(&inputs)?;
-            let options = PlanOptions {
-                cpu_overcommit,
-                http_timeout: Duration::from_secs(inputs.http_timeout),
-                ..PlanOptions::default()
-            };
-            let report = plan(&provider, &set, &options).await;
-            if inputs.json {
-                print_json(&report)?;
-            } else {
-                print!("{}", render_plan(&report));
-            }
-            Ok(if report.verdict == Verdict::WouldFail {
-                EXIT_WOULD_FAIL
-            } else {
-                0
-            })
-        }
-        Command::Deploy {
-            inputs,
-            state,
-            concurrency,
-            max_attempts,
-            no_start,
-            ip_wait,
-        } => {
-            let (provider, set) = load(&inputs)?;
-            let mut opts = deploy_options(&inputs, &state);
-            opts.concurrency = concurrency;
-            opts.backoff.max_attempts = max_attempts.max(1);
-            opts.pipeline.start = !no_start;
-            opts.pipeline.ip_wait = Duration::from_secs(ip_wait);
-            let bar = progress(set.vms.len(), &mut opts);
-            let deployer = Deployer::new(provider, opts).map_err(bad)?;
-            let result = deployer.deploy(&set).await.map_err(internal)?;
-            if let Some(b) = bar {
-                b.finish_and_clear();
-            }
-            if inputs.json {
-                print_json(&result)?;
-            } else {
-                print!("{}", render_rollout("DEPLOY", &result));
-            }
-            Ok(rollout_code(&result))
-        }
+        } => run_plan(&inputs, cpu_overcommit).await,
+        Command::Deploy(args) => run_deploy(args).await,
         Command::Status { inputs, state } => {
-            let (provider, set) = load(&inputs)?;
-            let deployer = Deployer::new(provider, deploy_options(&inputs, &state)).map_err(bad)?;
-            let result = deployer.status(&set).await.map_err(internal)?;
-            if inputs.json {
-                print_json(&result)?;
-            } else {
-                print!("{}", render_rollout("STATUS", &result));
-            }
-            Ok(rollout_code(&result))
+            run_lifecycle(&inputs, &state, Lifecycle::Status).await
         }
         Command::Destroy { inputs, state } => {
-            let (provider, set) = load(&inputs)?;
-            let deployer = Deployer::new(provider, deploy_options(&inputs, &state)).map_err(bad)?;
-            let result = deployer.destroy(&set).await.map_err(internal)?;
-            if inputs.json {
-                print_json(&result)?;
-            } else {
-                print!("{}", render_rollout("DESTROY", &result));
-            }
-            Ok(if result.summary.failed > 0 {
-                EXIT_VM_FAILED
-            } else {
-                0
-            })
+            run_lifecycle(&inputs, &state, Lifecycle::Destroy).await
         }
-        Command::Rehearse {
-            scenario,
-            seed_only,
-            strict,
-            concurrency,
-            json,
-            html,
-            no_html,
-        } => {
-            let scenario = match scenario {
-                Some(p) => Some(fake_proxmox::Scenario::from_yaml_file(&p).map_err(bad)?),
-                None => None,
-            };
-            let options = RehearseOptions {
-                concurrency,
-                ..RehearseOptions::default()
-            };
-            let report = rehearse(scenario, !seed_only, &options)
-                .await
-                .map_err(internal)?;
-            if !no_html {
-                let timelines: Vec<_> = report.runs.iter().map(|r| r.timeline.clone()).collect();
-                provision_harness::report_html::write_page(&html, "rehearse", &timelines)
-                    .with_context(|| format!("writing the HTML report {}", html.display()))
-                    .map_err(internal)?;
-                eprintln!("HTML report: {}", html.display());
-            }
-            if json {
-                print_json(&report)?;
-            } else {
-                for r in &report.runs {
-                    println!("==== {} ====\n", r.label);
-                    print!("{}", render_plan(&r.plan));
-                    println!();
-                    print!("{}", render_rollout("DEPLOY", &r.deploy));
-                    println!();
-                }
-                println!("rehearsal finished in {} ms", report.elapsed_ms);
-            }
-            if strict && report.has_problems() {
-                let plan_fails = report
-                    .runs
-                    .iter()
-                    .any(|r| r.plan.verdict == Verdict::WouldFail);
-                return Ok(if plan_fails {
-                    EXIT_WOULD_FAIL
-                } else {
-                    EXIT_VM_FAILED
-                });
-            }
-            Ok(0)
-        }
+        Command::Rehearse(args) => run_rehearse(args).await,
     }
+}
+
+async fn run_plan(inputs: &Inputs, cpu_overcommit: f64) -> Result<u8, Failure> {
+    let (provider, set) = load(inputs)?;
+    let options = PlanOptions {
+        cpu_overcommit,
+        http_timeout: Duration::from_secs(inputs.http_timeout),
+        ..PlanOptions::default()
+    };
+    let report = plan(&provider, &set, &options).await;
+    if inputs.json {
+        print_json(&report)?;
+    } else {
+        print!("{}", render_plan(&report));
+    }
+    Ok(if report.verdict == Verdict::WouldFail {
+        EXIT_WOULD_FAIL
+    } else {
+        0
+    })
+}
+
+async fn run_deploy(args: DeployArgs) -> Result<u8, Failure> {
+    let inputs = &args.inputs;
+    let (provider, set) = load(inputs)?;
+    let mut opts = deploy_options(inputs, &args.state);
+    opts.concurrency = args.concurrency;
+    opts.backoff.max_attempts = args.max_attempts.max(1);
+    opts.pipeline.start = !args.no_start;
+    opts.pipeline.ip_wait = Duration::from_secs(args.ip_wait);
+    let bar = progress(set.vms.len(), &mut opts);
+    let deployer = Deployer::new(provider, opts).map_err(bad)?;
+    let result = deployer.deploy(&set).await.map_err(internal)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if inputs.json {
+        print_json(&result)?;
+    } else {
+        print!("{}", render_rollout("DEPLOY", &result));
+    }
+    Ok(rollout_code(&result))
+}
+
+async fn run_lifecycle(inputs: &Inputs, state: &Path, what: Lifecycle) -> Result<u8, Failure> {
+    let (provider, set) = load(inputs)?;
+    let deployer = Deployer::new(provider, deploy_options(inputs, state)).map_err(bad)?;
+    let (title, result) = match what {
+        Lifecycle::Status => ("STATUS", deployer.status(&set).await),
+        Lifecycle::Destroy => ("DESTROY", deployer.destroy(&set).await),
+    };
+    let result = result.map_err(internal)?;
+    if inputs.json {
+        print_json(&result)?;
+    } else {
+        print!("{}", render_rollout(title, &result));
+    }
+    Ok(match what {
+        Lifecycle::Status => rollout_code(&result),
+        // Unreadable manifests do not stop a destroy: it works from the state file.
+        Lifecycle::Destroy if result.summary.failed > 0 => EXIT_VM_FAILED,
+        Lifecycle::Destroy => 0,
+    })
+}
+
+async fn run_rehearse(args: RehearseArgs) -> Result<u8, Failure> {
+    let scenario = match &args.scenario {
+        Some(p) => Some(fake_proxmox::Scenario::from_yaml_file(p).map_err(bad)?),
+        None => None,
+    };
+    let options = RehearseOptions {
+        concurrency: args.concurrency,
+        ..RehearseOptions::default()
+    };
+    let report = rehearse(scenario, !args.seed_only, &options)
+        .await
+        .map_err(internal)?;
+    if !args.no_html {
+        let timelines: Vec<_> = report.runs.iter().map(|r| r.timeline.clone()).collect();
+        provision_harness::report_html::write_page(&args.html, "rehearse", &timelines)
+            .with_context(|| format!("writing the HTML report {}", args.html.display()))
+            .map_err(internal)?;
+        eprintln!("HTML report: {}", args.html.display());
+    }
+    if args.json {
+        print_json(&report)?;
+    } else {
+        print_rehearsal(&report);
+    }
+    if args.strict && report.has_problems() {
+        let plan_fails = report
+            .runs
+            .iter()
+            .any(|r| r.plan.verdict == Verdict::WouldFail);
+        return Ok(if plan_fails {
+            EXIT_WOULD_FAIL
+        } else {
+            EXIT_VM_FAILED
+        });
+    }
+    Ok(0)
+}
+
+fn print_rehearsal(report: &RehearseReport) {
+    for r in &report.runs {
+        println!("==== {} ====\n", r.label);
+        print!("{}", render_plan(&r.plan));
+        println!();
+        print!("{}", render_rollout("DEPLOY", &r.deploy));
+        println!();
+    }
+    println!("rehearsal finished in {} ms", report.elapsed_ms);
 }

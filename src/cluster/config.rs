@@ -158,7 +158,7 @@ pub fn stage(
     root: &Path,
     opts: StageOptions,
 ) -> Result<StagedCluster, ClusterError> {
-    spec.validate()?;
+    spec.check()?;
     for n in &spec.nodes {
         let dir = root.join(&n.name);
         fs::create_dir_all(&dir).map_err(|e| ClusterError::io(&dir, e))?;

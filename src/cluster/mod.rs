@@ -2,7 +2,10 @@
 //! certificates ([`tls`]), S4 the node configs and hosts mappings ([`config`]), both checked
 //! before use; S5 provisions netbooted nodes over SSH ([`provision`], through the small
 //! [`transport::NodeShell`] trait) or hands them to the user's own command ([`external`]); S6
-//! validates the Raft cluster ([`validate`], [`etcd`]). The lab itself (S1, S2) is vm-lab's.
+//! checks the Raft quorum, health, CRUD and metrics ([`quorum`], [`etcd`]). The lab itself
+//! (S1, S2) is vm-lab's. [`lab::Bringup`] runs the steps in order on a lab, each method named
+//! after what it does (`start_lab`, `check_ssh`, `make_certificates`, `stage_configs`,
+//! `provision_over_ssh`, `wait_for_quorum`).
 
 pub mod config;
 pub mod error;
@@ -10,10 +13,13 @@ pub mod etcd;
 pub mod external;
 pub mod lab;
 pub mod provision;
+pub mod quorum;
 pub mod tls;
 pub mod topology;
 pub mod transport;
-pub mod validate;
 
 pub use error::ClusterError;
+/// The quorum check's former name, still the path the lab features import.
+#[doc(hidden)]
+pub use quorum as validate;
 pub use topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};

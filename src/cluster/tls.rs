@@ -73,7 +73,7 @@ impl TlsFileNames {
 /// talk to the local member). Node certificates carry both server and client usage: etcd uses
 /// the same pair for peer mTLS in both directions and for `etcdctl`.
 pub fn generate(spec: &ClusterSpec) -> Result<ClusterTls, ClusterError> {
-    spec.validate()?;
+    spec.check()?;
     let now = OffsetDateTime::now_utc();
     // A day of slack either side: guest clocks under TCG start from the host RTC but drift.
     let not_before = now - Duration::days(1);

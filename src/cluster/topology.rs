@@ -88,7 +88,7 @@ impl GuestLayout {
 impl ClusterSpec {
     /// Checks the spec itself: at least one node, unique names, hostnames and addresses, and
     /// hostnames that are valid DNS labels (etcd and the certificate SANs need that).
-    pub fn validate(&self) -> Result<(), ClusterError> {
+    pub fn check(&self) -> Result<(), ClusterError> {
         if self.nodes.is_empty() {
             return Err(ClusterError::Spec("the cluster has no nodes".into()));
         }
@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn seed_spec_is_valid() {
         let s = ClusterSpec::seed_t036();
-        s.validate().unwrap();
+        s.check().unwrap();
         assert_eq!(s.nodes[2].address.to_string(), "192.168.100.13");
     }
 
@@ -188,7 +188,7 @@ mod tests {
     fn duplicate_address_is_named() {
         let mut s = ClusterSpec::seed_t036();
         s.nodes[1].address = s.nodes[0].address;
-        let e = s.validate().unwrap_err().to_string();
+        let e = s.check().unwrap_err().to_string();
         assert!(
             e.contains("node01") && e.contains("node02") && e.contains("192.168.100.11"),
             "{e}"
@@ -199,7 +199,7 @@ mod tests {
     fn bad_hostname_is_refused() {
         let mut s = ClusterSpec::seed_t036();
         s.nodes[0].hostname = "node_01".into();
-        let e = s.validate().unwrap_err().to_string();
+        let e = s.check().unwrap_err().to_string();
         assert!(e.contains("node_01"), "{e}");
     }
 }

@@ -90,8 +90,26 @@ pub struct SshTarget {
 }
 
 impl SshTarget {
-    /// A target reached with `prefix ssh -i key -p port user@host`. Host keys are not checked:
-    /// every lab boot makes new ones, and the lab's network is private to its namespace.
+    /// The target a ready-made `ssh` command reaches (the remote command left off): how the lab
+    /// path builds its targets, from vm-lab's own SSH argument builder
+    /// ([`vm_lab::Node::ssh_command`]), so the provisioner keeps no second copy of it.
+    pub fn from_command(
+        node: &str,
+        command: &std::process::Command,
+        key: &std::path::Path,
+    ) -> Self {
+        let mut base = vec![command.get_program().to_string_lossy().into_owned()];
+        base.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
+        Self {
+            node: node.to_owned(),
+            base,
+            key: key.to_owned(),
+        }
+    }
+
+    /// A target reached with `prefix ssh -i key -p port user@host`, for the unit tests, which
+    /// need a host and port of their own (outside any lab). Host keys are not checked.
+    #[cfg(test)]
     pub fn new(
         node: &str,
         prefix: &[String],
@@ -315,6 +333,24 @@ mod tests {
         assert!(a.iter().any(|x| x == "IdentitiesOnly=yes"));
         assert_eq!(a[a.len() - 2], "root@192.168.100.11");
         assert_eq!(a[a.len() - 1], "sh -s");
+    }
+
+    #[test]
+    fn target_from_vm_labs_command_keeps_its_argv_and_appends_the_remote_command() {
+        let key = Path::new("/tmp/lab/id_ed25519");
+        let mut cmd = std::process::Command::new("nsenter");
+        cmd.args(vm_lab::machine::ssh_argv(42, key, 2201, &[]));
+        let t = SshTarget::from_command("node01", &cmd, key);
+        assert_eq!(t.node, "node01");
+        assert_eq!(t.key, key);
+        let a = t.argv("sh -s");
+        assert_eq!(a[0], "nsenter");
+        assert_eq!(
+            a[1..a.len() - 1],
+            vm_lab::machine::ssh_argv(42, key, 2201, &[])[..]
+        );
+        assert_eq!(a[a.len() - 1], "sh -s");
+        assert_eq!(t.destination(), "root@127.0.0.1");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::manifest::{Loaded, Phase};
+use crate::deployer::manifest::{Loaded, Phase};
 
 /// A set of VMs deployed together (bounded concurrency inside, waves strictly in sequence).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -117,7 +117,7 @@ fn cycles(vms: &[Loaded], index_of: &BTreeMap<&str, usize>) -> BTreeSet<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::parse_manifest;
+    use crate::deployer::manifest::parse_manifest;
 
     fn vm(
         name: &str,

@@ -10,10 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::model::{Entry, StepOutcome, Timeline};
-use crate::deploy::{DeployOptions, Outcome, RolloutResult};
-
-/// Step name the deployer may announce while it waits out a retry delay.
-pub const BACKOFF_STEP: &str = "backoff";
+use crate::deployer::deploy::{DeployOptions, Outcome, RolloutResult};
+use crate::deployer::pipeline::Step;
 
 #[derive(Debug)]
 struct Open {
@@ -76,14 +74,14 @@ impl Recorder {
         let now = self.now_ms();
         let mut g = self.lock();
         let inner = &mut *g;
-        let backoff = step == BACKOFF_STEP;
+        let backoff = step == Step::Backoff.name();
         let restarted = backoff
             || inner
                 .attempt_steps
                 .get(vm)
                 .is_some_and(|seen| seen.iter().any(|s| s == step));
         if let Some(open) = inner.open.remove(vm) {
-            let outcome = if open.step == BACKOFF_STEP {
+            let outcome = if open.step == Step::Backoff.name() {
                 StepOutcome::Backoff
             } else if restarted {
                 StepOutcome::Retried
@@ -267,7 +265,7 @@ mod tests {
         let r = Recorder::new();
         r.step("a", "node-health");
         r.step("a", "create");
-        r.step("a", BACKOFF_STEP);
+        r.step("a", Step::Backoff.name());
         r.step("a", "node-health");
         r.step("a", "create");
         r.done("a", true);

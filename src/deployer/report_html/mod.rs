@@ -2,14 +2,14 @@
 //! bar per step, coloured by outcome, with a legend and a time axis.
 //!
 //! [`render`] is a pure function of the neutral [`Timeline`] model; [`Recorder`] builds that model
-//! from the built-in deployer's progress callbacks and its [`crate::deploy::RolloutResult`].
+//! from the built-in deployer's progress callbacks and its [`crate::deployer::deploy::RolloutResult`].
 
 mod model;
 mod recorder;
 mod render;
 
 pub use model::{Entry, Row, StepOutcome, Timeline};
-pub use recorder::{BACKOFF_STEP, Recorder};
+pub use recorder::Recorder;
 pub use render::{esc, fmt_ms, render, render_page, svg, tick_step};
 
 use std::path::Path;

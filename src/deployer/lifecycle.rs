@@ -5,17 +5,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::deploy::{DeployError, Deployer, Outcome, RolloutResult, to_outcome};
-use crate::errors::StepError;
-use crate::manifest::ManifestSet;
-use crate::site::SiteCtx;
-use crate::state::{Condition, Stage, VmRecord, key};
-use crate::validate::validate;
+use crate::deployer::deploy::{DeployError, Deployer, Outcome, RolloutResult, to_outcome};
+use crate::deployer::errors::StepError;
+use crate::deployer::manifest::ManifestSet;
+use crate::deployer::rollout::{Rollout, RolloutVm};
+use crate::deployer::site::SiteCtx;
+use crate::deployer::state::{Condition, Stage, VmRecord};
 
 impl Deployer {
+    /// Every site a manifest or the state file names, connected.
     async fn sites_for(
         &self,
-        set: &ManifestSet,
+        rollout: &Rollout,
     ) -> BTreeMap<String, Result<Arc<SiteCtx>, StepError>> {
         let recorded: Vec<String> = self
             .state()
@@ -24,66 +25,34 @@ impl Deployer {
             .values()
             .map(|r| r.site.clone())
             .collect();
-        let names = set
-            .vms
-            .iter()
-            .map(|l| l.vm.spec.for_provider.site.clone())
-            .chain(recorded);
+        let names = rollout.sites().into_iter().chain(recorded);
         self.connect_sites(names).await
     }
 
     /// What exists for each manifest, from the live API (the state file only supplies VMIDs).
     pub async fn status(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
         let started = Instant::now();
-        let sites = self.sites_for(set).await;
+        let rollout = Rollout::new(set);
+        let sites = self.sites_for(&rollout).await;
         let mut out = Vec::new();
-        for l in &set.vms {
-            let fp = &l.vm.spec.for_provider;
-            let k = key(&fp.site, &fp.name);
-            let mut rec = self.state().get(&k).unwrap_or_else(|| VmRecord {
-                name: fp.name.clone(),
-                site: fp.site.clone(),
-                node: fp.node.clone(),
-                manifest: l.path.clone(),
+        for vm in &rollout.vms {
+            let mut rec = self.state().get(&vm.key).unwrap_or_else(|| VmRecord {
+                name: vm.name.clone(),
+                site: vm.site.clone(),
+                node: vm.node.clone(),
+                manifest: vm.manifest.clone(),
                 ..VmRecord::default()
             });
-            let outcome = match validate(fp) {
-                Err(e) => {
-                    rec.set_condition(Condition::new("Valid", false, "InvalidSpec", e.to_string()));
-                    Outcome::Failed
-                }
-                Ok(_) => match sites.get(&fp.site) {
-                    Some(Ok(site)) => live(site, &mut rec).await,
-                    Some(Err(e)) => {
-                        rec.set_condition(Condition::new(
-                            "Reachable",
-                            false,
-                            e.reason(),
-                            e.to_string(),
-                        ));
-                        Outcome::Failed
-                    }
-                    None => {
-                        let e = StepError::SiteUnknown(fp.site.clone());
-                        rec.set_condition(Condition::new(
-                            "Reachable",
-                            false,
-                            e.reason(),
-                            e.to_string(),
-                        ));
-                        Outcome::Failed
-                    }
-                },
-            };
+            let outcome = status_of(vm, sites.get(&vm.site), &mut rec).await;
             out.push(to_outcome(&rec, "", outcome));
         }
-        Ok(RolloutResult::finish(out, set.unreadable.clone(), started))
+        Ok(RolloutResult::finish(out, rollout.unreadable, started))
     }
 
     /// Deletes, with purge, every VM the state says this rollout created.
     pub async fn destroy(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
         let started = Instant::now();
-        let sites = self.sites_for(set).await;
+        let sites = self.sites_for(&Rollout::new(set)).await;
         let records: Vec<(String, VmRecord)> = self.state().snapshot().vms.into_iter().collect();
         let mut out = Vec::new();
         for (k, mut rec) in records {
@@ -141,6 +110,30 @@ impl Deployer {
         self.state().persist().await?;
         Ok(RolloutResult::finish(out, set.unreadable.clone(), started))
     }
+}
+
+/// One manifest's status: invalid spec, unreachable or unknown site, or what the API shows.
+async fn status_of(
+    vm: &RolloutVm,
+    site: Option<&Result<Arc<SiteCtx>, StepError>>,
+    rec: &mut VmRecord,
+) -> Outcome {
+    if let Err(e) = &vm.spec {
+        rec.set_condition(Condition::new("Valid", false, "InvalidSpec", e.clone()));
+        return Outcome::Failed;
+    }
+    let e = match site {
+        Some(Ok(site)) => return live(site, rec).await,
+        Some(Err(e)) => e.clone(),
+        None => StepError::SiteUnknown(vm.site.clone()),
+    };
+    rec.set_condition(Condition::new(
+        "Reachable",
+        false,
+        e.reason(),
+        e.to_string(),
+    ));
+    Outcome::Failed
 }
 
 async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
@@ -205,7 +198,9 @@ async fn destroy_one(
 ) -> Result<(), StepError> {
     let c = &site.client;
     let wait = d.task_wait();
-    let err = |e: &crate::pve::PveError| crate::errors::classify(&site.name, node, None, e);
+    let err = |e: &crate::deployer::pve::PveError| {
+        crate::deployer::errors::classify(&site.name, node, None, e)
+    };
     let cur = match c.vm_current(node, vmid).await {
         Ok(cur) => cur,
         Err(e) if e.text().contains("does not exist") => return Ok(()),

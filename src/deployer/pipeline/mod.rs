@@ -4,18 +4,21 @@
 
 use std::time::{Duration, Instant};
 
-use crate::errors::{StepError, classify};
-use crate::image::{self, StorageView};
-use crate::pve::api::{ClusterResource, StorageInfo, disk_size_mib};
-use crate::pve::tasks::TaskWait;
-use crate::pve::{PveClient, PveError};
-use crate::site::SiteCtx;
-use crate::state::{Condition, Stage, StateStore, VmRecord};
-use crate::validate::VmPlan;
+use crate::deployer::errors::{StepError, classify};
+use crate::deployer::image::{self, StorageView};
+use crate::deployer::pve::api::{StorageInfo, disk_size_mib};
+use crate::deployer::pve::tasks::TaskWait;
+use crate::deployer::pve::{PveClient, PveError};
+use crate::deployer::site::SiteCtx;
+use crate::deployer::state::{Condition, Stage, StateStore, VmRecord};
+use crate::deployer::validate::ValidSpec;
 
+mod existing;
 mod rules;
+mod steps;
 pub use rules::{check_free_space, check_vm_storage, create_params, resize_size};
 use rules::{create_refused, find_user_snippet};
+pub use steps::Step;
 
 /// Knobs of one run that the pipeline needs.
 #[derive(Debug, Clone)]
@@ -44,13 +47,13 @@ impl Default for PipelineOptions {
     }
 }
 
-/// Observes pipeline progress (steps as they start).
+/// Observes pipeline progress: (VM name, [`Step::name`]) as each step starts.
 pub type StepSink = std::sync::Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 pub struct VmJob<'a> {
     pub key: String,
     pub manifest: &'a str,
-    pub plan: &'a VmPlan,
+    pub spec: &'a ValidSpec,
 }
 
 pub struct Pipeline<'a> {
@@ -65,25 +68,25 @@ impl Pipeline<'_> {
         &self.site.client
     }
 
-    fn step(&self, job: &VmJob<'_>, step: &str) {
-        tracing::debug!(vm = %job.plan.name, step, "step");
+    fn step(&self, job: &VmJob<'_>, step: Step) {
+        tracing::debug!(vm = %job.spec.name, step = step.name(), "step");
         if let Some(s) = self.sink {
-            s(&job.plan.name, step);
+            s(&job.spec.name, step.name());
         }
     }
 
     fn err(&self, job: &VmJob<'_>, e: &PveError) -> StepError {
-        classify(&self.site.name, &job.plan.node, Some(&job.plan.storage), e)
+        classify(&self.site.name, &job.spec.node, Some(&job.spec.storage), e)
     }
 
     fn record(&self, job: &VmJob<'_>, f: impl FnOnce(&mut VmRecord)) {
-        let plan = job.plan;
+        let spec = job.spec;
         self.state.update(
             &job.key,
             || VmRecord {
-                name: plan.name.clone(),
-                site: plan.site.clone(),
-                node: plan.node.clone(),
+                name: spec.name.clone(),
+                site: spec.site.clone(),
+                node: spec.node.clone(),
                 manifest: job.manifest.to_string(),
                 ..VmRecord::default()
             },
@@ -108,24 +111,24 @@ impl Pipeline<'_> {
 
     /// Runs every step; `Ok` means the VM exists, is configured, and (unless disabled) runs.
     pub async fn run(&self, job: &VmJob<'_>) -> Result<(), StepError> {
-        let plan = job.plan;
-        let node = plan.node.as_str();
-        self.step(job, "node-health");
+        let spec = job.spec;
+        let node = spec.node.as_str();
+        self.step(job, Step::NodeHealth);
         let status = match self.client().node_status(node).await {
             Ok(s) => s,
             Err(e) => return Err(self.node_problem(job, &e).await),
         };
         if let Some(threads) = status.cpuinfo.cpus
-            && u64::from(plan.cores) > threads
+            && u64::from(spec.cores) > threads
         {
             return Err(StepError::TooManyVcpus {
                 node: node.to_string(),
-                cores: plan.cores,
+                cores: spec.cores,
                 threads,
             });
         }
 
-        self.step(job, "bridge");
+        self.step(job, Step::Bridge);
         let ifaces = self
             .client()
             .network(node)
@@ -133,13 +136,13 @@ impl Pipeline<'_> {
             .map_err(|e| self.err(job, &e))?;
         let bridges: Vec<&str> = ifaces
             .iter()
-            .filter(|i| i.kind.to_lowercase().contains("bridge") || i.kind == "vnet")
+            .filter(|i| i.is_bridge())
             .map(|i| i.iface.as_str())
             .collect();
-        if !bridges.contains(&plan.bridge.as_str()) {
+        if !bridges.contains(&spec.bridge.as_str()) {
             return Err(StepError::BridgeMissing {
                 node: node.to_string(),
-                bridge: plan.bridge.clone(),
+                bridge: spec.bridge.clone(),
                 known: if bridges.is_empty() {
                     "none".into()
                 } else {
@@ -148,7 +151,7 @@ impl Pipeline<'_> {
             });
         }
 
-        self.step(job, "storage");
+        self.step(job, Step::Storage);
         let storages = self
             .client()
             .storages(node)
@@ -156,14 +159,14 @@ impl Pipeline<'_> {
             .map_err(|e| self.err(job, &e))?;
         let target = storages
             .iter()
-            .find(|s| s.storage == plan.storage)
+            .find(|s| s.storage == spec.storage)
             .ok_or_else(|| StepError::StorageMissing {
                 node: node.to_string(),
-                storage: plan.storage.clone(),
+                storage: spec.storage.clone(),
             })?;
         check_vm_storage(node, target)?;
 
-        self.step(job, "adopt");
+        self.step(job, Step::Adopt);
         let mut vmid = if crate::mutants::active(crate::mutants::Mutant::DuplicateOnRerun) {
             None
         } else {
@@ -177,16 +180,16 @@ impl Pipeline<'_> {
         let vmid = match vmid {
             Some(id) => id,
             None => {
-                check_free_space(node, target, plan.disk_gib)?;
+                check_free_space(node, target, spec.disk_gib)?;
                 self.create(job, &storages).await?
             }
         };
 
-        self.step(job, "resize");
+        self.step(job, Step::Resize);
         self.resize_and_configure(job, vmid).await?;
 
         if self.options.start {
-            self.step(job, "start");
+            self.step(job, Step::Start);
             let cur = self
                 .client()
                 .vm_current(node, vmid)
@@ -196,7 +199,7 @@ impl Pipeline<'_> {
                 self.start(job, vmid).await?;
             }
             self.record(job, |r| r.stage = r.stage.max(Stage::Started));
-            self.step(job, "monitor");
+            self.step(job, Step::Monitor);
             self.monitor(job, vmid).await?;
         } else {
             self.record(job, |r| {
@@ -211,7 +214,7 @@ impl Pipeline<'_> {
     /// its own start leaves that start task going, and the resumed run sees the VM `stopped`
     /// until QEMU is up.
     async fn start(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
-        let node = job.plan.node.as_str();
+        let node = job.spec.node.as_str();
         let started = match self.client().start_vm(node, vmid).await {
             Ok(upid) => self
                 .client()
@@ -223,7 +226,7 @@ impl Pipeline<'_> {
         match started {
             Ok(()) => Ok(()),
             Err(e) if e.text().contains(&format!("VM {vmid} already running")) => {
-                tracing::info!(vm = %job.plan.name, vmid, "already running (an earlier run's start)");
+                tracing::info!(vm = %job.spec.name, vmid, "already running (an earlier run's start)");
                 Ok(())
             }
             Err(e) => Err(self.err(job, &e)),
@@ -232,7 +235,7 @@ impl Pipeline<'_> {
 
     /// Tells an unknown node (fail fast) from an unreachable one (retry).
     async fn node_problem(&self, job: &VmJob<'_>, e: &PveError) -> StepError {
-        let node = job.plan.node.as_str();
+        let node = job.spec.node.as_str();
         let first = self.err(job, e);
         if matches!(first, StepError::AuthRefused { .. }) {
             return first;
@@ -265,167 +268,12 @@ impl Pipeline<'_> {
         }
     }
 
-    /// The VM this manifest already has: the recorded VMID if it still carries the name, else
-    /// the lowest VMID with that name (adoption). Never a VM of another name.
-    async fn find_existing(&self, job: &VmJob<'_>) -> Result<Option<u32>, StepError> {
-        let plan = job.plan;
-        let resources = self.resources_after_our_create(job).await?;
-        let named: Vec<&ClusterResource> = resources
-            .iter()
-            .filter(|r| r.kind == "qemu" && !r.template)
-            .filter(|r| r.name.as_deref() == Some(plan.name.as_str()))
-            .collect();
-        let rec = self.state.get(&job.key);
-        let recorded = rec.as_ref().and_then(|r| r.vmid);
-        let pick = named
-            .iter()
-            .find(|r| r.vmid.is_some() && r.vmid.map(|v| v as u32) == recorded)
-            .or_else(|| named.iter().min_by_key(|r| r.vmid))
-            .copied();
-        let Some(found) = pick else {
-            return Ok(None);
-        };
-        let Some(vmid) = found.vmid.and_then(|v| u32::try_from(v).ok()) else {
-            return Ok(None);
-        };
-        let on = found.node.clone().unwrap_or_default();
-        if on != plan.node {
-            return Err(StepError::Api(format!(
-                "a VM named '{}' already exists as {vmid} on node {on}, but the manifest places it on {}; refusing to create a duplicate",
-                plan.name, plan.node
-            )));
-        }
-        let ours = recorded == Some(vmid) && rec.as_ref().is_some_and(|r| r.created_here);
-        let duplicates = named.len();
-        self.record(job, |r| {
-            r.vmid = Some(vmid);
-            r.created_here = ours || (recorded == Some(vmid) && r.stage >= Stage::Creating);
-            r.stage = r.stage.max(Stage::Creating);
-            let how = if r.created_here { "Resumed" } else { "Adopted" };
-            r.set_condition(Condition::new(
-                "Synced",
-                true,
-                how,
-                format!("VM {vmid} named {} found on {on}", plan.name),
-            ));
-            if duplicates > 1 {
-                r.set_condition(Condition::new(
-                    "UniqueName",
-                    false,
-                    "DuplicateName",
-                    format!("{duplicates} VMs are named {}; using {vmid}", plan.name),
-                ));
-            }
-        });
-        Ok(Some(vmid))
-    }
-
-    /// `/cluster/resources`, read again once a create this rollout started (and was killed
-    /// during) has finished. PVE lists a VM under creation with `lock: create` and without its
-    /// name, so matching by name alone would miss it and create a duplicate: the VMID recorded
-    /// before the create call wins.
-    async fn resources_after_our_create(
-        &self,
-        job: &VmJob<'_>,
-    ) -> Result<Vec<ClusterResource>, StepError> {
-        let rec = self.state.get(&job.key);
-        let ours = rec
-            .as_ref()
-            .filter(|r| r.created_here)
-            .and_then(|r| r.vmid)
-            .map(u64::from);
-        let started = Instant::now();
-        loop {
-            let resources = self
-                .client()
-                .vm_resources()
-                .await
-                .map_err(|e| self.err(job, &e))?;
-            let creating = resources.iter().find(|r| {
-                r.kind == "qemu"
-                    && ours.is_some()
-                    && r.vmid == ours
-                    && r.lock.as_deref() == Some("create")
-                    && r.name.as_deref() != Some(job.plan.name.as_str())
-            });
-            let Some(vm) = creating else {
-                return Ok(resources);
-            };
-            if started.elapsed() >= self.options.task_wait.timeout {
-                return Err(StepError::Locked(format!(
-                    "VM {} (recorded by an earlier run for {}) is still being created after {:?}",
-                    vm.vmid.unwrap_or_default(),
-                    job.plan.name,
-                    self.options.task_wait.timeout
-                )));
-            }
-            tracing::info!(vm = %job.plan.name, vmid = ?vm.vmid, "waiting out the create an earlier run started");
-            tokio::time::sleep(self.options.task_wait.poll).await;
-        }
-    }
-
-    /// Waits out a create still running from an earlier run; removes a half-made VM (no boot
-    /// disk) that this rollout created. `Ok(false)` means the VM is gone and must be created.
-    async fn settle_existing(&self, job: &VmJob<'_>, vmid: u32) -> Result<bool, StepError> {
-        let node = job.plan.node.as_str();
-        let started = Instant::now();
-        loop {
-            let cur = self
-                .client()
-                .vm_current(node, vmid)
-                .await
-                .map_err(|e| self.err(job, &e))?;
-            match cur.lock.as_deref() {
-                None | Some("") => break,
-                Some("create") if started.elapsed() < self.options.task_wait.timeout => {
-                    tokio::time::sleep(self.options.task_wait.poll).await;
-                }
-                Some(other) => {
-                    return Err(StepError::Locked(format!("VM {vmid} holds lock '{other}'")));
-                }
-            }
-        }
-        let cfg = match self.client().vm_config(node, vmid).await {
-            Ok(c) => c,
-            // The earlier create failed and PVE removed the VM while we waited.
-            Err(e) if e.text().contains("does not exist") => return Ok(false),
-            Err(e) => return Err(self.err(job, &e)),
-        };
-        let has_disk = cfg
-            .get("scsi0")
-            .and_then(|v| v.as_str())
-            .is_some_and(|v| !v.starts_with("none"));
-        if has_disk {
-            return Ok(true);
-        }
-        let ours = self.state.get(&job.key).is_some_and(|r| r.created_here);
-        if !ours {
-            return Err(StepError::Api(format!(
-                "VM {vmid} named {} exists without a boot disk and was not created by this rollout; not touching it",
-                job.plan.name
-            )));
-        }
-        tracing::warn!(vm = %job.plan.name, vmid, "removing half-created VM");
-        let upid = self
-            .client()
-            .destroy_vm(node, vmid)
-            .await
-            .map_err(|e| self.err(job, &e))?;
-        self.wait(job, &upid).await?;
-        self.record(job, |r| {
-            r.vmid = None;
-            r.stage = Stage::Pending;
-        });
-        self.persist().await?;
-        Ok(false)
-    }
-
     async fn create(&self, job: &VmJob<'_>, storages: &[StorageInfo]) -> Result<u32, StepError> {
-        let plan = job.plan;
-        let node = plan.node.as_str();
-        self.step(job, "image");
+        let spec = job.spec;
+        let node = spec.node.as_str();
+        self.step(job, Step::Image);
         let mut views = Vec::new();
-        for s in image::storages_to_list(&plan.image, storages) {
+        for s in image::storages_to_list(&spec.image, storages) {
             let content = self
                 .client()
                 .storage_content(node, &s.storage)
@@ -436,13 +284,13 @@ impl Pipeline<'_> {
                 content,
             });
         }
-        let resolved = image::resolve(&plan.image, node, &views, self.site.version_pair())?;
-        let snippet = find_user_snippet(&views, &plan.name);
+        let resolved = image::resolve(&spec.image, node, &views, self.site.version_pair())?;
+        let snippet = find_user_snippet(&views, &spec.name);
         self.record(job, |r| {
             if let Some(n) = &resolved.note {
                 r.set_condition(Condition::new("ImageResolved", true, "ImportVolume", n.clone()));
             }
-            r.set_condition(match (&plan.user_data, &snippet) {
+            r.set_condition(match (&spec.user_data, &snippet) {
                 (None, _) => Condition::new("UserData", true, "NotRequested", "no userData in the manifest"),
                 (Some(_), Some(v)) => Condition::new("UserData", true, "Snippet", format!("cicustom user={v}")),
                 (Some(_), None) => Condition::new(
@@ -451,13 +299,13 @@ impl Pipeline<'_> {
                     "SnippetMissing",
                     format!(
                         "PVE's API cannot upload snippets: place the userData at <snippets storage>:snippets/{}-user.yaml; only ciuser and ipconfig0 were applied",
-                        plan.name
+                        spec.name
                     ),
                 ),
             });
         });
 
-        self.step(job, "create");
+        self.step(job, Step::Create);
         let mut last_race = String::new();
         for _ in 0..self.options.nextid_retries.max(1) {
             let guard = self.site.create_lock.lock().await;
@@ -474,7 +322,7 @@ impl Pipeline<'_> {
             });
             self.persist().await?;
             let params = create_params(
-                plan,
+                spec,
                 vmid,
                 &resolved.volid,
                 snippet.as_deref(),
@@ -503,14 +351,14 @@ impl Pipeline<'_> {
                     return Ok(vmid);
                 }
                 Err(e) if e.text().contains("already exists") => {
-                    tracing::info!(vm = %plan.name, vmid, "VMID taken by another creator; asking nextid again");
+                    tracing::info!(vm = %spec.name, vmid, "VMID taken by another creator; asking nextid again");
                     last_race = e.to_string();
                     self.record(job, |r| r.vmid = None);
                     continue;
                 }
                 Err(e) => {
                     self.record(job, |r| r.vmid = None);
-                    return Err(create_refused(node, plan, &e).unwrap_or_else(|| self.err(job, &e)));
+                    return Err(create_refused(node, spec, &e).unwrap_or_else(|| self.err(job, &e)));
                 }
             }
         }
@@ -521,8 +369,8 @@ impl Pipeline<'_> {
 
     /// PVE frees what a failed create allocated; make sure nothing is left anyway.
     async fn create_failed(&self, job: &VmJob<'_>, vmid: u32, e: &PveError) -> StepError {
-        let node = job.plan.node.as_str();
-        let mapped = create_refused(node, job.plan, e).unwrap_or_else(|| self.err(job, e));
+        let node = job.spec.node.as_str();
+        let mapped = create_refused(node, job.spec, e).unwrap_or_else(|| self.err(job, e));
         if !crate::mutants::active(crate::mutants::Mutant::NoCleanupAfterFailedCreate)
             && self.client().vm_config(node, vmid).await.is_ok()
             && let Ok(upid) = self.client().destroy_vm(node, vmid).await
@@ -540,14 +388,14 @@ impl Pipeline<'_> {
     }
 
     async fn resize_and_configure(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
-        let plan = job.plan;
-        let node = plan.node.as_str();
+        let spec = job.spec;
+        let node = spec.node.as_str();
         let cfg = self
             .client()
             .vm_config(node, vmid)
             .await
             .map_err(|e| self.err(job, &e))?;
-        let want_mib = plan.disk_gib * 1024;
+        let want_mib = spec.disk_gib * 1024;
         let current = cfg
             .get("scsi0")
             .and_then(|v| v.as_str())
@@ -565,7 +413,7 @@ impl Pipeline<'_> {
             _ => {
                 let upid = self
                     .client()
-                    .resize(node, vmid, "scsi0", &resize_size(plan.disk_gib))
+                    .resize(node, vmid, "scsi0", &resize_size(spec.disk_gib))
                     .await
                     .map_err(|e| self.err(job, &e))?;
                 // PVE < 8.0 resizes synchronously and answers null.
@@ -579,9 +427,9 @@ impl Pipeline<'_> {
             .filter_map(|v| v.as_str())
             .any(|v| v.contains("cloudinit"));
         if !has_cloudinit {
-            self.step(job, "cloud-init");
+            self.step(job, Step::CloudInit);
             let params = vec![
-                ("ide2", format!("{}:cloudinit", plan.storage)),
+                ("ide2", format!("{}:cloudinit", spec.storage)),
                 ("ciuser", self.options.ci_user.clone()),
                 ("ipconfig0", "ip=dhcp".to_string()),
             ];
@@ -599,7 +447,7 @@ impl Pipeline<'_> {
     }
 
     async fn monitor(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
-        let node = job.plan.node.as_str();
+        let node = job.spec.node.as_str();
         let cur = self
             .client()
             .vm_current(node, vmid)

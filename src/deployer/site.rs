@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use crate::config::Site;
-use crate::errors::{StepError, classify};
-use crate::pve::api::Version;
-use crate::pve::{ClientOptions, Credentials, PveClient};
+use crate::deployer::config::{Provider, Site};
+use crate::deployer::errors::{StepError, classify};
+use crate::deployer::pve::api::Version;
+use crate::deployer::pve::{ClientOptions, Credentials, PveClient};
 
 pub struct SiteCtx {
     pub name: String,
@@ -20,6 +20,19 @@ pub struct SiteCtx {
 impl SiteCtx {
     pub fn version_pair(&self) -> Option<(u32, u32)> {
         self.version.as_ref().and_then(Version::major_minor)
+    }
+}
+
+/// Connects the provider's site called `name`; a name the provider config lacks is
+/// [`StepError::SiteUnknown`]. The one way `plan`, `deploy`, `status` and `destroy` connect.
+pub async fn connect_named(
+    provider: &Provider,
+    name: &str,
+    timeout: Duration,
+) -> Result<SiteCtx, StepError> {
+    match provider.site(name) {
+        None => Err(StepError::SiteUnknown(name.to_string())),
+        Some(site) => connect(site, &provider.credentials, timeout).await,
     }
 }
 

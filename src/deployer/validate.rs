@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::manifest::ForProvider;
+use crate::deployer::manifest::ForProvider;
 
 pub const MIN_MEMORY_MIB: u64 = 128;
 pub const MAX_MEMORY_MIB: u64 = 2 * 1024 * 1024;
@@ -12,7 +12,7 @@ pub const MAX_DISK_GIB: u64 = 100 * 1024;
 
 /// A spec that passed validation, with sizes in PVE's units.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct VmPlan {
+pub struct ValidSpec {
     pub name: String,
     pub site: String,
     pub node: String,
@@ -59,7 +59,7 @@ pub struct InvalidSpec {
     pub problems: Vec<String>,
 }
 
-pub fn validate(fp: &ForProvider) -> Result<VmPlan, InvalidSpec> {
+pub fn validate(fp: &ForProvider) -> Result<ValidSpec, InvalidSpec> {
     let mut problems = Vec::new();
     if let Err(e) = validate_name(&fp.name) {
         problems.push(format!("name: {e}"));
@@ -100,7 +100,7 @@ pub fn validate(fp: &ForProvider) -> Result<VmPlan, InvalidSpec> {
     if !problems.is_empty() {
         return Err(InvalidSpec { problems });
     }
-    Ok(VmPlan {
+    Ok(ValidSpec {
         name: fp.name.clone(),
         site: fp.site.clone(),
         node: fp.node.clone(),

@@ -91,6 +91,13 @@ pub struct NetworkIface {
     pub active: bool,
 }
 
+impl NetworkIface {
+    /// Whether a VM's `net0` can name this interface: a Linux or OVS bridge, or an SDN vnet.
+    pub fn is_bridge(&self) -> bool {
+        self.kind.to_lowercase().contains("bridge") || self.kind == "vnet"
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct StorageInfo {
     pub storage: String,

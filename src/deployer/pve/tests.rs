@@ -138,7 +138,7 @@ async fn parameter_errors_keep_the_errors_map_and_message() {
         e.to_string()
             .contains("storage: storage 'ceph-fs' does not support vm images")
     );
-    let class = crate::errors::classify("site-2", "r630-01", Some("ceph-fs"), &e);
+    let class = crate::deployer::errors::classify("site-2", "r630-01", Some("ceph-fs"), &e);
     assert_eq!(class.reason(), "StorageNotForImages");
 }
 
@@ -153,7 +153,7 @@ async fn auth_failure_is_refused_not_retried() {
         .await;
     let e = token_client(&server).version().await.unwrap_err();
     assert_eq!(e.status(), Some(401));
-    let class = crate::errors::classify("site-1", "n", None, &e);
+    let class = crate::deployer::errors::classify("site-1", "n", None, &e);
     assert_eq!(class.reason(), "AuthRefused");
     assert!(!class.is_retryable());
     assert!(!e.to_string().contains(SECRET));
@@ -347,7 +347,7 @@ async fn failed_tasks_carry_exitstatus_and_log() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    let class = crate::errors::classify("site-1", "ml110-01", Some("local-lvm"), &e);
+    let class = crate::deployer::errors::classify("site-1", "ml110-01", Some("local-lvm"), &e);
     assert_eq!(class.reason(), "StorageFull");
     assert!(class.to_string().contains("local-lvm"));
 }
@@ -432,7 +432,7 @@ async fn every_call_has_a_timeout() {
         "{e:?}"
     );
     assert_eq!(
-        crate::errors::classify("s", "n", None, &e).reason(),
+        crate::deployer::errors::classify("s", "n", None, &e).reason(),
         "NodeUnreachable"
     );
 }

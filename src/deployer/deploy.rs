@@ -1,6 +1,7 @@
-//! A rollout: manifests → validated plans → waves in the seed's order, VMs inside a wave with
-//! bounded concurrency (and `dependsOn` respected), each VM retried with backoff while its error
-//! is retryable, cleaned up when it finally fails after this rollout created it.
+//! A rollout: manifests → a [`Rollout`] (validated specs, waves in the seed's order), VMs
+//! inside a wave with bounded concurrency (and `dependsOn` respected), each VM retried with
+//! backoff while its error is retryable, cleaned up when it finally fails after this rollout
+//! created it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,15 +12,15 @@ use futures::future::join_all;
 use serde::Serialize;
 use tokio::sync::{Semaphore, watch};
 
-use crate::config::Provider;
-use crate::errors::StepError;
-use crate::manifest::{ManifestSet, Unreadable};
-use crate::order::order;
-use crate::pipeline::{Pipeline, PipelineOptions, StepSink, VmJob};
-use crate::retry::Backoff;
-use crate::site::{SiteCtx, connect};
-use crate::state::{Condition, ErrorRecord, Stage, StateStore, VmRecord, key};
-use crate::validate::{VmPlan, validate};
+use crate::deployer::config::Provider;
+use crate::deployer::errors::StepError;
+use crate::deployer::manifest::{ManifestSet, Unreadable};
+use crate::deployer::pipeline::{Pipeline, PipelineOptions, Step, StepSink, VmJob};
+use crate::deployer::retry::Backoff;
+use crate::deployer::rollout::{Rollout, RolloutVm};
+use crate::deployer::site::{SiteCtx, connect_named};
+use crate::deployer::state::{Condition, ErrorRecord, Stage, StateStore, VmRecord};
+use crate::deployer::validate::ValidSpec;
 
 /// Called when a VM finishes: (name, ok).
 pub type DoneHook = Arc<dyn Fn(&str, bool) + Send + Sync>;
@@ -132,21 +133,13 @@ impl RolloutResult {
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     #[error(transparent)]
-    State(#[from] crate::state::StateError),
+    State(#[from] crate::deployer::state::StateError),
 }
 
 pub struct Deployer {
     provider: Provider,
     options: DeployOptions,
     state: StateStore,
-}
-
-struct Item {
-    key: String,
-    manifest: String,
-    wave: String,
-    plan: Result<VmPlan, StepError>,
-    depends_on: Vec<String>,
 }
 
 impl Deployer {
@@ -163,7 +156,7 @@ impl Deployer {
         &self.state
     }
 
-    pub(crate) fn task_wait(&self) -> crate::pve::tasks::TaskWait {
+    pub(crate) fn task_wait(&self) -> crate::deployer::pve::tasks::TaskWait {
         self.options.pipeline.task_wait
     }
 
@@ -176,170 +169,129 @@ impl Deployer {
         let mut wanted: Vec<String> = names.collect();
         wanted.sort();
         wanted.dedup();
-        let futs = wanted.iter().map(|name| async move {
-            let r = match self.provider.site(name) {
-                None => Err(StepError::SiteUnknown(name.clone())),
-                Some(site) => connect(site, &self.provider.credentials, self.options.http_timeout)
-                    .await
-                    .map(Arc::new),
-            };
-            (name.clone(), r)
-        });
+        let futs = wanted
+            .iter()
+            .map(|name| async move { (name.clone(), self.connect_site(name).await) });
         join_all(futs).await.into_iter().collect()
     }
 
-    fn items(&self, set: &ManifestSet) -> (Vec<Item>, Vec<Vec<usize>>) {
-        let ord = order(&set.vms);
-        let mut items: Vec<Item> = set
-            .vms
-            .iter()
-            .map(|l| {
-                let fp = &l.vm.spec.for_provider;
-                Item {
-                    key: key(&fp.site, &fp.name),
-                    manifest: l.path.clone(),
-                    wave: String::new(),
-                    plan: validate(fp).map_err(|e| StepError::InvalidSpec(e.to_string())),
-                    depends_on: l.vm.spec.deployment.depends_on.clone(),
-                }
-            })
-            .collect();
-        for (i, why) in &ord.invalid {
-            items[*i].plan = Err(StepError::InvalidSpec(why.clone()));
-        }
-        let mut waves = Vec::new();
-        for w in &ord.waves {
-            for &m in &w.members {
-                items[m].wave = w.label();
-            }
-            waves.push(w.members.clone());
-        }
-        (items, waves)
+    /// Connects one site by name; a name the provider config lacks is `SiteUnknown`.
+    async fn connect_site(&self, name: &str) -> Result<Arc<SiteCtx>, StepError> {
+        connect_named(&self.provider, name, self.options.http_timeout)
+            .await
+            .map(Arc::new)
     }
 
     /// Deploys every readable manifest. Unreadable ones are reported, never guessed at.
     pub async fn deploy(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
+        self.deploy_rollout(&Rollout::new(set)).await
+    }
+
+    /// Deploys a rollout wave by wave; inside a wave, VMs run with bounded concurrency and wait
+    /// for the VMs they depend on.
+    pub async fn deploy_rollout(&self, rollout: &Rollout) -> Result<RolloutResult, DeployError> {
         let started = Instant::now();
-        let (items, waves) = self.items(set);
-        let sites = self
-            .connect_sites(
-                items
-                    .iter()
-                    .filter_map(|i| i.plan.as_ref().ok().map(|p| p.site.clone())),
-            )
-            .await;
-        let sites: SiteSlots = sites
+        let deployable = || rollout.vms.iter().filter_map(|v| v.deployable().ok());
+        let sites: SiteSlots = self
+            .connect_sites(deployable().map(|p| p.site.clone()))
+            .await
             .into_iter()
             .map(|(k, v)| (k, tokio::sync::Mutex::new(v)))
             .collect();
         // One "done" signal per VM name, for dependsOn.
-        let mut signals: Signals = BTreeMap::new();
-        for it in &items {
-            if let Ok(p) = &it.plan {
-                signals.insert(p.name.clone(), watch::channel(None));
-            }
-        }
+        let signals: Signals = deployable()
+            .map(|p| (p.name.clone(), watch::channel(None)))
+            .collect();
         let semaphore = Arc::new(Semaphore::new(self.options.concurrency.max(1)));
-        for wave in waves {
-            let futs = wave.into_iter().map(|i| {
-                let it = &items[i];
+        for wave in &rollout.waves {
+            let futs = wave.iter().map(|&i| {
+                let vm = &rollout.vms[i];
                 let sem = Arc::clone(&semaphore);
                 let sites = &sites;
                 let signals = &signals;
                 async move {
-                    let ok = self.run_item(it, sites, signals, &sem).await;
-                    if let Ok(p) = &it.plan
-                        && let Some((tx, _)) = signals.get(&p.name)
-                    {
-                        let _ = tx.send(Some(ok));
-                    }
-                    if let Some(f) = &self.options.on_done {
-                        f(
-                            it.plan
-                                .as_ref()
-                                .map(|p| p.name.as_str())
-                                .unwrap_or(&it.manifest),
-                            ok,
-                        );
-                    }
+                    let ok = self.run_vm(vm, sites, signals, &sem).await;
+                    self.announce_done(vm, signals, ok);
                 }
             });
             join_all(futs).await;
         }
         self.state.persist().await?;
-        // Report in rollout order: wave by wave, by name inside a wave.
-        let mut rank = BTreeMap::new();
-        for (w, members) in self.items(set).1.iter().enumerate() {
-            for &m in members {
-                rank.insert(m, w);
-            }
-        }
-        let mut idx: Vec<usize> = (0..items.len()).collect();
-        idx.sort_by_key(|i| {
-            (
-                rank.get(i).copied().unwrap_or(usize::MAX),
-                items[*i].key.clone(),
-            )
-        });
-        let outcomes = idx.iter().map(|&i| self.outcome(&items[i])).collect();
+        let outcomes = rollout
+            .report_order()
+            .into_iter()
+            .map(|i| self.outcome(&rollout.vms[i]))
+            .collect();
         Ok(RolloutResult::finish(
             outcomes,
-            set.unreadable.clone(),
+            rollout.unreadable.clone(),
             started,
         ))
     }
 
-    async fn run_item(
+    /// Tells the VMs that depend on `vm`, and the `on_done` hook, how it ended.
+    fn announce_done(&self, vm: &RolloutVm, signals: &Signals, ok: bool) {
+        let spec = vm.deployable().ok();
+        if let Some(p) = spec
+            && let Some((tx, _)) = signals.get(&p.name)
+        {
+            let _ = tx.send(Some(ok));
+        }
+        if let Some(f) = &self.options.on_done {
+            f(spec.map(|p| p.name.as_str()).unwrap_or(&vm.manifest), ok);
+        }
+    }
+
+    /// One VM: refused if invalid, failed if a dependency failed, else run through the pipeline
+    /// until it is ready, fails for good, or runs out of attempts. Returns whether it is ready.
+    async fn run_vm(
         &self,
-        it: &Item,
+        vm: &RolloutVm,
         sites: &SiteSlots,
         signals: &Signals,
         sem: &Semaphore,
     ) -> bool {
-        let plan = match &it.plan {
+        let spec = match vm.deployable() {
             Ok(p) => p,
             Err(e) => {
-                self.fail(it, None, e, 0);
+                self.fail(vm, None, &e, 0);
                 return false;
             }
         };
-        for dep in &it.depends_on {
-            if let Some((_, rx)) = signals.get(dep) {
-                let mut rx = rx.clone();
-                let ok = match rx.wait_for(|v| v.is_some()).await {
-                    Ok(v) => v.unwrap_or(false),
-                    Err(_) => false,
-                };
-                if !ok {
-                    self.fail(it, Some(plan), &StepError::DependencyFailed(dep.clone()), 0);
-                    return false;
-                }
-            }
+        if let Err(dep) = wait_for_dependencies(vm, signals).await {
+            self.fail(vm, Some(spec), &StepError::DependencyFailed(dep), 0);
+            return false;
         }
         let Ok(_permit) = sem.acquire().await else {
             return false;
         };
+        self.attempts(vm, spec, sites).await
+    }
+
+    /// The retry loop around the pipeline: backoff while the error is retryable, cleanup and
+    /// failure when it is not (or attempts run out).
+    async fn attempts(&self, vm: &RolloutVm, spec: &ValidSpec, sites: &SiteSlots) -> bool {
         let job = VmJob {
-            key: it.key.clone(),
-            manifest: &it.manifest,
-            plan,
+            key: vm.key.clone(),
+            manifest: &vm.manifest,
+            spec,
         };
         let mut last_site: Option<Arc<SiteCtx>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
             self.state.update(
-                &it.key,
-                || blank(it, plan),
+                &vm.key,
+                || blank(vm, spec),
                 |r| {
                     r.attempts = attempt;
-                    r.manifest = it.manifest.clone();
+                    r.manifest = vm.manifest.clone();
                     if r.stage >= Stage::Failed {
                         r.stage = Stage::Pending;
                     }
                 },
             );
-            let result = match self.site_for(sites, &plan.site).await {
+            let result = match self.site_for(sites, &spec.site).await {
                 Ok(site) => {
                     last_site = Some(Arc::clone(&site));
                     Pipeline {
@@ -360,37 +312,42 @@ impl Deployer {
                         || crate::mutants::active(crate::mutants::Mutant::RetriesFailFast))
                         && attempt < self.options.backoff.max_attempts =>
                 {
-                    let delay = self.options.backoff.delay(attempt);
-                    tracing::info!(vm = %plan.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
-                    self.state.update(
-                        &it.key,
-                        || blank(it, plan),
-                        |r| {
-                            r.set_condition(Condition::new(
-                                "Ready",
-                                false,
-                                e.reason(),
-                                format!("attempt {attempt}: {e}"),
-                            ));
-                        },
-                    );
-                    // Observers (progress, the HTML timeline) see the wait as a step of its own.
-                    if let Some(sink) = &self.options.on_step {
-                        sink(&plan.name, crate::report_html::BACKOFF_STEP);
-                    }
-                    tokio::time::sleep(delay).await;
+                    self.back_off(vm, spec, attempt, &e).await;
                 }
                 Err(e) => {
-                    tracing::info!(vm = %plan.name, attempt, error = %e, "failed");
+                    tracing::info!(vm = %spec.name, attempt, error = %e, "failed");
                     if let Some(site) = &last_site {
-                        self.cleanup(site, it, plan).await;
+                        self.cleanup(site, vm, spec).await;
                     }
-                    self.fail(it, Some(plan), &e, attempt);
+                    self.fail(vm, Some(spec), &e, attempt);
                     let _ = self.state.persist().await;
                     return false;
                 }
             }
         }
+    }
+
+    /// Records why attempt `attempt` failed and sleeps the backoff delay.
+    async fn back_off(&self, vm: &RolloutVm, spec: &ValidSpec, attempt: u32, e: &StepError) {
+        let delay = self.options.backoff.delay(attempt);
+        tracing::info!(vm = %spec.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
+        self.state.update(
+            &vm.key,
+            || blank(vm, spec),
+            |r| {
+                r.set_condition(Condition::new(
+                    "Ready",
+                    false,
+                    e.reason(),
+                    format!("attempt {attempt}: {e}"),
+                ));
+            },
+        );
+        // Observers (progress, the HTML timeline) see the wait as a step of its own.
+        if let Some(sink) = &self.options.on_step {
+            sink(&spec.name, Step::Backoff.name());
+        }
+        tokio::time::sleep(delay).await;
     }
 
     /// The site's connection; a retryable connect failure (site down at the start) is tried
@@ -405,19 +362,14 @@ impl Deployer {
             Err(e) if !e.is_retryable() => return Err(e.clone()),
             Err(_) => {}
         }
-        let r = match self.provider.site(name) {
-            None => Err(StepError::SiteUnknown(name.to_string())),
-            Some(site) => connect(site, &self.provider.credentials, self.options.http_timeout)
-                .await
-                .map(Arc::new),
-        };
+        let r = self.connect_site(name).await;
         *guard = r.clone();
         r
     }
 
     /// Deletes (purge) a VM this rollout created and could not finish.
-    async fn cleanup(&self, site: &SiteCtx, it: &Item, plan: &VmPlan) {
-        let Some(rec) = self.state.get(&it.key) else {
+    async fn cleanup(&self, site: &SiteCtx, vm: &RolloutVm, spec: &ValidSpec) {
+        let Some(rec) = self.state.get(&vm.key) else {
             return;
         };
         let (Some(vmid), true) = (rec.vmid, rec.created_here) else {
@@ -428,19 +380,19 @@ impl Deployer {
         }
         let c = &site.client;
         let wait = self.options.pipeline.task_wait;
-        if let Ok(cur) = c.vm_current(&plan.node, vmid).await
+        if let Ok(cur) = c.vm_current(&spec.node, vmid).await
             && cur.status == "running"
-            && let Ok(upid) = c.stop_vm(&plan.node, vmid).await
+            && let Ok(upid) = c.stop_vm(&spec.node, vmid).await
         {
             let _ = c.await_task(&upid, wait).await;
         }
-        match c.destroy_vm(&plan.node, vmid).await {
+        match c.destroy_vm(&spec.node, vmid).await {
             Ok(upid) => match c.await_task(&upid, wait).await {
                 Ok(_) => {
-                    tracing::info!(vm = %plan.name, vmid, "cleaned up");
+                    tracing::info!(vm = %spec.name, vmid, "cleaned up");
                     self.state.update(
-                        &it.key,
-                        || blank(it, plan),
+                        &vm.key,
+                        || blank(vm, spec),
                         |r| {
                             r.vmid = None;
                             r.created_here = false;
@@ -453,27 +405,27 @@ impl Deployer {
                         },
                     );
                 }
-                Err(e) => tracing::warn!(vm = %plan.name, vmid, error = %e, "cleanup task failed"),
+                Err(e) => tracing::warn!(vm = %spec.name, vmid, error = %e, "cleanup task failed"),
             },
             Err(e) if e.text().contains("does not exist") => {
                 self.state
-                    .update(&it.key, || blank(it, plan), |r| r.vmid = None);
+                    .update(&vm.key, || blank(vm, spec), |r| r.vmid = None);
             }
-            Err(e) => tracing::warn!(vm = %plan.name, vmid, error = %e, "cleanup failed"),
+            Err(e) => tracing::warn!(vm = %spec.name, vmid, error = %e, "cleanup failed"),
         }
     }
 
-    fn fail(&self, it: &Item, plan: Option<&VmPlan>, e: &StepError, attempts: u32) {
-        let init = || match plan {
-            Some(p) => blank(it, p),
+    fn fail(&self, vm: &RolloutVm, spec: Option<&ValidSpec>, e: &StepError, attempts: u32) {
+        let init = || match spec {
+            Some(p) => blank(vm, p),
             None => VmRecord {
-                name: it.key.rsplit('/').next().unwrap_or(&it.key).to_string(),
-                site: it.key.split('/').next().unwrap_or("").to_string(),
-                manifest: it.manifest.clone(),
+                name: vm.key.rsplit('/').next().unwrap_or(&vm.key).to_string(),
+                site: vm.key.split('/').next().unwrap_or("").to_string(),
+                manifest: vm.manifest.clone(),
                 ..VmRecord::default()
             },
         };
-        self.state.update(&it.key, init, |r| {
+        self.state.update(&vm.key, init, |r| {
             r.stage = Stage::Failed;
             r.attempts = attempts;
             r.error = Some(ErrorRecord {
@@ -485,24 +437,41 @@ impl Deployer {
         });
     }
 
-    fn outcome(&self, it: &Item) -> VmOutcome {
-        let rec = self.state.get(&it.key).unwrap_or_default();
+    fn outcome(&self, vm: &RolloutVm) -> VmOutcome {
+        let rec = self.state.get(&vm.key).unwrap_or_default();
         let outcome = match rec.stage {
             Stage::Ready => Outcome::Ready,
             Stage::Failed => Outcome::Failed,
             Stage::Destroyed => Outcome::Destroyed,
             _ => Outcome::Skipped,
         };
-        to_outcome(&rec, &it.wave, outcome)
+        to_outcome(&rec, &vm.wave, outcome)
     }
 }
 
-fn blank(it: &Item, p: &VmPlan) -> VmRecord {
+/// Waits until every VM `vm` depends on has finished; the first that failed is the error.
+async fn wait_for_dependencies(vm: &RolloutVm, signals: &Signals) -> Result<(), String> {
+    for dep in &vm.depends_on {
+        if let Some((_, rx)) = signals.get(dep) {
+            let mut rx = rx.clone();
+            let ok = match rx.wait_for(|v| v.is_some()).await {
+                Ok(v) => v.unwrap_or(false),
+                Err(_) => false,
+            };
+            if !ok {
+                return Err(dep.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn blank(vm: &RolloutVm, p: &ValidSpec) -> VmRecord {
     VmRecord {
         name: p.name.clone(),
         site: p.site.clone(),
         node: p.node.clone(),
-        manifest: it.manifest.clone(),
+        manifest: vm.manifest.clone(),
         ..VmRecord::default()
     }
 }

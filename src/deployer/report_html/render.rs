@@ -321,7 +321,7 @@ td.detail{max-width:560px;word-break:break-word}
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::report_html::model::Entry;
+    use crate::deployer::report_html::model::Entry;
 
     fn entry(vm: &str, step: &str, a: u64, b: u64, o: StepOutcome, detail: &str) -> Entry {
         Entry {

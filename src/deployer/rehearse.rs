@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 use serde::Serialize;
 
-use crate::config::{Provider, parse_provider, parse_secret};
-use crate::deploy::{DeployOptions, Deployer, RolloutResult};
-use crate::examples;
-use crate::manifest::{ManifestSet, load_texts};
-use crate::pipeline::PipelineOptions;
-use crate::plan::{PlanOptions, PlanReport, Verdict, plan};
-use crate::pve::tasks::TaskWait;
-use crate::pve::tls::{TlsMode, parse_fingerprint};
-use crate::retry::Backoff;
+use crate::deployer::config::{Provider, parse_provider, parse_secret};
+use crate::deployer::deploy::{DeployOptions, Deployer, RolloutResult};
+use crate::deployer::examples;
+use crate::deployer::manifest::{ManifestSet, load_texts};
+use crate::deployer::pipeline::PipelineOptions;
+use crate::deployer::plan::{PlanOptions, PlanReport, Verdict, plan};
+use crate::deployer::pve::tasks::TaskWait;
+use crate::deployer::pve::tls::{TlsMode, parse_fingerprint};
+use crate::deployer::retry::Backoff;
 
 /// A rollout to rehearse: manifests, provider config and the fake's scenario.
 pub struct Rollout {
@@ -72,7 +72,7 @@ pub struct RunReport {
     pub deploy: RolloutResult,
     /// The deploy's steps over time, for the HTML report (`report_html`).
     #[serde(skip)]
-    pub timeline: crate::report_html::Timeline,
+    pub timeline: crate::deployer::report_html::Timeline,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -103,7 +103,7 @@ pub enum RehearseError {
     #[error("site '{0}' of the provider config is not in the scenario")]
     SiteMissing(String),
     #[error(transparent)]
-    Deploy(#[from] crate::deploy::DeployError),
+    Deploy(#[from] crate::deployer::deploy::DeployError),
 }
 
 fn embedded_provider(config: &str, secret: &str) -> Result<Provider, RehearseError> {
@@ -184,7 +184,7 @@ pub async fn run_against(
     let plan = plan(&provider, &manifests, &options.plan).await;
     let mut deploy = options.deploy.clone();
     deploy.concurrency = options.concurrency;
-    let recorder = std::sync::Arc::new(crate::report_html::Recorder::new());
+    let recorder = std::sync::Arc::new(crate::deployer::report_html::Recorder::new());
     recorder.attach(&mut deploy);
     let deployer = Deployer::new(provider, deploy)?;
     let result = deployer.deploy(&manifests).await?;

@@ -8,9 +8,9 @@
 
 use serde::Serialize;
 
-use crate::errors::StepError;
-use crate::pve::api::{ContentEntry, StorageInfo};
-use crate::validate::ImageSpec;
+use crate::deployer::errors::StepError;
+use crate::deployer::pve::api::{ContentEntry, StorageInfo};
+use crate::deployer::validate::ImageSpec;
 
 /// PVE release that introduced `import-from` on create.
 pub const IMPORT_FROM_SINCE: (u32, u32) = (7, 2);
@@ -200,7 +200,7 @@ mod tests {
     }
 
     fn volid(s: &str) -> ImageSpec {
-        crate::validate::parse_image(s).expect("image")
+        crate::deployer::validate::parse_image(s).expect("image")
     }
 
     #[test]

@@ -6,262 +6,264 @@
 pub const SANKOFA_MANIFESTS: &[(&str, &str)] = &[
     (
         "production/basic-vm.yaml",
-        include_str!("../examples/sankofa/production/basic-vm.yaml"),
+        include_str!("../../examples/sankofa/production/basic-vm.yaml"),
     ),
     (
         "production/cloudflare-tunnel-vm.yaml",
-        include_str!("../examples/sankofa/production/cloudflare-tunnel-vm.yaml"),
+        include_str!("../../examples/sankofa/production/cloudflare-tunnel-vm.yaml"),
     ),
     (
         "production/large-vm.yaml",
-        include_str!("../examples/sankofa/production/large-vm.yaml"),
+        include_str!("../../examples/sankofa/production/large-vm.yaml"),
     ),
     (
         "production/medium-vm.yaml",
-        include_str!("../examples/sankofa/production/medium-vm.yaml"),
+        include_str!("../../examples/sankofa/production/medium-vm.yaml"),
     ),
     (
         "production/nginx-proxy-vm.yaml",
-        include_str!("../examples/sankofa/production/nginx-proxy-vm.yaml"),
+        include_str!("../../examples/sankofa/production/nginx-proxy-vm.yaml"),
     ),
     (
         "production/phoenix/as4-gateway.yaml",
-        include_str!("../examples/sankofa/production/phoenix/as4-gateway.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/as4-gateway.yaml"),
     ),
     (
         "production/phoenix/business-integration-gateway.yaml",
-        include_str!("../examples/sankofa/production/phoenix/business-integration-gateway.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/business-integration-gateway.yaml"),
     ),
     (
         "production/phoenix/codespaces-ide.yaml",
-        include_str!("../examples/sankofa/production/phoenix/codespaces-ide.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/codespaces-ide.yaml"),
     ),
     (
         "production/phoenix/devops-runner.yaml",
-        include_str!("../examples/sankofa/production/phoenix/devops-runner.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/devops-runner.yaml"),
     ),
     (
         "production/phoenix/dns-primary.yaml",
-        include_str!("../examples/sankofa/production/phoenix/dns-primary.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/dns-primary.yaml"),
     ),
     (
         "production/phoenix/email-server.yaml",
-        include_str!("../examples/sankofa/production/phoenix/email-server.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/email-server.yaml"),
     ),
     (
         "production/phoenix/financial-messaging-gateway.yaml",
-        include_str!("../examples/sankofa/production/phoenix/financial-messaging-gateway.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/financial-messaging-gateway.yaml"),
     ),
     (
         "production/phoenix/git-server.yaml",
-        include_str!("../examples/sankofa/production/phoenix/git-server.yaml"),
+        include_str!("../../examples/sankofa/production/phoenix/git-server.yaml"),
     ),
     (
         "production/smom-dbis-138/blockscout.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/blockscout.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/blockscout.yaml"),
     ),
     (
         "production/smom-dbis-138/management.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/management.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/management.yaml"),
     ),
     (
         "production/smom-dbis-138/monitoring.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/monitoring.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/monitoring.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-01.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/rpc-node-01.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/rpc-node-01.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-02.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/rpc-node-02.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/rpc-node-02.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-03.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/rpc-node-03.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/rpc-node-03.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-04.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/rpc-node-04.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/rpc-node-04.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-01.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/sentry-01.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/sentry-01.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-02.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/sentry-02.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/sentry-02.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-03.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/sentry-03.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/sentry-03.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-04.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/sentry-04.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/sentry-04.yaml"),
     ),
     (
         "production/smom-dbis-138/services.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/services.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/services.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-01.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/validator-01.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/validator-01.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-02.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/validator-02.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/validator-02.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-03.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/validator-03.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/validator-03.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-04.yaml",
-        include_str!("../examples/sankofa/production/smom-dbis-138/validator-04.yaml"),
+        include_str!("../../examples/sankofa/production/smom-dbis-138/validator-04.yaml"),
     ),
     (
         "production/vm-100.yaml",
-        include_str!("../examples/sankofa/production/vm-100.yaml"),
+        include_str!("../../examples/sankofa/production/vm-100.yaml"),
     ),
 ];
-pub const SANKOFA_PROVIDER_CONFIG: &str = include_str!("../examples/sankofa/provider-config.yaml");
-pub const SANKOFA_CREDENTIALS: &str = include_str!("../examples/sankofa/proxmox-credentials.yaml");
+pub const SANKOFA_PROVIDER_CONFIG: &str =
+    include_str!("../../examples/sankofa/provider-config.yaml");
+pub const SANKOFA_CREDENTIALS: &str =
+    include_str!("../../examples/sankofa/proxmox-credentials.yaml");
 
 /// `(path relative to the rollout directory, text)` of every manifest in `examples/sankofa-fixed/production`.
 pub const SANKOFA_FIXED_MANIFESTS: &[(&str, &str)] = &[
     (
         "production/basic-vm.yaml",
-        include_str!("../examples/sankofa-fixed/production/basic-vm.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/basic-vm.yaml"),
     ),
     (
         "production/cloudflare-tunnel-vm.yaml",
-        include_str!("../examples/sankofa-fixed/production/cloudflare-tunnel-vm.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/cloudflare-tunnel-vm.yaml"),
     ),
     (
         "production/large-vm.yaml",
-        include_str!("../examples/sankofa-fixed/production/large-vm.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/large-vm.yaml"),
     ),
     (
         "production/medium-vm.yaml",
-        include_str!("../examples/sankofa-fixed/production/medium-vm.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/medium-vm.yaml"),
     ),
     (
         "production/nginx-proxy-vm.yaml",
-        include_str!("../examples/sankofa-fixed/production/nginx-proxy-vm.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/nginx-proxy-vm.yaml"),
     ),
     (
         "production/phoenix/as4-gateway.yaml",
-        include_str!("../examples/sankofa-fixed/production/phoenix/as4-gateway.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/phoenix/as4-gateway.yaml"),
     ),
     (
         "production/phoenix/business-integration-gateway.yaml",
         include_str!(
-            "../examples/sankofa-fixed/production/phoenix/business-integration-gateway.yaml"
+            "../../examples/sankofa-fixed/production/phoenix/business-integration-gateway.yaml"
         ),
     ),
     (
         "production/phoenix/codespaces-ide.yaml",
-        include_str!("../examples/sankofa-fixed/production/phoenix/codespaces-ide.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/phoenix/codespaces-ide.yaml"),
     ),
     (
         "production/phoenix/devops-runner.yaml",
-        include_str!("../examples/sankofa-fixed/production/phoenix/devops-runner.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/phoenix/devops-runner.yaml"),
     ),
     (
         "production/phoenix/dns-primary.yaml",
-        include_str!("../examples/sankofa-fixed/production/phoenix/dns-primary.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/phoenix/dns-primary.yaml"),
     ),
     (
         "production/phoenix/email-server.yaml",
-        include_str!("../examples/sankofa-fixed/production/phoenix/email-server.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/phoenix/email-server.yaml"),
     ),
     (
         "production/phoenix/financial-messaging-gateway.yaml",
         include_str!(
-            "../examples/sankofa-fixed/production/phoenix/financial-messaging-gateway.yaml"
+            "../../examples/sankofa-fixed/production/phoenix/financial-messaging-gateway.yaml"
         ),
     ),
     (
         "production/phoenix/git-server.yaml",
-        include_str!("../examples/sankofa-fixed/production/phoenix/git-server.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/phoenix/git-server.yaml"),
     ),
     (
         "production/smom-dbis-138/blockscout.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/blockscout.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/blockscout.yaml"),
     ),
     (
         "production/smom-dbis-138/management.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/management.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/management.yaml"),
     ),
     (
         "production/smom-dbis-138/monitoring.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/monitoring.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/monitoring.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-01.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-01.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-01.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-02.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-02.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-02.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-03.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-03.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-03.yaml"),
     ),
     (
         "production/smom-dbis-138/rpc-node-04.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-04.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/rpc-node-04.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-01.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/sentry-01.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/sentry-01.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-02.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/sentry-02.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/sentry-02.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-03.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/sentry-03.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/sentry-03.yaml"),
     ),
     (
         "production/smom-dbis-138/sentry-04.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/sentry-04.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/sentry-04.yaml"),
     ),
     (
         "production/smom-dbis-138/services.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/services.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/services.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-01.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/validator-01.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/validator-01.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-02.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/validator-02.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/validator-02.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-03.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/validator-03.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/validator-03.yaml"),
     ),
     (
         "production/smom-dbis-138/validator-04.yaml",
-        include_str!("../examples/sankofa-fixed/production/smom-dbis-138/validator-04.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/smom-dbis-138/validator-04.yaml"),
     ),
     (
         "production/vm-100.yaml",
-        include_str!("../examples/sankofa-fixed/production/vm-100.yaml"),
+        include_str!("../../examples/sankofa-fixed/production/vm-100.yaml"),
     ),
 ];
 pub const SANKOFA_FIXED_PROVIDER_CONFIG: &str =
-    include_str!("../examples/sankofa-fixed/provider-config.yaml");
+    include_str!("../../examples/sankofa-fixed/provider-config.yaml");
 pub const SANKOFA_FIXED_CREDENTIALS: &str =
-    include_str!("../examples/sankofa-fixed/proxmox-credentials.yaml");
+    include_str!("../../examples/sankofa-fixed/proxmox-credentials.yaml");
 
 /// The fake-proxmox scenario with the storage problems fixed (RBD storage, `import` image).
-pub const SANKOFA_FIXED_SCENARIO: &str = include_str!("../examples/sankofa-fixed/scenario.yaml");
+pub const SANKOFA_FIXED_SCENARIO: &str = include_str!("../../examples/sankofa-fixed/scenario.yaml");
 
 #[cfg(test)]
 mod tests {

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::pve::Credentials;
-use crate::pve::tls::{TlsMode, parse_fingerprint};
+use crate::deployer::pve::Credentials;
+use crate::deployer::pve::tls::{TlsMode, parse_fingerprint};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderConfigDoc {
     pub kind: String,
-    pub metadata: crate::manifest::Metadata,
+    pub metadata: crate::deployer::manifest::Metadata,
     pub spec: ProviderSpec,
 }
 
@@ -64,7 +64,7 @@ pub struct SiteDoc {
 #[serde(rename_all = "camelCase")]
 struct SecretDoc {
     kind: String,
-    metadata: crate::manifest::Metadata,
+    metadata: crate::deployer::manifest::Metadata,
     #[serde(default)]
     string_data: BTreeMap<String, String>,
 }

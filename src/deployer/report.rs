@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
-use crate::deploy::{Outcome, RolloutResult};
-use crate::plan::{PlanReport, Severity};
+use crate::deployer::deploy::{Outcome, RolloutResult};
+use crate::deployer::plan::{PlanReport, Severity};
 
 /// Left-aligned columns sized to their widest cell.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {

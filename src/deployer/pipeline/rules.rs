@@ -1,11 +1,11 @@
 //! The pure rules of the pipeline: storage checks, the create call's parameters, and which create
 //! refusals mean "cannot import" — kept apart so they are tested without a server.
 
-use crate::errors::StepError;
-use crate::image::StorageView;
-use crate::pve::PveError;
-use crate::pve::api::StorageInfo;
-use crate::validate::VmPlan;
+use crate::deployer::errors::StepError;
+use crate::deployer::image::StorageView;
+use crate::deployer::pve::PveError;
+use crate::deployer::pve::api::StorageInfo;
+use crate::deployer::validate::ValidSpec;
 
 /// Storage checks that no wait can fix.
 pub fn check_vm_storage(node: &str, s: &StorageInfo) -> Result<(), StepError> {
@@ -75,7 +75,7 @@ pub fn find_user_snippet(views: &[StorageView], name: &str) -> Option<String> {
 /// The create call: disk imported with `import-from` (size 0, no format: lvm-thin is raw-only and
 /// PVE picks each storage's default), cloud-init drive on the same storage.
 pub fn create_params(
-    plan: &VmPlan,
+    spec: &ValidSpec,
     vmid: u32,
     import_from: &str,
     snippet: Option<&str>,
@@ -83,22 +83,22 @@ pub fn create_params(
 ) -> Vec<(&'static str, String)> {
     let mut p = vec![
         ("vmid", vmid.to_string()),
-        ("name", plan.name.clone()),
-        ("cores", plan.cores.to_string()),
-        ("memory", plan.memory_mib.to_string()),
+        ("name", spec.name.clone()),
+        ("cores", spec.cores.to_string()),
+        ("memory", spec.memory_mib.to_string()),
         ("ostype", "l26".to_string()),
         ("agent", "1".to_string()),
         ("scsihw", "virtio-scsi-single".to_string()),
-        ("net0", format!("virtio,bridge={}", plan.bridge)),
+        ("net0", format!("virtio,bridge={}", spec.bridge)),
         (
             "scsi0",
             if crate::mutants::active(crate::mutants::Mutant::Qcow2OnLvmThin) {
-                format!("{}:0,import-from={import_from},format=qcow2", plan.storage)
+                format!("{}:0,import-from={import_from},format=qcow2", spec.storage)
             } else {
-                format!("{}:0,import-from={import_from}", plan.storage)
+                format!("{}:0,import-from={import_from}", spec.storage)
             },
         ),
-        ("ide2", format!("{}:cloudinit", plan.storage)),
+        ("ide2", format!("{}:cloudinit", spec.storage)),
         ("boot", "order=scsi0".to_string()),
         ("ciuser", ci_user.to_string()),
         ("ipconfig0", "ip=dhcp".to_string()),
@@ -119,7 +119,7 @@ pub fn resize_size(disk_gib: u64) -> String {
 }
 
 /// Create refusals that mean "this PVE cannot import" or "this is not an importable image".
-pub fn create_refused(node: &str, plan: &VmPlan, e: &PveError) -> Option<StepError> {
+pub fn create_refused(node: &str, spec: &ValidSpec, e: &PveError) -> Option<StepError> {
     let text = e.text();
     if text.contains("import-from")
         && (text.contains("not defined in schema") || text.contains("unknown"))
@@ -130,7 +130,7 @@ pub fn create_refused(node: &str, plan: &VmPlan, e: &PveError) -> Option<StepErr
     }
     if text.contains("wrong type") || text.contains("needs to be 'images' or 'import'") {
         return Some(StepError::ImageMissing {
-            image: plan.image.to_string(),
+            image: spec.image.to_string(),
             node: node.to_string(),
             detail: text.trim().to_string(),
         });
@@ -141,10 +141,10 @@ pub fn create_refused(node: &str, plan: &VmPlan, e: &PveError) -> Option<StepErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::ImageSpec;
+    use crate::deployer::validate::ImageSpec;
 
-    fn plan() -> VmPlan {
-        VmPlan {
+    fn spec() -> ValidSpec {
+        ValidSpec {
             name: "nginx-proxy-vm".into(),
             site: "site-1".into(),
             node: "ml110-01".into(),
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn create_params_are_what_pve_needs() {
-        let p = create_params(&plan(), 104, "local:import/u.qcow2", None, "admin");
+        let p = create_params(&spec(), 104, "local:import/u.qcow2", None, "admin");
         let get = |k: &str| p.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(
             get("scsi0"),

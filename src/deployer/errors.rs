@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::pve::PveError;
+use crate::deployer::pve::PveError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

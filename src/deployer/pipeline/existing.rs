@@ -1,0 +1,171 @@
+//! Finding what a manifest already has before creating anything: the recorded VMID, a VM of
+//! that name to adopt, or a create an earlier (killed) run started. This is what makes re-runs
+//! and resumed runs converge instead of creating duplicates.
+
+use std::time::Instant;
+
+use super::{Pipeline, VmJob};
+use crate::deployer::errors::StepError;
+use crate::deployer::pve::api::ClusterResource;
+use crate::deployer::state::{Condition, Stage};
+
+impl Pipeline<'_> {
+    /// The VM this manifest already has: the recorded VMID if it still carries the name, else
+    /// the lowest VMID with that name (adoption). Never a VM of another name.
+    pub(super) async fn find_existing(&self, job: &VmJob<'_>) -> Result<Option<u32>, StepError> {
+        let spec = job.spec;
+        let resources = self.resources_after_our_create(job).await?;
+        let named: Vec<&ClusterResource> = resources
+            .iter()
+            .filter(|r| r.kind == "qemu" && !r.template)
+            .filter(|r| r.name.as_deref() == Some(spec.name.as_str()))
+            .collect();
+        let rec = self.state.get(&job.key);
+        let recorded = rec.as_ref().and_then(|r| r.vmid);
+        let pick = named
+            .iter()
+            .find(|r| r.vmid.is_some() && r.vmid.map(|v| v as u32) == recorded)
+            .or_else(|| named.iter().min_by_key(|r| r.vmid))
+            .copied();
+        let Some(found) = pick else {
+            return Ok(None);
+        };
+        let Some(vmid) = found.vmid.and_then(|v| u32::try_from(v).ok()) else {
+            return Ok(None);
+        };
+        let on = found.node.clone().unwrap_or_default();
+        if on != spec.node {
+            return Err(StepError::Api(format!(
+                "a VM named '{}' already exists as {vmid} on node {on}, but the manifest places it on {}; refusing to create a duplicate",
+                spec.name, spec.node
+            )));
+        }
+        let ours = recorded == Some(vmid) && rec.as_ref().is_some_and(|r| r.created_here);
+        let duplicates = named.len();
+        self.record(job, |r| {
+            r.vmid = Some(vmid);
+            r.created_here = ours || (recorded == Some(vmid) && r.stage >= Stage::Creating);
+            r.stage = r.stage.max(Stage::Creating);
+            let how = if r.created_here { "Resumed" } else { "Adopted" };
+            r.set_condition(Condition::new(
+                "Synced",
+                true,
+                how,
+                format!("VM {vmid} named {} found on {on}", spec.name),
+            ));
+            if duplicates > 1 {
+                r.set_condition(Condition::new(
+                    "UniqueName",
+                    false,
+                    "DuplicateName",
+                    format!("{duplicates} VMs are named {}; using {vmid}", spec.name),
+                ));
+            }
+        });
+        Ok(Some(vmid))
+    }
+
+    /// `/cluster/resources`, read again once a create this rollout started (and was killed
+    /// during) has finished. PVE lists a VM under creation with `lock: create` and without its
+    /// name, so matching by name alone would miss it and create a duplicate: the VMID recorded
+    /// before the create call wins.
+    pub(super) async fn resources_after_our_create(
+        &self,
+        job: &VmJob<'_>,
+    ) -> Result<Vec<ClusterResource>, StepError> {
+        let rec = self.state.get(&job.key);
+        let ours = rec
+            .as_ref()
+            .filter(|r| r.created_here)
+            .and_then(|r| r.vmid)
+            .map(u64::from);
+        let started = Instant::now();
+        loop {
+            let resources = self
+                .client()
+                .vm_resources()
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            let creating = resources.iter().find(|r| {
+                r.kind == "qemu"
+                    && ours.is_some()
+                    && r.vmid == ours
+                    && r.lock.as_deref() == Some("create")
+                    && r.name.as_deref() != Some(job.spec.name.as_str())
+            });
+            let Some(vm) = creating else {
+                return Ok(resources);
+            };
+            if started.elapsed() >= self.options.task_wait.timeout {
+                return Err(StepError::Locked(format!(
+                    "VM {} (recorded by an earlier run for {}) is still being created after {:?}",
+                    vm.vmid.unwrap_or_default(),
+                    job.spec.name,
+                    self.options.task_wait.timeout
+                )));
+            }
+            tracing::info!(vm = %job.spec.name, vmid = ?vm.vmid, "waiting out the create an earlier run started");
+            tokio::time::sleep(self.options.task_wait.poll).await;
+        }
+    }
+
+    /// Waits out a create still running from an earlier run; removes a half-made VM (no boot
+    /// disk) that this rollout created. `Ok(false)` means the VM is gone and must be created.
+    pub(super) async fn settle_existing(
+        &self,
+        job: &VmJob<'_>,
+        vmid: u32,
+    ) -> Result<bool, StepError> {
+        let node = job.spec.node.as_str();
+        let started = Instant::now();
+        loop {
+            let cur = self
+                .client()
+                .vm_current(node, vmid)
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            match cur.lock.as_deref() {
+                None | Some("") => break,
+                Some("create") if started.elapsed() < self.options.task_wait.timeout => {
+                    tokio::time::sleep(self.options.task_wait.poll).await;
+                }
+                Some(other) => {
+                    return Err(StepError::Locked(format!("VM {vmid} holds lock '{other}'")));
+                }
+            }
+        }
+        let cfg = match self.client().vm_config(node, vmid).await {
+            Ok(c) => c,
+            // The earlier create failed and PVE removed the VM while we waited.
+            Err(e) if e.text().contains("does not exist") => return Ok(false),
+            Err(e) => return Err(self.err(job, &e)),
+        };
+        let has_disk = cfg
+            .get("scsi0")
+            .and_then(|v| v.as_str())
+            .is_some_and(|v| !v.starts_with("none"));
+        if has_disk {
+            return Ok(true);
+        }
+        let ours = self.state.get(&job.key).is_some_and(|r| r.created_here);
+        if !ours {
+            return Err(StepError::Api(format!(
+                "VM {vmid} named {} exists without a boot disk and was not created by this rollout; not touching it",
+                job.spec.name
+            )));
+        }
+        tracing::warn!(vm = %job.spec.name, vmid, "removing half-created VM");
+        let upid = self
+            .client()
+            .destroy_vm(node, vmid)
+            .await
+            .map_err(|e| self.err(job, &e))?;
+        self.wait(job, &upid).await?;
+        self.record(job, |r| {
+            r.vmid = None;
+            r.stage = Stage::Pending;
+        });
+        self.persist().await?;
+        Ok(false)
+    }
+}
