@@ -115,6 +115,38 @@ pub struct NodeState {
 }
 
 impl LabState {
+    /// A handle on one of this running lab's nodes, from its `lab.json`.
+    pub fn attach(&self, node: &NodeState) -> Result<Node> {
+        let lab = self;
+        let paths = NodePaths::new(&node.dir);
+        let text = std::fs::read_to_string(&paths.argv).map_err(|e| Error::io(&paths.argv, e))?;
+        let line: Vec<String> = serde_json::from_str(&text)
+            .map_err(|e| Error::Lab(format!("{}: {e}", paths.argv.display())))?;
+        let argv = line.into_iter().skip(1).collect();
+        let spec = match &node.spec {
+            Some(s) => s.clone(),
+            None => NodeSpec {
+                name: node.name.clone(),
+                vcpus: crate::spec::DEFAULT_VCPUS,
+                memory_mib: crate::spec::DEFAULT_MEMORY_MIB,
+                disk_gib: 0,
+                mac: node.mac.parse()?,
+                address: node.address.parse()?,
+                boot: node.boot,
+                kernel_args: Vec::new(),
+                clock_offset_s: 0,
+            },
+        };
+        let ctx = Arc::new(LabCtx {
+            name: lab.name.clone(),
+            accel: lab.accel,
+            timeouts: Timeouts::for_accel(lab.accel),
+            ns_init_pid: lab.ns_init_pid,
+            ssh_key: lab.ssh_key.clone(),
+        });
+        Ok(Node::attached(spec, paths, argv, node.ssh_port, ctx))
+    }
+
     pub fn load(run_dir: &Path) -> Result<LabState> {
         let p = run_dir.join("lab.json");
         let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;

@@ -106,10 +106,7 @@ pub(super) async fn inject_fault(
             .map(|_| ()),
         // A power loss, as the library's: SIGKILL, and wait until QEMU is gone, so an
         // immediate `vm-lab start` finds it off.
-        "kill" => vm_lab::Node::attach(&s, n)?
-            .kill()
-            .await
-            .map_err(|e| e.to_string()),
+        "kill" => s.attach(n)?.kill().await.map_err(|e| e.to_string()),
         other => bail!("unknown fault {other:?}: link-down, link-up, pause, resume or kill"),
     };
     res.map_err(|e| anyhow!("node {node}: {e}"))?;
@@ -172,7 +169,7 @@ pub(super) async fn wait(
     timeout: Duration,
 ) -> Result<ExitCode> {
     let s = find_lab(root, which)?;
-    let n = vm_lab::Node::attach(&s, s.node(node)?)?;
+    let n = s.attach(s.node(node)?)?;
     let port = || {
         arg.parse::<u16>()
             .map_err(|e| anyhow!("{arg:?} is not a TCP port: {e}"))
@@ -210,7 +207,7 @@ pub(super) async fn start(
     wait: bool,
 ) -> Result<ExitCode> {
     let s = find_lab(root, which)?;
-    let n = vm_lab::Node::attach(&s, s.node(node)?)?;
+    let n = s.attach(s.node(node)?)?;
     n.start().await?;
     if wait {
         n.wait_ready().await?;
@@ -233,13 +230,13 @@ pub(super) async fn clock(
     match (node, offset) {
         (Some(node), Some(offset)) => {
             let secs = vm_lab::clock::parse_offset(offset)?;
-            let n = vm_lab::Node::attach(&s, s.node(node)?)?;
+            let n = s.attach(s.node(node)?)?;
             vm_lab::clock::set_offset(&s.run_dir, &n, secs).await?;
             println!("{node}: clock at host time {secs:+} s");
         }
         (None, None) => {
             for ns in &s.nodes {
-                let n = vm_lab::Node::attach(&s, ns)?;
+                let n = s.attach(ns)?;
                 match vm_lab::clock::measure_offset(&n).await {
                     Ok(off) => println!("{:<10} {off:+} s", ns.name),
                     Err(e) => println!("{:<10} unknown ({e})", ns.name),

@@ -189,7 +189,7 @@ pub(super) fn prune(root: &Path) -> Result<ExitCode> {
 fn attach_all(s: &LabState) -> Result<Vec<vm_lab::Node>> {
     Ok(s.nodes
         .iter()
-        .map(|n| vm_lab::Node::attach(s, n))
+        .map(|n| s.attach(n))
         .collect::<vm_lab::Result<_>>()?)
 }
 

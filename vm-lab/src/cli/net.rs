@@ -62,7 +62,7 @@ pub(super) async fn net(root: &Path, which: Option<&str>, cmd: NetCmd) -> Result
     let nodes: Vec<Node> = s
         .nodes
         .iter()
-        .map(|n| Node::attach(&s, n))
+        .map(|n| s.attach(n))
         .collect::<vm_lab::Result<_>>()?;
     let refs: Vec<&Node> = nodes.iter().collect();
     let opt_ms = |v: &Option<String>| v.as_deref().map(parse_duration).transpose();

@@ -141,37 +141,17 @@ impl Node {
         }
     }
 
-    /// A handle on a node of a running lab, from its `lab.json` (see [`crate::lab::LabState`]).
-    pub fn attach(lab: &crate::lab::LabState, node: &crate::lab::NodeState) -> Result<Node> {
-        let paths = NodePaths::new(&node.dir);
-        let text = std::fs::read_to_string(&paths.argv).map_err(|e| Error::io(&paths.argv, e))?;
-        let line: Vec<String> = serde_json::from_str(&text)
-            .map_err(|e| Error::Lab(format!("{}: {e}", paths.argv.display())))?;
-        let argv = line.into_iter().skip(1).collect();
-        let spec = match &node.spec {
-            Some(s) => s.clone(),
-            None => NodeSpec {
-                name: node.name.clone(),
-                vcpus: crate::spec::DEFAULT_VCPUS,
-                memory_mib: crate::spec::DEFAULT_MEMORY_MIB,
-                disk_gib: 0,
-                mac: node.mac.parse()?,
-                address: node.address.parse()?,
-                boot: node.boot,
-                kernel_args: Vec::new(),
-                clock_offset_s: 0,
-            },
-        };
-        let ctx = Arc::new(LabCtx {
-            name: lab.name.clone(),
-            accel: lab.accel,
-            timeouts: Timeouts::for_accel(lab.accel),
-            ns_init_pid: lab.ns_init_pid,
-            ssh_key: lab.ssh_key.clone(),
-        });
-        let mut n = Node::new(spec, paths, argv, node.ssh_port, ctx);
+    /// A handle on a node of a lab that another process started (see `LabState::attach`).
+    pub(crate) fn attached(
+        spec: NodeSpec,
+        paths: NodePaths,
+        argv: Vec<String>,
+        ssh_port: u16,
+        ctx: Arc<LabCtx>,
+    ) -> Node {
+        let mut n = Node::new(spec, paths, argv, ssh_port, ctx);
         n.attached = true;
-        Ok(n)
+        n
     }
 
     /// The QEMU pid recorded in the node's pid file, if that process is alive.
