@@ -54,12 +54,12 @@ async fn main() -> anyhow::Result<()> {
 
     // S1–S6 through the harness.
     let total = Instant::now();
-    let mut b = Bringup::s1_lab_up(spec, vm_lab::LabOptions::default()).await?;
-    b.s2_ssh().await?;
-    b.s3_tls()?;
-    b.s4_configs(StageOptions::default())?;
-    b.s5_provision().await?;
-    b.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+    let mut b = Bringup::start_lab(spec, vm_lab::LabOptions::default()).await?;
+    b.check_ssh().await?;
+    b.make_certificates()?;
+    b.stage_configs(StageOptions::default())?;
+    b.provision_over_ssh().await?;
+    b.wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
     let s1_s6 = total.elapsed();
     for (step, d) in &b.timings {
         line(&format!("cluster_bringup_{step}"), *d);

@@ -31,19 +31,19 @@ async fn main() -> anyhow::Result<()> {
 
     // The rebuild: what every scenario paid before snapshots.
     let t = Instant::now();
-    let mut b = Bringup::s1_lab_up(spec, vm_lab::LabOptions::default()).await?;
-    b.s2_ssh().await?;
-    b.s3_tls()?;
-    b.s4_configs(StageOptions::default())?;
-    b.s5_provision().await?;
-    b.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+    let mut b = Bringup::start_lab(spec, vm_lab::LabOptions::default()).await?;
+    b.check_ssh().await?;
+    b.make_certificates()?;
+    b.stage_configs(StageOptions::default())?;
+    b.provision_over_ssh().await?;
+    b.wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
     let rebuild = t.elapsed();
     line("lab_rebuild_s1_to_s6", rebuild);
     println!("# accelerator: {}", b.lab.accel().name());
 
     // The check every restore is followed by, on its own (etcdctl over SSH on each member).
     let t = Instant::now();
-    b.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+    b.wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
     let check = t.elapsed();
     line("lab_quorum_check_healthy", check);
 
@@ -63,7 +63,7 @@ async fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         b.lab.restore("bench").await?;
         let restored = t.elapsed();
-        b.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+        b.wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
         let quorum = t.elapsed();
         if b.member("node02")?
             .get(&b.layout, "bench/after-snapshot")

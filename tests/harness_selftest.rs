@@ -96,6 +96,7 @@ const TOKEN_SCENARIO: &str = "the API token in the Authorization header is accep
 
 async fn checks() -> Result<(), String> {
     rollout::journal::check_globs()?;
+    rollout::params::check_rules()?;
     rollout::claims::check_rules()?;
     let auth = rollout::features_dir().join("auth.feature");
 

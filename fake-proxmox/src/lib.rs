@@ -58,6 +58,9 @@
 //! loads). Consoles and
 //! the agent's `exec`/file commands have no route (501) and so are not in the trait yet.
 
+// A library reports through its return values and `tracing`, never by printing; the binary prints.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod access;
 pub mod agent;
 pub mod clock;

@@ -19,7 +19,4 @@ pub mod topology;
 pub mod transport;
 
 pub use error::ClusterError;
-/// The quorum check's former name, still the path the lab features import.
-#[doc(hidden)]
-pub use quorum as validate;
 pub use topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};

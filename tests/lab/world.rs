@@ -8,7 +8,7 @@ use provision_harness::cluster::ClusterError;
 use provision_harness::cluster::config::StageOptions;
 use provision_harness::cluster::external::ENV_CMD;
 use provision_harness::cluster::lab::Bringup;
-use provision_harness::cluster::validate::Quorum;
+use provision_harness::cluster::quorum::Quorum;
 use vm_lab::{BootMode, LabOptions, LabSpec};
 
 /// The seed's lab file (vm-lab's), relative to the workspace root.
@@ -98,7 +98,7 @@ impl LabWorld {
             keep_on_failure: std::env::var_os("LAB_KEEP_ON_FAILURE").is_some(),
             ..LabOptions::default()
         };
-        self.bringup = Some(Bringup::s1_lab_up(spec, opts).await?);
+        self.bringup = Some(Bringup::start_lab(spec, opts).await?);
         Ok(())
     }
 
@@ -119,8 +119,8 @@ impl LabWorld {
         let cmd = self.external_cmd.clone();
         let b = self.bm()?;
         match cmd {
-            Some(c) => b.s5_external(&c).await,
-            None => b.s5_provision().await,
+            Some(c) => b.provision_with_command(&c).await,
+            None => b.provision_over_ssh().await,
         }
     }
 
@@ -141,7 +141,10 @@ impl LabWorld {
                     .await
                     .map_err(|e| ClusterError::Lab(e.to_string()))?;
             }
-            let q = self.bm()?.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+            let q = self
+                .bm()?
+                .wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT)
+                .await?;
             self.quorum = Some(q);
             return Ok(());
         }
@@ -161,11 +164,14 @@ impl LabWorld {
         self.lab_up(BootMode::Direct).await?;
         let stage = self.stage;
         let b = self.bm()?;
-        b.s2_ssh().await?;
-        b.s3_tls()?;
-        b.s4_configs(stage)?;
+        b.check_ssh().await?;
+        b.make_certificates()?;
+        b.stage_configs(stage)?;
         self.provision().await?;
-        let q = self.bm()?.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+        let q = self
+            .bm()?
+            .wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT)
+            .await?;
         self.quorum = Some(q);
         Ok(())
     }

@@ -8,8 +8,10 @@
 pub mod adapter;
 pub mod claims;
 pub mod journal;
+pub mod journal_checks;
 pub mod manifest;
 pub mod mutants;
+pub mod params;
 pub mod pve;
 pub mod resume;
 pub mod score;

@@ -499,6 +499,25 @@ impl RolloutWorld {
             .within(&[(run.first_seq, run.last_seq)]))
     }
 
+    /// Every task in `upids` has stopped, asked through the API (as the observer of `node`).
+    pub async fn expect_tasks_stopped(
+        &mut self,
+        node: &str,
+        upids: &std::collections::BTreeSet<String>,
+    ) -> anyhow::Result<()> {
+        let obs = self.observer(node).await?;
+        for upid in upids {
+            let on = upid.split(':').nth(1).unwrap_or_default();
+            let st = obs.get(&format!("/nodes/{on}/tasks/{upid}/status")).await?;
+            anyhow::ensure!(
+                st["status"] == "stopped",
+                "task {upid} is still {}",
+                st["status"]
+            );
+        }
+        Ok(())
+    }
+
     /// Polls the journal until `pred` holds, failing with `what` after `within`.
     pub async fn wait_journal(
         &mut self,

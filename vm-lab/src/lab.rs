@@ -434,6 +434,9 @@ impl Lab {
         Ok(())
     }
 
+    // Prints, not logs, where a kept lab is: a failing test must say so even when no
+    // tracing subscriber is installed.
+    #[allow(clippy::print_stderr)]
     fn teardown(&mut self, keep: bool) {
         if self.down {
             return;
@@ -469,6 +472,8 @@ struct RunDirGuard {
 }
 
 impl Drop for RunDirGuard {
+    // Prints where a kept run dir is, as `Lab::teardown` does.
+    #[allow(clippy::print_stderr)]
     fn drop(&mut self) {
         if let Some(p) = self.path.take() {
             track_run_dir(&p, false);

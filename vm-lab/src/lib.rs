@@ -48,6 +48,9 @@
 //! inside the namespace through `nsenter` ([`machine::Node::ssh_command`], `vm-lab ssh NODE`).
 //! The key is `<cache>/ssh/id_ed25519` (made once with `ssh-keygen`), baked into the image.
 
+// A library reports through its return values and `tracing`, never by printing; the binary prints.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod accel;
 pub mod clock;
 pub mod error;

@@ -152,73 +152,7 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         node: None,
     };
 
-    // HTTP layer (AnyEvent.pm): method, transfer encoding, format, body.
-    let early: Result<(String, BTreeMap<String, RawParam>), PveError> = async {
-        if !matches!(method.as_str(), "GET" | "POST" | "PUT" | "DELETE") {
-            return Err(PveError::bare(
-                501,
-                format!("method '{method}' not available"),
-            ));
-        }
-        if let Some(te) = parts
-            .headers
-            .get("transfer-encoding")
-            .and_then(|v| v.to_str().ok())
-        {
-            if te.eq_ignore_ascii_case("chunked") {
-                return Err(PveError::bare(
-                    501,
-                    "chunked transfer encoding not supported",
-                ));
-            }
-            return Err(PveError::bare(
-                501,
-                format!("Unknown transfer encoding '{te}'"),
-            ));
-        }
-        let rel = match full_path.strip_prefix("/api2/") {
-            Some(rest) => {
-                let (format, rel) = match rest.split_once('/') {
-                    Some((f, r)) => (f, format!("/{r}")),
-                    None => (rest, "/".to_string()),
-                };
-                if format != "json" {
-                    return Err(PveError::bare(
-                        501,
-                        format!("no formatter for uri {rel}, {format}"),
-                    ));
-                }
-                rel
-            }
-            None if full_path == "/api2" => return Err(PveError::bare(501, "no such uri")),
-            None => return Err(PveError::bare(501, format!("no such file '{full_path}'"))),
-        };
-        let bytes = axum::body::to_bytes(body, MAX_BODY + 1)
-            .await
-            .map_err(|_| PveError::bare(501, "for data too large"))?;
-        if bytes.len() > MAX_BODY {
-            return Err(PveError::bare(501, "for data too large"));
-        }
-        let mut params = BTreeMap::new();
-        if matches!(method.as_str(), "POST" | "PUT") {
-            let ct = parts
-                .headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok());
-            parse_body(ct, &bytes, &mut params)?;
-        } else if !bytes.is_empty() {
-            return Err(PveError::bare(
-                501,
-                format!("Unexpected content for method '{method}'"),
-            ));
-        }
-        if let Some(q) = parts.uri.query() {
-            decode_urlencoded(q.as_bytes(), &mut params);
-        }
-        params.remove("_dc");
-        Ok((rel, params))
-    }
-    .await;
+    let early = read_request(&method, &full_path, &parts, body).await;
 
     let (rel, raw) = match early {
         Ok(x) => x,
@@ -279,6 +213,79 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
             resp
         }
     }
+}
+
+/// The HTTP layer (AnyEvent.pm): method, transfer encoding, format and body; the path below
+/// `/api2/json` and the raw parameters (body, then query).
+async fn read_request(
+    method: &str,
+    full_path: &str,
+    parts: &axum::http::request::Parts,
+    body: Body,
+) -> Result<(String, BTreeMap<String, RawParam>), PveError> {
+    if !matches!(method, "GET" | "POST" | "PUT" | "DELETE") {
+        return Err(PveError::bare(
+            501,
+            format!("method '{method}' not available"),
+        ));
+    }
+    if let Some(te) = parts
+        .headers
+        .get("transfer-encoding")
+        .and_then(|v| v.to_str().ok())
+    {
+        if te.eq_ignore_ascii_case("chunked") {
+            return Err(PveError::bare(
+                501,
+                "chunked transfer encoding not supported",
+            ));
+        }
+        return Err(PveError::bare(
+            501,
+            format!("Unknown transfer encoding '{te}'"),
+        ));
+    }
+    let rel = match full_path.strip_prefix("/api2/") {
+        Some(rest) => {
+            let (format, rel) = match rest.split_once('/') {
+                Some((f, r)) => (f, format!("/{r}")),
+                None => (rest, "/".to_string()),
+            };
+            if format != "json" {
+                return Err(PveError::bare(
+                    501,
+                    format!("no formatter for uri {rel}, {format}"),
+                ));
+            }
+            rel
+        }
+        None if full_path == "/api2" => return Err(PveError::bare(501, "no such uri")),
+        None => return Err(PveError::bare(501, format!("no such file '{full_path}'"))),
+    };
+    let bytes = axum::body::to_bytes(body, MAX_BODY + 1)
+        .await
+        .map_err(|_| PveError::bare(501, "for data too large"))?;
+    if bytes.len() > MAX_BODY {
+        return Err(PveError::bare(501, "for data too large"));
+    }
+    let mut params = BTreeMap::new();
+    if matches!(method, "POST" | "PUT") {
+        let ct = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok());
+        parse_body(ct, &bytes, &mut params)?;
+    } else if !bytes.is_empty() {
+        return Err(PveError::bare(
+            501,
+            format!("Unexpected content for method '{method}'"),
+        ));
+    }
+    if let Some(q) = parts.uri.query() {
+        decode_urlencoded(q.as_bytes(), &mut params);
+    }
+    params.remove("_dc");
+    Ok((rel, params))
 }
 
 /// What the part of a request under the lock ends with.
@@ -390,56 +397,7 @@ fn prepare(
         return Err(PveError::bare(500, "site not loaded"));
     };
     let version = site.version;
-    // Who is calling.
-    let mut api_token = false;
-    let auth: Result<(Identity, bool), PveError> = match creds {
-        Creds::None => {
-            rec.auth = AuthKind::None;
-            Err(PveError::bare(401, "No ticket"))
-        }
-        Creds::Ticket(t) => match site.access.verify_ticket(t, now) {
-            Some(user) => {
-                rec.auth = AuthKind::Ticket {
-                    userid: user.clone(),
-                };
-                Ok((
-                    Identity {
-                        userid: user,
-                        tokenid: None,
-                    },
-                    true,
-                ))
-            }
-            None => {
-                rec.auth = match t.rsplit_once('=') {
-                    Some((id, _)) if id.contains('!') && !t.starts_with("PVE:") => {
-                        AuthKind::TokenInCookie {
-                            tokenid: id.to_string(),
-                        }
-                    }
-                    _ => AuthKind::InvalidTicket,
-                };
-                Err(PveError::bare(401, "Authentication failed!"))
-            }
-        },
-        Creds::Token(v) => {
-            api_token = true;
-            match site.access.verify_token(v) {
-                Some(id) => {
-                    rec.auth = AuthKind::ApiToken {
-                        tokenid: id.tokenid.clone().unwrap_or_default(),
-                    };
-                    Ok((id, false))
-                }
-                None => {
-                    rec.auth = AuthKind::InvalidToken {
-                        tokenid: v.rsplit_once('=').map_or(v.as_str(), |x| x.0).to_string(),
-                    };
-                    Err(PveError::bare(401, "Authentication failed!"))
-                }
-            }
-        }
-    };
+    let auth = authenticate(site, creds, now, rec);
     let (who, via_ticket) = if is_public(method, rel) {
         auth.unwrap_or((
             Identity {
@@ -461,49 +419,15 @@ fn prepare(
         }
         (who, via_ticket)
     };
-
-    // Route lookup: unknown routes answer like PVE's rest_handler. The version's schema
-    // tree resolves the template as PVE's find_handler does (literal first, no backtracking).
-    let found = crate::schema::ApiSchema::get(version)
-        .find_template(rel)
-        .and_then(|(t, caps)| handler_for(method, t).map(|r| (r, caps)))
-        .filter(|(r, _)| crate::validate::route_exists(version, method, r.template));
-    let Some((route, caps)) = found else {
-        return Err(PveError::not_implemented(method, rel));
-    };
-    if api_token && !crate::validate::allows_token(version, method, route) {
-        return Err(PveError::perm(Some(format!(
-            "URI '{rel}' not available with API token, need proper ticket.\n"
-        ))));
-    }
-    // URI parameters win, but a conflicting duplicate in the body is refused.
-    for (k, v) in &caps {
-        if let Some(old) = raw.get(k)
-            && old.as_text() != *v
-        {
-            let mut e = BTreeMap::new();
-            e.insert(
-                k.clone(),
-                "duplicate parameter (already defined in URI) with conflicting values!".to_string(),
-            );
-            return Err(PveError::params(e));
-        }
-        raw.insert(k.clone(), RawParam::Text(v.clone()));
-    }
+    let api_token = matches!(creds, Creds::Token(_));
+    let (route, caps) = find_route(version, method, rel, api_token)?;
+    merge_uri_params(&caps, &mut raw)?;
     let node = caps.get("node").cloned();
     rec.node = node.clone();
     // Validate (needs the typed check before node resolution: PVE validates first).
     let params = crate::validate::validate(version, method, route.template, raw)?;
     if let Some(n) = &node {
-        match site.nodes.get(n) {
-            None => {
-                return Err(PveError::die(format!(
-                    "hostname lookup '{n}' failed - failed to get address info for: {n}: Name or service not known"
-                )));
-            }
-            Some(nd) if !nd.online => return Err(PveError::bare(595, "No route to host")),
-            Some(_) => {}
-        }
+        check_node_reachable(site, n)?;
     }
     let hit = inner.faults.check(site_name, method, rel, node.as_deref());
     if hit.stop_clock {
@@ -520,6 +444,115 @@ fn prepare(
         },
         hit.error,
     ))
+}
+
+/// Who is calling, and whether through a ticket (which then needs the CSRF token for
+/// writes); records how the request authenticated, successful or not.
+fn authenticate(
+    site: &crate::world::Site,
+    creds: &Creds,
+    now: f64,
+    rec: &mut Record,
+) -> Result<(Identity, bool), PveError> {
+    match creds {
+        Creds::None => {
+            rec.auth = AuthKind::None;
+            Err(PveError::bare(401, "No ticket"))
+        }
+        Creds::Ticket(t) => match site.access.verify_ticket(t, now) {
+            Some(user) => {
+                rec.auth = AuthKind::Ticket {
+                    userid: user.clone(),
+                };
+                let who = Identity {
+                    userid: user,
+                    tokenid: None,
+                };
+                Ok((who, true))
+            }
+            None => {
+                rec.auth = match t.rsplit_once('=') {
+                    Some((id, _)) if id.contains('!') && !t.starts_with("PVE:") => {
+                        AuthKind::TokenInCookie {
+                            tokenid: id.to_string(),
+                        }
+                    }
+                    _ => AuthKind::InvalidTicket,
+                };
+                Err(PveError::bare(401, "Authentication failed!"))
+            }
+        },
+        Creds::Token(v) => match site.access.verify_token(v) {
+            Some(id) => {
+                rec.auth = AuthKind::ApiToken {
+                    tokenid: id.tokenid.clone().unwrap_or_default(),
+                };
+                Ok((id, false))
+            }
+            None => {
+                rec.auth = AuthKind::InvalidToken {
+                    tokenid: v.rsplit_once('=').map_or(v.as_str(), |x| x.0).to_string(),
+                };
+                Err(PveError::bare(401, "Authentication failed!"))
+            }
+        },
+    }
+}
+
+/// The route and its URI captures. Unknown routes answer like PVE's rest_handler; the
+/// version's schema tree resolves the template as PVE's find_handler does (literal first,
+/// no backtracking).
+fn find_route(
+    version: crate::version::PveVersion,
+    method: &str,
+    rel: &str,
+    api_token: bool,
+) -> Result<(&'static crate::route::Route, BTreeMap<String, String>), PveError> {
+    let found = crate::schema::ApiSchema::get(version)
+        .find_template(rel)
+        .and_then(|(t, caps)| handler_for(method, t).map(|r| (r, caps)))
+        .filter(|(r, _)| crate::validate::route_exists(version, method, r.template));
+    let Some((route, caps)) = found else {
+        return Err(PveError::not_implemented(method, rel));
+    };
+    if api_token && !crate::validate::allows_token(version, method, route) {
+        return Err(PveError::perm(Some(format!(
+            "URI '{rel}' not available with API token, need proper ticket.\n"
+        ))));
+    }
+    Ok((route, caps))
+}
+
+/// URI parameters win, but a conflicting duplicate in the body is refused.
+fn merge_uri_params(
+    caps: &BTreeMap<String, String>,
+    raw: &mut BTreeMap<String, RawParam>,
+) -> Result<(), PveError> {
+    for (k, v) in caps {
+        if let Some(old) = raw.get(k)
+            && old.as_text() != *v
+        {
+            let mut e = BTreeMap::new();
+            e.insert(
+                k.clone(),
+                "duplicate parameter (already defined in URI) with conflicting values!".to_string(),
+            );
+            return Err(PveError::params(e));
+        }
+        raw.insert(k.clone(), RawParam::Text(v.clone()));
+    }
+    Ok(())
+}
+
+/// The node a path names must resolve and be online, as PVE's proxy to it finds out.
+fn check_node_reachable(site: &crate::world::Site, node: &str) -> Result<(), PveError> {
+    match site.nodes.get(node) {
+        None => Err(PveError::die(format!(
+            "hostname lookup '{node}' failed - failed to get address info for: {node}: Name or service not known"
+        ))),
+        Some(nd) if !nd.online => Err(PveError::bare(595, "No route to host")),
+        Some(_) => Ok(()),
+    }
 }
 
 fn run(inner: &mut Inner, site_name: &str, p: Prepared) -> Result<Reply, PveError> {

@@ -222,6 +222,9 @@ fn versioned(target: &str) -> Option<&str> {
 /// (same arguments) with `DOCKER_HOST` pointing at a shim served from here, and returns the
 /// child's exit status. `Ok(None)`: carry on in this process (engine new enough, already behind a
 /// shim, or no local engine — the test then reports that itself).
+// Prints, not logs, why the test binary runs itself again: whoever reads its output
+// should see it with or without a tracing subscriber.
+#[allow(clippy::print_stderr)]
 pub fn rerun_behind_shim_if_needed() -> Result<Option<ExitStatus>, ShimError> {
     if std::env::var_os(SHIM_MARKER_ENV).is_some() {
         return Ok(None);

@@ -17,13 +17,13 @@ fn fail(msg: String) -> ClusterError {
 
 #[when("the provisioner generates the cluster CA and the node certificates")]
 async fn gen_tls(w: &mut LabWorld) -> Result<(), ClusterError> {
-    w.bm()?.s3_tls()
+    w.bm()?.make_certificates()
 }
 
 #[when("the provisioner writes every node's cluster-config.json and hosts mapping")]
 async fn write_configs(w: &mut LabWorld) -> Result<(), ClusterError> {
     let stage = w.stage;
-    w.bm()?.s4_configs(stage)
+    w.bm()?.stage_configs(stage)
 }
 
 #[then(
@@ -34,7 +34,7 @@ async fn secrets_named(w: &mut LabWorld) -> Result<(), ClusterError> {
     let stage = w.stage;
     let b = w.bm()?;
     if b.staged.is_none() {
-        b.s4_configs(stage)?;
+        b.stage_configs(stage)?;
     }
     let staged = b.staged()?;
     for n in &staged.spec.nodes {
@@ -201,7 +201,7 @@ async fn rejoined_one(w: &mut LabWorld, node: String) -> Result<(), ClusterError
 #[then(expr = "the cluster has {int} started members and one leader")]
 async fn quorum(w: &mut LabWorld, n: usize) -> Result<(), ClusterError> {
     // Every member must answer and agree, not only a majority.
-    let q = w.bm()?.s6_quorum(&[], n, n, QUORUM_TIMEOUT).await?;
+    let q = w.bm()?.wait_for_quorum(&[], n, n, QUORUM_TIMEOUT).await?;
     w.quorum = Some(q);
     Ok(())
 }
@@ -249,7 +249,7 @@ async fn write(
 /// same value is idempotent, so retrying it is safe; a cluster without quorum still fails the step.
 pub async fn put(w: &LabWorld, node: &str, key: &str, value: &str) -> Result<(), ClusterError> {
     let b = w.b()?;
-    provision_harness::cluster::validate::wait_until(
+    provision_harness::cluster::quorum::wait_until(
         &format!("{node} writing {key}"),
         Duration::from_secs(60),
         || async { b.member(node)?.put(&b.layout, key, value).await },
@@ -280,7 +280,7 @@ async fn old_leader_reads(
 pub async fn get_eq(w: &LabWorld, node: &str, key: &str, value: &str) -> Result<(), ClusterError> {
     let b = w.b()?;
     // A member that just rejoined may still be catching up: give it a little time.
-    provision_harness::cluster::validate::wait_until(
+    provision_harness::cluster::quorum::wait_until(
         &format!("{node} reading {key}"),
         Duration::from_secs(60),
         || async {

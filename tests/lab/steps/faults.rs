@@ -2,7 +2,7 @@
 
 use cucumber::{then, when};
 use provision_harness::cluster::ClusterError;
-use provision_harness::cluster::validate::wait_until;
+use provision_harness::cluster::quorum::wait_until;
 
 use crate::steps::cluster::put;
 use crate::world::{LabWorld, QUORUM_TIMEOUT};
@@ -34,7 +34,10 @@ async fn power_on(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
 #[then(expr = "{word} and {word} still agree on one leader")]
 async fn two_agree(w: &mut LabWorld, a: String, b: String) -> Result<(), ClusterError> {
     // Three members in the list, the two survivors answering and agreeing.
-    let q = w.bm()?.s6_quorum(&[&a, &b], 3, 2, QUORUM_TIMEOUT).await?;
+    let q = w
+        .bm()?
+        .wait_for_quorum(&[&a, &b], 3, 2, QUORUM_TIMEOUT)
+        .await?;
     if q.leader != a && q.leader != b {
         return Err(ClusterError::Validation(format!(
             "the survivors follow {}, which is down",
@@ -47,7 +50,7 @@ async fn two_agree(w: &mut LabWorld, a: String, b: String) -> Result<(), Cluster
 
 #[when("the leader's lab network link goes down")]
 async fn leader_link_down(w: &mut LabWorld) -> Result<(), ClusterError> {
-    let q = w.bm()?.s6_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
+    let q = w.bm()?.wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT).await?;
     let leader = q.leader.clone();
     w.b()?
         .lab

@@ -64,5 +64,5 @@ async fn booted_ipxe(w: &mut LabWorld) -> Result<(), ClusterError> {
 
 #[then("every node answers over SSH as itself with the lab's baked-in key")]
 async fn ssh_ok(w: &mut LabWorld) -> Result<(), ClusterError> {
-    w.bm()?.s2_ssh().await
+    w.bm()?.check_ssh().await
 }

@@ -37,7 +37,7 @@ async fn no_key(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
 async fn prepare(w: &mut LabWorld) {
     let stage = w.stage;
     let r = match w.bm() {
-        Ok(b) => b.s4_configs(stage),
+        Ok(b) => b.stage_configs(stage),
         Err(e) => Err(e),
     };
     w.record(r);
@@ -46,7 +46,7 @@ async fn prepare(w: &mut LabWorld) {
 #[when("the provisioner checks SSH access to every node")]
 async fn check_ssh(w: &mut LabWorld) {
     let r = match w.bm() {
-        Ok(b) => b.s2_ssh().await,
+        Ok(b) => b.check_ssh().await,
         Err(e) => Err(e),
     };
     w.record(r);

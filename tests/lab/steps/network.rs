@@ -102,7 +102,7 @@ async fn minority_read(w: &mut LabWorld, n: String, key: String) -> Result<(), C
 async fn cut_leader(w: &mut LabWorld) -> Result<(), ClusterError> {
     let q = w
         .bm()?
-        .s6_quorum(&[], 3, 3, crate::world::QUORUM_TIMEOUT)
+        .wait_for_quorum(&[], 3, 3, crate::world::QUORUM_TIMEOUT)
         .await?;
     w.old_leader = Some(q.leader.clone());
     let rest = others(w)?;

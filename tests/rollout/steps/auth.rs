@@ -4,6 +4,7 @@ use anyhow::{anyhow, ensure};
 use cucumber::{given, then, when};
 
 use crate::rollout::adapter::Creds;
+use crate::rollout::params::Request;
 use crate::rollout::world::{HARNESS_TOKEN_ID, HARNESS_TOKEN_SECRET, RolloutWorld};
 
 fn known_secret(token: &str) -> anyhow::Result<&'static str> {
@@ -63,15 +64,9 @@ async fn probe(
     Ok(())
 }
 
-#[when(
-    regex = r#"^a client sends "([A-Z]+)" "([^"]+)" with the token "([^"]+)" as a PVEAuthCookie cookie$"#
-)]
-async fn token_cookie(
-    w: &mut RolloutWorld,
-    method: String,
-    path: String,
-    id: String,
-) -> anyhow::Result<()> {
+#[when(expr = "a client sends {request} with the token {string} as a PVEAuthCookie cookie")]
+async fn token_cookie(w: &mut RolloutWorld, req: Request, id: String) -> anyhow::Result<()> {
+    let Request { method, path } = req;
     let secret = known_secret(&id)?;
     // Exactly what the seed's deployer sent: `Cookie: PVEAuthCookie=<tokenid>=<secret>`.
     probe(
@@ -83,15 +78,9 @@ async fn token_cookie(
     .await
 }
 
-#[when(
-    regex = r#"^a client sends "([A-Z]+)" "([^"]+)" with the token "([^"]+)" in the Authorization header$"#
-)]
-async fn token_header(
-    w: &mut RolloutWorld,
-    method: String,
-    path: String,
-    id: String,
-) -> anyhow::Result<()> {
+#[when(expr = "a client sends {request} with the token {string} in the Authorization header")]
+async fn token_header(w: &mut RolloutWorld, req: Request, id: String) -> anyhow::Result<()> {
+    let Request { method, path } = req;
     let secret = known_secret(&id)?;
     probe(
         w,
@@ -103,15 +92,15 @@ async fn token_header(
 }
 
 #[when(
-    regex = r#"^a client logs in as "([^"]+)" with the password "([^"]+)" and sends "([A-Z]+)" "([^"]+)" without the CSRF token$"#
+    expr = "a client logs in as {string} with the password {string} and sends {request} without the CSRF token"
 )]
 async fn no_csrf(
     w: &mut RolloutWorld,
     user: String,
     password: String,
-    method: String,
-    path: String,
+    req: Request,
 ) -> anyhow::Result<()> {
+    let Request { method, path } = req;
     let node = path.split('/').nth(2).unwrap_or("ml110-01").to_string();
     let obs = w.observer(&node).await?;
     let (ticket, _csrf) = obs.login(&user, &password).await?;

@@ -5,10 +5,11 @@ use anyhow::{anyhow, bail};
 use cucumber::{given, when};
 use fake_proxmox::FaultRule;
 
+use crate::rollout::params::{NodeName, Request, SiteName};
 use crate::rollout::world::{RolloutWorld, node_of_site};
 
-#[given(regex = r#"^node "([^"]+)" is offline$"#)]
-async fn offline(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+#[given(expr = "node {node} is offline")]
+async fn offline(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     let ctl = w.control_for_node(&node).await?;
     ctl.set_node_online(&node, false)
         .await
@@ -16,8 +17,8 @@ async fn offline(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[when(regex = r#"^node "([^"]+)" comes back online$"#)]
-async fn online(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+#[when(expr = "node {node} comes back online")]
+async fn online(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     let ctl = w.control_for_node(&node).await?;
     ctl.set_node_online(&node, true)
         .await
@@ -27,8 +28,8 @@ async fn online(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
 
 /// The fake admits a start against the node's total memory only, so "no free memory" is a
 /// fault rule on the start call with the error PVE gives when QEMU cannot allocate guest RAM.
-#[given(regex = r#"^node "([^"]+)" has no free memory to start VMs$"#)]
-async fn no_memory(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+#[given(expr = "node {node} has no free memory to start VMs")]
+async fn no_memory(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     let ctl = w.control_for_node(&node).await?;
     ctl.add_fault(FaultRule {
         method: Some("POST".into()),
@@ -44,8 +45,8 @@ async fn no_memory(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[when(regex = r#"^memory is freed on node "([^"]+)"$"#)]
-async fn memory_freed(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+#[when(expr = "memory is freed on node {node}")]
+async fn memory_freed(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     let ctl = w.control_for_node(&node).await?;
     ctl.clear_faults()
         .await
@@ -53,8 +54,8 @@ async fn memory_freed(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> 
     Ok(())
 }
 
-#[given(regex = r#"^every create call on "([^"]+)" takes (\d+) ms to arrive$"#)]
-async fn slow_create(w: &mut RolloutWorld, node: String, ms: u64) -> anyhow::Result<()> {
+#[given(expr = "every create call on {node} takes {int} ms to arrive")]
+async fn slow_create(w: &mut RolloutWorld, node: NodeName, ms: u64) -> anyhow::Result<()> {
     let ctl = w.control_for_node(&node).await?;
     ctl.add_fault(FaultRule {
         method: Some("POST".into()),
@@ -67,8 +68,8 @@ async fn slow_create(w: &mut RolloutWorld, node: String, ms: u64) -> anyhow::Res
     Ok(())
 }
 
-#[given(regex = r#"^site "([^"]+)" runs PVE version "([^"]+)"$"#)]
-fn pve_version(w: &mut RolloutWorld, site: String, version: String) -> anyhow::Result<()> {
+#[given(expr = "site {site} runs PVE version {string}")]
+fn pve_version(w: &mut RolloutWorld, site: SiteName, version: String) -> anyhow::Result<()> {
     if node_of_site(&site).is_none() {
         bail!("unknown site {site}");
     }
@@ -83,21 +84,19 @@ fn pve_version(w: &mut RolloutWorld, site: String, version: String) -> anyhow::R
     Ok(())
 }
 
-#[given(
-    regex = r#"^the first (\d+) requests "([A-Z]+)" "([^"]+)" to "([^"]+)" fail with (\d+) "([^"]+)"$"#
-)]
+#[given(expr = "the first {int} requests {request} to {site} fail with {int} {string}")]
 async fn first_requests_fail(
     w: &mut RolloutWorld,
     count: u32,
-    method: String,
-    path: String,
-    site: String,
+    req: Request,
+    site: SiteName,
     status: u16,
     message: String,
 ) -> anyhow::Result<()> {
+    let Request { method, path } = req;
     let ctl = w.control(&site).await?;
     ctl.add_fault(FaultRule {
-        site: Some(site.clone()),
+        site: Some(site.to_string()),
         method: Some(method),
         path_pattern: Some(path),
         count: Some(count),

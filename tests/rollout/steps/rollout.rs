@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::rows;
 use crate::rollout::adapter::Action;
+use crate::rollout::params::VmName;
 use crate::rollout::status::Status;
 use crate::rollout::world::RolloutWorld;
 
@@ -427,8 +428,8 @@ async fn after_running(w: &mut RolloutWorld, later: String, first: String) -> an
     Ok(())
 }
 
-#[then(regex = r#"^VM "([^"]+)" ends (ready|failed with [A-Za-z]+)$"#)]
-async fn ends(w: &mut RolloutWorld, name: String, outcome: String) -> anyhow::Result<()> {
+#[then(regex = r#"^VM ("[^"]+") ends (ready|failed with [A-Za-z]+)$"#)]
+async fn ends(w: &mut RolloutWorld, name: VmName, outcome: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let dir = w.manifests_dir();
     match outcome.strip_prefix("failed with ") {

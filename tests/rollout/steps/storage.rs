@@ -3,6 +3,7 @@
 use anyhow::{anyhow, ensure};
 use cucumber::{given, then, when};
 
+use crate::rollout::params::{NodeName, VmName};
 use crate::rollout::pve::disk_size_gib;
 use crate::rollout::world::RolloutWorld;
 
@@ -17,8 +18,8 @@ fn split_volid(volid: &str) -> anyhow::Result<(String, String)> {
 /// The seed's cloud image: 2252 MiB virtual size.
 const IMAGE_BYTES: u64 = 2_361_393_152;
 
-#[given(regex = r#"^the image "([^"]+)" is missing on node "([^"]+)"$"#)]
-async fn image_missing(w: &mut RolloutWorld, volid: String, node: String) -> anyhow::Result<()> {
+#[given(expr = "the image {string} is missing on node {node}")]
+async fn image_missing(w: &mut RolloutWorld, volid: String, node: NodeName) -> anyhow::Result<()> {
     let (storage, _) = split_volid(&volid)?;
     let ctl = w.control_for_node(&node).await?;
     ctl.delete_volume(&node, &storage, &volid)
@@ -27,8 +28,8 @@ async fn image_missing(w: &mut RolloutWorld, volid: String, node: String) -> any
     Ok(())
 }
 
-#[when(regex = r#"^the image "([^"]+)" is uploaded to node "([^"]+)"$"#)]
-async fn image_uploaded(w: &mut RolloutWorld, volid: String, node: String) -> anyhow::Result<()> {
+#[when(expr = "the image {string} is uploaded to node {node}")]
+async fn image_uploaded(w: &mut RolloutWorld, volid: String, node: NodeName) -> anyhow::Result<()> {
     let (storage, volname) = split_volid(&volid)?;
     let ctl = w.control_for_node(&node).await?;
     ctl.upload_volume(&node, &storage, &volname, IMAGE_BYTES)
@@ -37,8 +38,8 @@ async fn image_uploaded(w: &mut RolloutWorld, volid: String, node: String) -> an
     Ok(())
 }
 
-#[given(regex = r#"^storage "([^"]+)" on node "([^"]+)" is full$"#)]
-async fn storage_full(w: &mut RolloutWorld, storage: String, node: String) -> anyhow::Result<()> {
+#[given(expr = "storage {string} on node {node} is full")]
+async fn storage_full(w: &mut RolloutWorld, storage: String, node: NodeName) -> anyhow::Result<()> {
     let ctl = w.control_for_node(&node).await?;
     ctl.set_storage_full(&node, &storage, true)
         .await
@@ -46,10 +47,13 @@ async fn storage_full(w: &mut RolloutWorld, storage: String, node: String) -> an
     Ok(())
 }
 
-#[then(
-    regex = r#"^the (?:fake|cluster) holds exactly one VM named "([^"]+)" on "([^"]+)" with a (\d+) GiB disk$"#
-)]
-async fn one_vm(w: &mut RolloutWorld, name: String, node: String, gib: u32) -> anyhow::Result<()> {
+#[then(expr = "the fake/cluster holds exactly one VM named {vm} on {node} with a {int} GiB disk")]
+async fn one_vm(
+    w: &mut RolloutWorld,
+    name: VmName,
+    node: NodeName,
+    gib: u32,
+) -> anyhow::Result<()> {
     let node = w.real_node(&node);
     let obs = w.observer(&node).await?;
     let vms = obs.vms().await?;
@@ -71,8 +75,8 @@ async fn one_vm(w: &mut RolloutWorld, name: String, node: String, gib: u32) -> a
     Ok(())
 }
 
-#[then(regex = r#"^the (?:fake|cluster) holds no VM named "([^"]+)"$"#)]
-async fn no_vm(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+#[then(expr = "the fake/cluster holds no VM named {vm}")]
+async fn no_vm(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
     for node in ["ml110-01", "r630-01"] {
         let node = w.real_node(node);
         let obs = w.observer(&node).await?;
@@ -93,7 +97,7 @@ async fn no_vm(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[then(regex = r"^the (?:fake|cluster) holds no disk volume of the destroyed VMs$")]
+#[then(expr = "the fake/cluster holds no disk volume of the destroyed VMs")]
 async fn no_disks(w: &mut RolloutWorld) -> anyhow::Result<()> {
     ensure!(!w.destroyed.is_empty(), "no VM was destroyed");
     for (node, vmid) in w.destroyed.clone() {
@@ -153,8 +157,8 @@ async fn image_for_import(w: &mut RolloutWorld, volid: String) -> anyhow::Result
     Ok(())
 }
 
-#[then(regex = r#"^every disk volume on node "([^"]+)" belongs to an existing VM$"#)]
-async fn no_orphans(w: &mut RolloutWorld, node: String) -> anyhow::Result<()> {
+#[then(expr = "every disk volume on node {node} belongs to an existing VM")]
+async fn no_orphans(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     let node = w.real_node(&node);
     let obs = w.observer(&node).await?;
     let vmids: Vec<u32> = obs.vms().await?.iter().map(|v| v.vmid).collect();

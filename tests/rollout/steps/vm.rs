@@ -7,6 +7,7 @@ use cucumber::{given, then, when};
 use super::rows;
 use crate::rollout::adapter::Action;
 use crate::rollout::manifest::VmManifest;
+use crate::rollout::params::{NodeName, Request, SiteName, VmName};
 use crate::rollout::world::{Peer, RolloutWorld};
 
 #[given(expr = "a Proxmox test cluster with the seed's two sites")]
@@ -14,19 +15,19 @@ fn cluster(w: &mut RolloutWorld) {
     w.use_seed_sites();
 }
 
-#[given(regex = r#"^a VM manifest "([^"]+)" on node "([^"]+)" at "([^"]+)"$"#)]
-fn manifest(w: &mut RolloutWorld, name: String, node: String, site: String) {
+#[given(expr = "a VM manifest {vm} on node {node} at {site}")]
+fn manifest(w: &mut RolloutWorld, name: VmName, node: NodeName, site: SiteName) {
     w.manifests
-        .insert(name.clone(), VmManifest::standard(&name, &node, &site));
+        .insert(name.to_string(), VmManifest::standard(&name, &node, &site));
 }
 
-#[given(regex = r#"^a VM manifest "([^"]+)" on node "([^"]+)" at "([^"]+)" with:$"#)]
+#[given(expr = "a VM manifest {vm} on node {node} at {site} with:")]
 fn manifest_with(
     w: &mut RolloutWorld,
     step: &Step,
-    name: String,
-    node: String,
-    site: String,
+    name: VmName,
+    node: NodeName,
+    site: SiteName,
 ) -> anyhow::Result<()> {
     let mut m = VmManifest::standard(&name, &node, &site);
     for row in rows(step) {
@@ -35,22 +36,22 @@ fn manifest_with(
         };
         m.set(k, v).map_err(|e| anyhow!(e))?;
     }
-    w.manifests.insert(name, m);
+    w.manifests.insert(name.into(), m);
     Ok(())
 }
 
 #[given(
-    regex = r#"^a second deployer with its own state and a VM manifest "([^"]+)" on node "([^"]+)" at "([^"]+)"$"#
+    expr = "a second deployer with its own state and a VM manifest {vm} on node {node} at {site}"
 )]
 fn second_deployer(
     w: &mut RolloutWorld,
-    name: String,
-    node: String,
-    site: String,
+    name: VmName,
+    node: NodeName,
+    site: SiteName,
 ) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("rollout-peer-").tempdir()?;
     let mut manifests = std::collections::BTreeMap::new();
-    manifests.insert(name.clone(), VmManifest::standard(&name, &node, &site));
+    manifests.insert(name.to_string(), VmManifest::standard(&name, &node, &site));
     w.peer = Some(Peer {
         manifests,
         dir,
@@ -105,8 +106,9 @@ async fn background_done(w: &mut RolloutWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[when(regex = r#"^the deployer is killed right after it sends "([A-Z]+)" "([^"]+)"$"#)]
-async fn killed_after(w: &mut RolloutWorld, method: String, path: String) -> anyhow::Result<()> {
+#[when(expr = "the deployer is killed right after it sends {request}")]
+async fn killed_after(w: &mut RolloutWorld, req: Request) -> anyhow::Result<()> {
+    let Request { method, path } = req;
     w.start_background().await?;
     let what = format!("a {method} {path}");
     w.wait_journal(super::WAIT, &what, |j| j.count(&method, &path) > 0)
@@ -179,8 +181,8 @@ async fn refusals(w: &mut RolloutWorld) -> String {
     }
 }
 
-#[then(regex = r#"^VM "([^"]+)" is ready with a VMID$"#)]
-async fn ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} is ready with a VMID")]
+async fn ready(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let dir = w.manifests_dir();
     if let Err(e) = w.verify_ready(&vm, &dir).await {
@@ -189,8 +191,8 @@ async fn ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[then(regex = r#"^VM "([^"]+)" of the second deployer is ready with a VMID$"#)]
-async fn peer_ready(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} of the second deployer is ready with a VMID")]
+async fn peer_ready(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
     let peer = w
         .peer
         .as_ref()
@@ -227,24 +229,24 @@ fn distinct(w: &mut RolloutWorld) -> anyhow::Result<()> {
 }
 
 /// "running" with an IP: the claim, and the VM in the cluster (state, config, agent's address).
-#[then(regex = r#"^VM "([^"]+)" is "([^"]+)" with an IP address from the guest agent$"#)]
-async fn running_with_ip(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} is {string} with an IP address from the guest agent")]
+async fn running_with_ip(w: &mut RolloutWorld, name: VmName, state: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let dir = w.manifests_dir();
     w.verify_state(&vm, &dir, &state).await?;
     w.verify_ready(&vm, &dir).await
 }
 
-#[then(regex = r#"^VM "([^"]+)" is in state "([^"]+)"$"#)]
-async fn in_state(w: &mut RolloutWorld, name: String, state: String) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} is in state {string}")]
+async fn in_state(w: &mut RolloutWorld, name: VmName, state: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let dir = w.manifests_dir();
     w.verify_state(&vm, &dir, &state).await
 }
 
 /// The failure the deployer reports, and nothing it created for the VM left behind.
-#[then(regex = r#"^VM "([^"]+)" failed with reason "([^"]+)"$"#)]
-async fn failed(w: &mut RolloutWorld, name: String, reason: String) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} failed with reason {string}")]
+async fn failed(w: &mut RolloutWorld, name: VmName, reason: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let got = vm.error.as_ref().map(|e| e.reason.as_str());
     ensure!(
@@ -256,8 +258,8 @@ async fn failed(w: &mut RolloutWorld, name: String, reason: String) -> anyhow::R
     w.verify_nothing_left(&vm, &dir).await
 }
 
-#[then(regex = r#"^the error of VM "([^"]+)" mentions "(.+)"$"#)]
-fn error_mentions(w: &mut RolloutWorld, name: String, text: String) -> anyhow::Result<()> {
+#[then(regex = r#"^the error of VM ("[^"]+") mentions "(.+)"$"#)]
+fn error_mentions(w: &mut RolloutWorld, name: VmName, text: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
     let msg = vm.error.as_ref().map(|e| e.message.as_str()).unwrap_or("");
     ensure!(
@@ -268,8 +270,8 @@ fn error_mentions(w: &mut RolloutWorld, name: String, text: String) -> anyhow::R
     Ok(())
 }
 
-#[then(regex = r#"^VM "([^"]+)" was attempted at most (\d+) times?$"#)]
-fn attempts_at_most(w: &mut RolloutWorld, name: String, n: u32) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} was attempted at most {int} time(s)")]
+fn attempts_at_most(w: &mut RolloutWorld, name: VmName, n: u32) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
     ensure!(
         vm.attempts <= n,
@@ -279,8 +281,8 @@ fn attempts_at_most(w: &mut RolloutWorld, name: String, n: u32) -> anyhow::Resul
     Ok(())
 }
 
-#[then(regex = r#"^VM "([^"]+)" was attempted at least (\d+) times?$"#)]
-fn attempts_at_least(w: &mut RolloutWorld, name: String, n: u32) -> anyhow::Result<()> {
+#[then(expr = "VM {vm} was attempted at least {int} time(s)")]
+fn attempts_at_least(w: &mut RolloutWorld, name: VmName, n: u32) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
     ensure!(
         vm.attempts >= n,
@@ -306,15 +308,15 @@ async fn same_vmids(w: &mut RolloutWorld) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[then(regex = r#"^the IP address of VM "([^"]+)" is the one the fake's guest agent reports$"#)]
-async fn ip_matches_agent(w: &mut RolloutWorld, name: String) -> anyhow::Result<()> {
+#[then(expr = "the IP address of VM {vm} is the one the fake's guest agent reports")]
+async fn ip_matches_agent(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let dir = w.manifests_dir();
     w.verify_ready(&vm, &dir).await
 }
 
-#[when(regex = r#"^VM "([^"]+)" is (stopped|started) outside the deployer$"#)]
-async fn power_outside(w: &mut RolloutWorld, name: String, how: String) -> anyhow::Result<()> {
+#[when(regex = r#"^VM ("[^"]+") is (stopped|started) outside the deployer$"#)]
+async fn power_outside(w: &mut RolloutWorld, name: VmName, how: String) -> anyhow::Result<()> {
     let verb = if how == "stopped" { "stop" } else { "start" };
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?.clone();
     let vmid = vm
