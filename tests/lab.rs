@@ -11,6 +11,8 @@
 //! `LAB_BREAK_ON_FAILURE=1` keeps a failed scenario's lab running, prints how to enter it
 //! (`vm-lab shell/ssh/logs`), and waits for Ctrl-C before going on.
 
+#[path = "lab/params.rs"]
+mod params;
 #[path = "lab/steps/mod.rs"]
 mod steps;
 #[path = "lab/world.rs"]

@@ -4,6 +4,7 @@ use cucumber::{then, when};
 use provision_harness::cluster::ClusterError;
 use provision_harness::cluster::etcd;
 
+use crate::params::LabNode;
 use crate::steps::faults::lab;
 use crate::world::LabWorld;
 
@@ -13,8 +14,8 @@ fn fail(msg: String) -> ClusterError {
     ClusterError::Validation(msg)
 }
 
-#[when(expr = "{word}'s clock is set {int} days ahead")]
-async fn ahead(w: &mut LabWorld, node: String, days: i64) -> Result<(), ClusterError> {
+#[when(expr = "{node}'s clock is set {int} days ahead")]
+async fn ahead(w: &mut LabWorld, node: LabNode, days: i64) -> Result<(), ClusterError> {
     w.b()?
         .lab
         .set_clock_offset(&node, days * DAY)
@@ -22,8 +23,8 @@ async fn ahead(w: &mut LabWorld, node: String, days: i64) -> Result<(), ClusterE
         .map_err(lab)
 }
 
-#[when(expr = "{word}'s clock is set {int} days back")]
-async fn back(w: &mut LabWorld, node: String, days: i64) -> Result<(), ClusterError> {
+#[when(expr = "{node}'s clock is set {int} days back")]
+async fn back(w: &mut LabWorld, node: LabNode, days: i64) -> Result<(), ClusterError> {
     w.b()?
         .lab
         .set_clock_offset(&node, -days * DAY)
@@ -40,8 +41,8 @@ async fn reset(w: &mut LabWorld) -> Result<(), ClusterError> {
     Ok(())
 }
 
-#[then(expr = "{word}'s clock reads {int} days ahead of the host's")]
-async fn reads_ahead(w: &mut LabWorld, node: String, days: i64) -> Result<(), ClusterError> {
+#[then(expr = "{node}'s clock reads {int} days ahead of the host's")]
+async fn reads_ahead(w: &mut LabWorld, node: LabNode, days: i64) -> Result<(), ClusterError> {
     let n = w.b()?.lab.node(&node).map_err(lab)?;
     let got = vm_lab::clock::measure_offset(n).await.map_err(lab)?;
     // Whole seconds and one agent round trip apart.
@@ -69,11 +70,11 @@ async fn tls_session(
     b.lab.node(from).map_err(lab)?.exec(&cmd).await.map_err(lab)
 }
 
-#[then(expr = "a new TLS session from {word} to {word}'s etcd fails: the certificate {string}")]
+#[then(expr = "a new TLS session from {node} to {node}'s etcd fails: the certificate {string}")]
 async fn session_fails(
     w: &mut LabWorld,
-    from: String,
-    to: String,
+    from: LabNode,
+    to: LabNode,
     why: String,
 ) -> Result<(), ClusterError> {
     let out = tls_session(w, &from, &to).await?;
@@ -96,8 +97,8 @@ async fn session_fails(
     Ok(())
 }
 
-#[then(expr = "a new TLS session from {word} to {word}'s etcd succeeds")]
-async fn session_ok(w: &mut LabWorld, from: String, to: String) -> Result<(), ClusterError> {
+#[then(expr = "a new TLS session from {node} to {node}'s etcd succeeds")]
+async fn session_ok(w: &mut LabWorld, from: LabNode, to: LabNode) -> Result<(), ClusterError> {
     let out = tls_session(w, &from, &to).await?;
     if !out.success() {
         return Err(fail(format!(

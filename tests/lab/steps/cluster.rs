@@ -9,6 +9,7 @@ use provision_harness::cluster::config::{HOSTS_FILE, SECRETS_DIR, parse_hosts};
 use provision_harness::cluster::provision::BOOT_MARKER;
 use provision_harness::cluster::tls::{self, TlsFileNames};
 
+use crate::params::LabNode;
 use crate::world::{LabWorld, QUORUM_TIMEOUT};
 
 fn fail(msg: String) -> ClusterError {
@@ -193,8 +194,8 @@ async fn rejoined_all(w: &mut LabWorld) -> Result<(), ClusterError> {
     first_boot_says(w, None, "rejoins with the data on its disk").await
 }
 
-#[then(expr = "{word}'s first boot rejoined with the data on its disk")]
-async fn rejoined_one(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
+#[then(expr = "{node}'s first boot rejoined with the data on its disk")]
+async fn rejoined_one(w: &mut LabWorld, node: LabNode) -> Result<(), ClusterError> {
     first_boot_says(w, Some(&node), "rejoins with the data on its disk").await
 }
 
@@ -234,10 +235,10 @@ async fn metrics(w: &mut LabWorld) -> Result<(), ClusterError> {
     Ok(())
 }
 
-#[when(expr = "{word} writes {string} = {string}")]
+#[when(expr = "{node} writes {string} = {string}")]
 async fn write(
     w: &mut LabWorld,
-    node: String,
+    node: LabNode,
     key: String,
     value: String,
 ) -> Result<(), ClusterError> {
@@ -257,10 +258,10 @@ pub async fn put(w: &LabWorld, node: &str, key: &str, value: &str) -> Result<(),
     .await
 }
 
-#[then(expr = "{word} reads {string} = {string}")]
+#[then(expr = "{node} reads {string} = {string}")]
 async fn read(
     w: &mut LabWorld,
-    node: String,
+    node: LabNode,
     key: String,
     value: String,
 ) -> Result<(), ClusterError> {
@@ -293,8 +294,8 @@ pub async fn get_eq(w: &LabWorld, node: &str, key: &str, value: &str) -> Result<
     .await
 }
 
-#[when(expr = "{word} deletes {string}")]
-async fn delete(w: &mut LabWorld, node: String, key: String) -> Result<(), ClusterError> {
+#[when(expr = "{node} deletes {string}")]
+async fn delete(w: &mut LabWorld, node: LabNode, key: String) -> Result<(), ClusterError> {
     let b = w.b()?;
     let n = b.member(&node)?.delete(&b.layout, &key).await?;
     if n != 1 {
@@ -303,8 +304,8 @@ async fn delete(w: &mut LabWorld, node: String, key: String) -> Result<(), Clust
     Ok(())
 }
 
-#[then(expr = "{word} finds no {string}")]
-async fn absent(w: &mut LabWorld, node: String, key: String) -> Result<(), ClusterError> {
+#[then(expr = "{node} finds no {string}")]
+async fn absent(w: &mut LabWorld, node: LabNode, key: String) -> Result<(), ClusterError> {
     let b = w.b()?;
     match b.member(&node)?.get(&b.layout, &key).await? {
         None => Ok(()),

@@ -4,6 +4,7 @@ use cucumber::{then, when};
 use provision_harness::cluster::ClusterError;
 use provision_harness::cluster::quorum::wait_until;
 
+use crate::params::LabNode;
 use crate::steps::cluster::put;
 use crate::world::{LabWorld, QUORUM_TIMEOUT};
 
@@ -11,8 +12,8 @@ pub fn lab(e: vm_lab::Error) -> ClusterError {
     ClusterError::Lab(e.to_string())
 }
 
-#[when(expr = "{word} loses power")]
-async fn power_loss(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
+#[when(expr = "{node} loses power")]
+async fn power_loss(w: &mut LabWorld, node: LabNode) -> Result<(), ClusterError> {
     w.b()?
         .lab
         .node(&node)
@@ -22,8 +23,8 @@ async fn power_loss(w: &mut LabWorld, node: String) -> Result<(), ClusterError> 
         .map_err(lab)
 }
 
-#[when(expr = "{word} is powered on again from netboot with its disk")]
-async fn power_on(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
+#[when(expr = "{node} is powered on again from netboot with its disk")]
+async fn power_on(w: &mut LabWorld, node: LabNode) -> Result<(), ClusterError> {
     let b = w.b()?;
     let n = b.lab.node(&node).map_err(lab)?;
     n.start().await.map_err(lab)?;
@@ -31,8 +32,8 @@ async fn power_on(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
     b.wait_service_started(&node).await
 }
 
-#[then(expr = "{word} and {word} still agree on one leader")]
-async fn two_agree(w: &mut LabWorld, a: String, b: String) -> Result<(), ClusterError> {
+#[then(expr = "{node} and {node} still agree on one leader")]
+async fn two_agree(w: &mut LabWorld, a: LabNode, b: LabNode) -> Result<(), ClusterError> {
     // Three members in the list, the two survivors answering and agreeing.
     let q = w
         .bm()?

@@ -4,6 +4,7 @@ use cucumber::{given, then, when};
 use provision_harness::cluster::ClusterError;
 use provision_harness::cluster::config::HostsMapping;
 
+use crate::params::LabNode;
 use crate::world::LabWorld;
 
 #[given(
@@ -18,8 +19,8 @@ async fn no_hosts(w: &mut LabWorld) {
     w.stage.hosts = HostsMapping::LocalhostOnly;
 }
 
-#[given(expr = "{word} holds no authorized SSH key")]
-async fn no_key(w: &mut LabWorld, node: String) -> Result<(), ClusterError> {
+#[given(expr = "{node} holds no authorized SSH key")]
+async fn no_key(w: &mut LabWorld, node: LabNode) -> Result<(), ClusterError> {
     // The image bakes the key in for every node; take it away on this one through the guest
     // agent (not SSH), as if the node had been booted from an image without it.
     let n = w

@@ -7,6 +7,7 @@ use cucumber::{then, when};
 use provision_harness::cluster::ClusterError;
 use vm_lab::Node;
 
+use crate::params::LabNode;
 use crate::steps::faults::{lab, others};
 use crate::world::LabWorld;
 
@@ -25,8 +26,8 @@ fn names(list: &str) -> Vec<&str> {
         .collect()
 }
 
-#[when(expr = "the lab network is partitioned: {word} | {word}")]
-async fn partition(w: &mut LabWorld, a: String, b: String) -> Result<(), ClusterError> {
+#[when(expr = "the lab network is partitioned: {node} | {node}")]
+async fn partition(w: &mut LabWorld, a: LabNode, b: LabNode) -> Result<(), ClusterError> {
     w.b()?
         .lab
         .net_partition(&names(&a), &names(&b))
@@ -35,8 +36,8 @@ async fn partition(w: &mut LabWorld, a: String, b: String) -> Result<(), Cluster
         .map(|_| ())
 }
 
-#[when(expr = "every packet between {word} and {word} is delayed by {int} ms")]
-async fn delay(w: &mut LabWorld, a: String, b: String, ms: u64) -> Result<(), ClusterError> {
+#[when(expr = "every packet between {node} and {node} is delayed by {int} ms")]
+async fn delay(w: &mut LabWorld, a: LabNode, b: LabNode, ms: u64) -> Result<(), ClusterError> {
     w.b()?
         .lab
         .net_delay(&a, &b, Duration::from_millis(ms), None)
@@ -58,11 +59,11 @@ fn min_rtt(out: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-#[then(expr = "a ping from {word} to {word} takes at least {int} ms")]
+#[then(expr = "a ping from {node} to {node} takes at least {int} ms")]
 async fn ping_at_least(
     w: &mut LabWorld,
-    a: String,
-    b: String,
+    a: LabNode,
+    b: LabNode,
     ms: u64,
 ) -> Result<(), ClusterError> {
     let to = node(w, &b)?.ip();
@@ -78,8 +79,8 @@ async fn ping_at_least(
     }
 }
 
-#[then(expr = "{word} cannot reach {word} over the lab network")]
-async fn cannot_reach(w: &mut LabWorld, a: String, b: String) -> Result<(), ClusterError> {
+#[then(expr = "{node} cannot reach {node} over the lab network")]
+async fn cannot_reach(w: &mut LabWorld, a: LabNode, b: LabNode) -> Result<(), ClusterError> {
     let to = node(w, &b)?.ip();
     node(w, &a)?
         .fail(&format!("ping -c2 -W1 {to}"))
@@ -88,8 +89,8 @@ async fn cannot_reach(w: &mut LabWorld, a: String, b: String) -> Result<(), Clus
         .map(|_| ())
 }
 
-#[then(expr = "{word}, cut off from the majority, cannot serve a read of {string}")]
-async fn minority_read(w: &mut LabWorld, n: String, key: String) -> Result<(), ClusterError> {
+#[then(expr = "{node}, cut off from the majority, cannot serve a read of {string}")]
+async fn minority_read(w: &mut LabWorld, n: LabNode, key: String) -> Result<(), ClusterError> {
     let b = w.b()?;
     // A linearizable read needs the leader's read index: a member without quorum refuses.
     match b.member(&n)?.get(&b.layout, &key).await {
