@@ -140,89 +140,104 @@ impl StepError {
 
 /// What went wrong talking to PVE, classified by status and PVE's own wording.
 pub fn classify(site: &str, node: &str, storage: Option<&str>, err: &PveError) -> StepError {
-    let text = err.text();
-    let lower = text.to_lowercase();
-    if let PveError::Transport { detail, .. } = err {
-        // A certificate that fails verification or the pin will not fix itself.
-        let d = detail.to_lowercase();
-        if d.contains("certificate") || d.contains("fingerprint") {
-            return StepError::TlsUntrusted {
-                site: site.to_string(),
-                detail: err.to_string(),
-            };
+    by_transport(site, node, err)
+        .or_else(|| by_status(site, node, err))
+        .or_else(|| by_text(node, storage, err.text().trim()))
+        .unwrap_or_else(|| StepError::Api(err.to_string()))
+}
+
+/// The request never got an answer: a certificate problem will not fix itself, anything
+/// else is the node being unreachable; a task that ran out of time may finish later.
+fn by_transport(site: &str, node: &str, err: &PveError) -> Option<StepError> {
+    match err {
+        PveError::Transport { detail, .. } => {
+            let d = detail.to_lowercase();
+            Some(if d.contains("certificate") || d.contains("fingerprint") {
+                StepError::TlsUntrusted {
+                    site: site.to_string(),
+                    detail: err.to_string(),
+                }
+            } else {
+                StepError::NodeUnreachable {
+                    node: node.to_string(),
+                    detail: err.to_string(),
+                }
+            })
         }
-        return StepError::NodeUnreachable {
+        PveError::TaskTimeout { .. } => Some(StepError::Transient(err.to_string())),
+        _ => None,
+    }
+}
+
+fn by_status(site: &str, node: &str, err: &PveError) -> Option<StepError> {
+    match err.status()? {
+        401 | 403 => Some(StepError::AuthRefused {
+            site: site.to_string(),
+            detail: err.to_string(),
+        }),
+        595 | 596 | 502 | 503 | 504 => Some(StepError::NodeUnreachable {
             node: node.to_string(),
             detail: err.to_string(),
-        };
+        }),
+        _ => None,
     }
-    if let PveError::TaskTimeout { .. } = err {
-        return StepError::Transient(err.to_string());
-    }
-    match err.status() {
-        Some(401) | Some(403) => {
-            return StepError::AuthRefused {
-                site: site.to_string(),
-                detail: err.to_string(),
-            };
-        }
-        Some(595 | 596 | 502 | 503 | 504) => {
-            return StepError::NodeUnreachable {
-                node: node.to_string(),
-                detail: err.to_string(),
-            };
-        }
-        _ => {}
-    }
-    if lower.contains("does not support vm images") {
-        return StepError::StorageNotForImages {
+}
+
+/// PVE's error texts, in the order they must be tried (the storage texts before the
+/// generic "insufficient").
+fn by_text(node: &str, storage: Option<&str>, text: &str) -> Option<StepError> {
+    let lower = text.to_lowercase();
+    let any = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
+    let storage = || storage.unwrap_or("?").to_string();
+    if any(&["does not support vm images"]) {
+        return Some(StepError::StorageNotForImages {
             node: node.to_string(),
-            storage: storage.unwrap_or("?").to_string(),
+            storage: storage(),
             kind: "?".into(),
             content: "?".into(),
             hint: String::new(),
-        };
+        });
     }
-    if lower.contains("insufficient free space")
-        || lower.contains("no space left")
-        || lower.contains("not enough free space")
-        || lower.contains("storage full")
-        || lower.contains("out of space")
-    {
-        return StepError::StorageFull {
+    if any(&[
+        "insufficient free space",
+        "no space left",
+        "not enough free space",
+        "storage full",
+        "out of space",
+    ]) {
+        return Some(StepError::StorageFull {
             node: node.to_string(),
-            storage: storage.unwrap_or("?").to_string(),
-            detail: text.trim().to_string(),
-        };
+            storage: storage(),
+            detail: text.to_string(),
+        });
     }
-    if lower.contains("vm is locked")
-        || lower.contains("can't lock file")
-        || lower.contains("got timeout")
-    {
-        return StepError::Locked(text.trim().to_string());
+    if any(&["vm is locked", "can't lock file", "got timeout"]) {
+        return Some(StepError::Locked(text.to_string()));
     }
-    if lower.contains("insufficient")
-        || lower.contains("cannot allocate memory")
-        || lower.contains("out of memory")
-        || lower.contains("not enough")
-    {
-        return StepError::Insufficient(text.trim().to_string());
+    if any(&[
+        "insufficient",
+        "cannot allocate memory",
+        "out of memory",
+        "not enough",
+    ]) {
+        return Some(StepError::Insufficient(text.to_string()));
     }
-    if lower.contains("vcpus allowed per vm") {
+    if any(&["vcpus allowed per vm"]) {
         // The VM is larger than the node: waiting will not change that.
-        return StepError::InvalidSpec(format!("node {node}: {}", text.trim()));
+        return Some(StepError::InvalidSpec(format!("node {node}: {text}")));
     }
-    if lower.contains("node is offline")
-        || lower.contains("no route to host")
-        || lower.contains("connection refused")
-        || lower.contains("hostname lookup")
-    {
-        return StepError::NodeUnreachable {
+    if any(&[
+        "node is offline",
+        "no route to host",
+        "connection refused",
+        "hostname lookup",
+    ]) {
+        return Some(StepError::NodeUnreachable {
             node: node.to_string(),
-            detail: text.trim().to_string(),
-        };
+            detail: text.to_string(),
+        });
     }
-    StepError::Api(err.to_string())
+    None
 }
 
 #[cfg(test)]

@@ -77,94 +77,18 @@ pub fn resolve(
     views: &[StorageView],
     version: Option<(u32, u32)>,
 ) -> Result<ResolvedImage, StepError> {
-    if let Some(v) = version
-        && v < IMPORT_FROM_SINCE
-    {
-        return Err(StepError::ImportNotSupported {
-            detail: format!(
-                "PVE {} has no `import-from` disk option (added in PVE 7.2) and no REST call imports disks (`importdisk` is CLI-only) — upgrade the node or deploy from a template",
-                version_text(version)
-            ),
-        });
-    }
+    check_import_from(version)?;
     let missing = |detail: String| StepError::ImageMissing {
         image: spec.to_string(),
         node: node.to_string(),
         detail,
     };
-    let entries = views
-        .iter()
-        .flat_map(|v| v.content.iter().map(move |c| (v, c)));
-    let exact: Option<(&StorageView, &ContentEntry)> = match spec {
-        ImageSpec::Volid { storage, volname } => {
-            let volid = format!("{storage}:{volname}");
-            if !views.iter().any(|v| &v.info.storage == storage) {
-                return Err(missing(format!(
-                    "storage '{storage}' is not available on {node}"
-                )));
-            }
-            entries.clone().find(|(_, c)| c.volid == volid)
-        }
-        ImageSpec::Name { name } => {
-            let mut found: Vec<(&StorageView, &ContentEntry)> = entries
-                .clone()
-                .filter(|(_, c)| file_name(&c.volid) == name)
-                .collect();
-            // An importable volume of that name beats an ISO-type one.
-            found.sort_by_key(|(_, c)| !matches!(c.content.as_str(), "import" | "images"));
-            found.into_iter().next()
-        }
-    };
-    let importable = |c: &ContentEntry| -> Result<ResolvedImage, StepError> {
-        if c.content == "import"
-            && let Some(v) = version
-            && v < IMPORT_VOLUME_SINCE
-        {
-            return Err(StepError::ImportNotSupported {
-                detail: format!(
-                    "{} is an `import` volume; PVE {} cannot use those as `import-from` sources (PVE 8.3+)",
-                    c.volid,
-                    version_text(version)
-                ),
-            });
-        }
-        Ok(ResolvedImage {
-            volid: c.volid.clone(),
-            content: c.content.clone(),
-            size: c.size,
-            note: None,
-        })
-    };
-    match exact {
-        Some((_, c)) if matches!(c.content.as_str(), "images" | "import") => importable(c),
-        Some((view, c)) => {
-            // An ISO-type volume cannot be imported; look for the same image in `import` content.
-            let want = stem(file_name(&c.volid));
-            let mut twins: Vec<(&StorageView, &ContentEntry)> = entries
-                .filter(|(_, e)| e.content == "import")
-                .filter(|(_, e)| {
-                    let f = file_name(&e.volid);
-                    stem(f) == want
-                        && f.rsplit_once('.')
-                            .is_some_and(|(_, ext)| IMPORT_EXTENSIONS.contains(&ext))
-                })
-                .collect();
-            twins.sort_by_key(|(v, _)| v.info.storage != view.info.storage);
-            match twins.first() {
-                Some((_, t)) => {
-                    let mut r = importable(t)?;
-                    r.note = Some(format!(
-                        "{} is an '{}' volume, which import-from refuses; using {}",
-                        c.volid, c.content, t.volid
-                    ));
-                    Ok(r)
-                }
-                None => Err(missing(format!(
-                    "{} is an '{}' volume, and PVE's import-from only takes 'images' or 'import' volumes; place the image as {}:import/{}.qcow2 (download-url with content=import, PVE 8.4+)",
-                    c.volid, c.content, view.info.storage, want
-                ))),
-            }
-        }
+    match find_exact(spec, node, views).map_err(missing)? {
+        Some((_, c)) if matches!(c.content.as_str(), "images" | "import") => importable(c, version),
+        Some((view, c)) => import_twin(view, c, views, version).map_err(|e| match e {
+            TwinError::Step(e) => e,
+            TwinError::None(detail) => missing(detail),
+        }),
         None => {
             let searched: Vec<&str> = views.iter().map(|v| v.info.storage.as_str()).collect();
             Err(missing(format!(
@@ -177,6 +101,114 @@ pub fn resolve(
             )))
         }
     }
+}
+
+/// PVE before 7.2 has no `import-from` at all.
+fn check_import_from(version: Option<(u32, u32)>) -> Result<(), StepError> {
+    match version {
+        Some(v) if v < IMPORT_FROM_SINCE => Err(StepError::ImportNotSupported {
+            detail: format!(
+                "PVE {} has no `import-from` disk option (added in PVE 7.2) and no REST call imports disks (`importdisk` is CLI-only) — upgrade the node or deploy from a template",
+                version_text(version)
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+type Found<'a> = (&'a StorageView, &'a ContentEntry);
+
+fn all_entries(views: &[StorageView]) -> impl Iterator<Item = Found<'_>> + Clone {
+    views
+        .iter()
+        .flat_map(|v| v.content.iter().map(move |c| (v, c)))
+}
+
+/// The volume the spec names (by volid, or by file name: an importable one first); `Err`
+/// when the named storage is not on the node.
+fn find_exact<'a>(
+    spec: &ImageSpec,
+    node: &str,
+    views: &'a [StorageView],
+) -> Result<Option<Found<'a>>, String> {
+    match spec {
+        ImageSpec::Volid { storage, volname } => {
+            let volid = format!("{storage}:{volname}");
+            if !views.iter().any(|v| &v.info.storage == storage) {
+                return Err(format!("storage '{storage}' is not available on {node}"));
+            }
+            Ok(all_entries(views).find(|(_, c)| c.volid == volid))
+        }
+        ImageSpec::Name { name } => {
+            let mut found: Vec<Found<'a>> = all_entries(views)
+                .filter(|(_, c)| file_name(&c.volid) == name)
+                .collect();
+            // An importable volume of that name beats an ISO-type one.
+            found.sort_by_key(|(_, c)| !matches!(c.content.as_str(), "import" | "images"));
+            Ok(found.into_iter().next())
+        }
+    }
+}
+
+/// `c` as an `import-from` source, if this PVE version takes its content type.
+fn importable(c: &ContentEntry, version: Option<(u32, u32)>) -> Result<ResolvedImage, StepError> {
+    if c.content == "import"
+        && let Some(v) = version
+        && v < IMPORT_VOLUME_SINCE
+    {
+        return Err(StepError::ImportNotSupported {
+            detail: format!(
+                "{} is an `import` volume; PVE {} cannot use those as `import-from` sources (PVE 8.3+)",
+                c.volid,
+                version_text(version)
+            ),
+        });
+    }
+    Ok(ResolvedImage {
+        volid: c.volid.clone(),
+        content: c.content.clone(),
+        size: c.size,
+        note: None,
+    })
+}
+
+enum TwinError {
+    Step(StepError),
+    /// No twin: why the volume found cannot be used.
+    None(String),
+}
+
+/// An ISO-type volume cannot be imported: the same image in `import` content (the same
+/// storage first) stands in for it, with a note saying so.
+fn import_twin(
+    view: &StorageView,
+    c: &ContentEntry,
+    views: &[StorageView],
+    version: Option<(u32, u32)>,
+) -> Result<ResolvedImage, TwinError> {
+    let want = stem(file_name(&c.volid));
+    let mut twins: Vec<Found<'_>> = all_entries(views)
+        .filter(|(_, e)| e.content == "import")
+        .filter(|(_, e)| {
+            let f = file_name(&e.volid);
+            stem(f) == want
+                && f.rsplit_once('.')
+                    .is_some_and(|(_, ext)| IMPORT_EXTENSIONS.contains(&ext))
+        })
+        .collect();
+    twins.sort_by_key(|(v, _)| v.info.storage != view.info.storage);
+    let Some((_, t)) = twins.first() else {
+        return Err(TwinError::None(format!(
+            "{} is an '{}' volume, and PVE's import-from only takes 'images' or 'import' volumes; place the image as {}:import/{}.qcow2 (download-url with content=import, PVE 8.4+)",
+            c.volid, c.content, view.info.storage, want
+        )));
+    };
+    let mut r = importable(t, version).map_err(TwinError::Step)?;
+    r.note = Some(format!(
+        "{} is an '{}' volume, which import-from refuses; using {}",
+        c.volid, c.content, t.volid
+    ));
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -5,4 +5,5 @@
 //! - Resource usage figures (cpu, mem, disk I/O) are synthetic.
 
 pub mod model;
+pub mod resources;
 pub mod routes;

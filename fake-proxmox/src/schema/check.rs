@@ -164,123 +164,122 @@ pub(crate) fn check_prop(
             }
             return None;
         }
-        Value::Array(items) => {
-            return match ty {
-                Some("array") => {
-                    let mut typed = Vec::with_capacity(items.len());
-                    let before = errors.len();
-                    for (i, item) in items.iter().enumerate() {
-                        if let Some(item_schema) = &prop.items {
-                            if let Some(t) =
-                                check_prop(item_schema, &format!("{path}[{i}]"), item, errors)
-                            {
-                                typed.push(t);
-                            }
-                        } else {
-                            typed.push(item.clone());
-                        }
-                    }
-                    (errors.len() == before).then_some(Value::Array(typed))
-                }
-                None | Some("any") => Some(value.clone()),
-                Some(t) => {
-                    add_error(
-                        errors,
-                        path,
-                        format!("type check ('{t}') failed - got ARRAY"),
-                    );
-                    None
-                }
-            };
-        }
-        Value::Object(_) => {
-            return match ty {
-                Some("object") | None | Some("any") => Some(value.clone()),
-                Some("array") => {
-                    add_error(errors, path, "type check ('array') failed");
-                    None
-                }
-                Some(t) => {
-                    add_error(
-                        errors,
-                        path,
-                        format!("type check ('{t}') failed - got HASH"),
-                    );
-                    None
-                }
-            };
-        }
-        Value::Bool(b) => {
-            // A JSON boolean is a blessed reference in Perl: only `boolean` accepts it, and
-            // no format/enum checks run on references.
-            return match ty {
-                Some("boolean") | None | Some("any") => Some(Value::from(u8::from(*b))),
-                Some(t @ ("array" | "object")) => {
-                    add_error(errors, path, format!("type check ('{t}') failed"));
-                    None
-                }
-                Some(t) => {
-                    add_error(
-                        errors,
-                        path,
-                        format!("type check ('{t}') failed - got JSON::PP::Boolean"),
-                    );
-                    None
-                }
-            };
-        }
+        Value::Array(items) => return check_array(prop, path, value, items, errors),
+        Value::Object(_) => return check_object(ty, path, value, errors),
+        Value::Bool(b) => return check_bool(ty, path, *b, errors),
         Value::Number(n) => perl_number(n),
         Value::String(s) => s.clone(),
     };
-
-    // check_type for plain scalars.
-    match ty {
-        Some("boolean") if scalar != "1" && scalar != "0" => {
-            add_error(
-                errors,
-                path,
-                format!("type check ('boolean') failed - got '{scalar}'"),
-            );
-            return None;
-        }
-        Some("integer") if !is_integer(&scalar) => {
-            add_error(
-                errors,
-                path,
-                format!("type check ('integer') failed - got '{scalar}'"),
-            );
-            return None;
-        }
-        Some("number") if !is_number(&scalar) => {
-            add_error(
-                errors,
-                path,
-                format!("type check ('number') failed - got '{scalar}'"),
-            );
-            return None;
-        }
-        Some(t @ ("array" | "object")) => {
-            add_error(errors, path, format!("type check ('{t}') failed"));
-            return None;
-        }
-        Some("null") => {
-            add_error(
-                errors,
-                path,
-                format!(
-                    "type check ('{}') failed - value is not null",
-                    type_name(ty)
-                ),
-            );
-            return None;
-        }
-        _ => {}
+    if let Err(e) = check_scalar_type(ty, &scalar) {
+        add_error(errors, path, e);
+        return None;
     }
-
     if !check_scalar(prop, path, &scalar, errors) {
         return None;
     }
     Some(typed(ty, scalar))
+}
+
+/// A JSON array: only `array` (items checked one by one) or an untyped property takes it.
+fn check_array(
+    prop: &Prop,
+    path: &str,
+    value: &Value,
+    items: &[Value],
+    errors: &mut ParamErrors,
+) -> Option<Value> {
+    match prop.ty.as_deref() {
+        Some("array") => {
+            let mut typed = Vec::with_capacity(items.len());
+            let before = errors.len();
+            for (i, item) in items.iter().enumerate() {
+                match &prop.items {
+                    Some(item_schema) => {
+                        let at = format!("{path}[{i}]");
+                        if let Some(t) = check_prop(item_schema, &at, item, errors) {
+                            typed.push(t);
+                        }
+                    }
+                    None => typed.push(item.clone()),
+                }
+            }
+            (errors.len() == before).then_some(Value::Array(typed))
+        }
+        None | Some("any") => Some(value.clone()),
+        Some(t) => {
+            add_error(
+                errors,
+                path,
+                format!("type check ('{t}') failed - got ARRAY"),
+            );
+            None
+        }
+    }
+}
+
+/// A JSON object (a Perl HASH reference).
+fn check_object(
+    ty: Option<&str>,
+    path: &str,
+    value: &Value,
+    errors: &mut ParamErrors,
+) -> Option<Value> {
+    match ty {
+        Some("object") | None | Some("any") => Some(value.clone()),
+        Some("array") => {
+            add_error(errors, path, "type check ('array') failed");
+            None
+        }
+        Some(t) => {
+            add_error(
+                errors,
+                path,
+                format!("type check ('{t}') failed - got HASH"),
+            );
+            None
+        }
+    }
+}
+
+/// A JSON boolean is a blessed reference in Perl: only `boolean` accepts it, and no
+/// format/enum checks run on references.
+fn check_bool(ty: Option<&str>, path: &str, b: bool, errors: &mut ParamErrors) -> Option<Value> {
+    match ty {
+        Some("boolean") | None | Some("any") => Some(Value::from(u8::from(b))),
+        Some(t @ ("array" | "object")) => {
+            add_error(errors, path, format!("type check ('{t}') failed"));
+            None
+        }
+        Some(t) => {
+            add_error(
+                errors,
+                path,
+                format!("type check ('{t}') failed - got JSON::PP::Boolean"),
+            );
+            None
+        }
+    }
+}
+
+/// `check_type` for a plain scalar: the error text when it is not of the type.
+fn check_scalar_type(ty: Option<&str>, scalar: &str) -> Result<(), String> {
+    match ty {
+        Some("boolean") if scalar != "1" && scalar != "0" => {
+            Err(format!("type check ('boolean') failed - got '{scalar}'"))
+        }
+        Some("integer") if !is_integer(scalar) => {
+            Err(format!("type check ('integer') failed - got '{scalar}'"))
+        }
+        Some("number") if !is_number(scalar) => {
+            Err(format!("type check ('number') failed - got '{scalar}'"))
+        }
+        Some(t @ ("array" | "object")) => Err(format!("type check ('{t}') failed")),
+        Some("null") => Err(format!(
+            "type check ('{}') failed - value is not null",
+            type_name(ty)
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The checks after `check_type` for a non-reference value.

@@ -228,134 +228,157 @@ fn ok_if(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
 
 /// One value against a code-registered format.
 pub(crate) fn check_named(name: &str, v: &str) -> Result<(), String> {
+    id_format(name, v)
+        .or_else(|| network_format(name, v))
+        .or_else(|| vm_format(name, v))
+        // Accepted unchecked: see the module docs.
+        .unwrap_or(Ok(()))
+}
+
+/// Names and identifiers: config keys, storages, bridges, VMIDs, nodes, users, tags.
+fn id_format(name: &str, v: &str) -> Option<Result<(), String>> {
     match name {
-        "string" => Ok(()),
-        "urlencoded" => ok_if(URLENCODED.is_match(v), || {
+        "string" => Some(Ok(())),
+        "urlencoded" => Some(ok_if(URLENCODED.is_match(v), || {
             format!("invalid urlencoded string: {v}\n")
-        }),
-        "pve-configid" => ok_if(CONFIGID.is_match(v), || {
+        })),
+        "pve-configid" => Some(ok_if(CONFIGID.is_match(v), || {
             format!("invalid configuration ID '{v}'\n")
-        }),
-        "pve-storage-id" => ok_if(STORAGE_ID.is_match(v), || {
+        })),
+        "pve-storage-id" => Some(ok_if(STORAGE_ID.is_match(v), || {
             format!("storage ID '{v}' contains illegal characters\n")
-        }),
-        "pve-bridge-id" => ok_if(BRIDGE_ID.is_match(v), || {
+        })),
+        "pve-bridge-id" => Some(ok_if(BRIDGE_ID.is_match(v), || {
             format!("invalid bridge ID '{v}'\n")
-        }),
-        "pve-vmid" => ok_if(VMID.is_match(v), || {
+        })),
+        "pve-vmid" => Some(ok_if(VMID.is_match(v), || {
             "value does not look like a valid VM ID\n".to_string()
-        }),
-        "pve-node" => ok_if(NODE.is_match(v), || {
+        })),
+        "pve-node" => Some(ok_if(NODE.is_match(v), || {
             "value does not look like a valid node name\n".to_string()
-        }),
-        "mac-addr" => ok_if(MAC.is_match(v), || {
-            "value does not look like a valid unicast MAC address\n".to_string()
-        }),
-        "ipv4" => ok_if(ipv4(v), || {
-            "value does not look like a valid IPv4 address\n".to_string()
-        }),
-        "ipv6" => ok_if(ipv6(v), || {
-            "value does not look like a valid IPv6 address\n".to_string()
-        }),
-        "ip" => ok_if(ipv4(v) || ipv6(v), || {
-            "value does not look like a valid IP address\n".to_string()
-        }),
-        "ipv4mask" => ok_if(NETMASKS.contains(&v), || {
-            "value does not look like a valid IP netmask\n".to_string()
-        }),
-        "CIDRv4" => ok_if(cidr(v, false), || {
-            "value does not look like a valid IPv4 CIDR network\n".to_string()
-        }),
-        "CIDRv6" => ok_if(cidr(v, true), || {
-            "value does not look like a valid IPv6 CIDR network\n".to_string()
-        }),
-        "CIDR" => ok_if(cidr(v, false) || cidr(v, true), || {
-            "value does not look like a valid CIDR network\n".to_string()
-        }),
-        "pve-ipv4-config" => ok_if(v == "dhcp" || v == "manual" || cidr(v, false), || {
-            "value does not look like a valid ipv4 network configuration\n".to_string()
-        }),
-        "pve-ipv6-config" => ok_if(
-            v == "auto" || v == "dhcp" || v == "manual" || cidr(v, true),
-            || "value does not look like a valid ipv6 network configuration\n".to_string(),
-        ),
-        "email" => ok_if(EMAIL.is_match(v), || {
-            "value does not look like a valid email address\n".to_string()
-        }),
-        "dns-name" => ok_if(DNS_NAME.is_match(v), || {
-            "value does not look like a valid DNS name\n".to_string()
-        }),
-        "address" => ok_if(ipv4(v) || ipv6(v) || DNS_NAME.is_match(v), || {
-            format!("value does not look like a valid address: {v}\n")
-        }),
-        "pve-iface" => ok_if(IFACE.is_match(v), || {
+        })),
+        "pve-iface" => Some(ok_if(IFACE.is_match(v), || {
             format!("invalid network interface name '{v}'\n")
-        }),
-        "pve-vlan-id-or-range" => check_vlan_range(v),
-        "disk-size" => ok_if(is_disk_size(v), || {
-            format!("value does not look like a valid disk size: {v}\n")
-        }),
-        "pve-startup-order" => ok_if(startup_order(v), || {
-            "unable to parse startup options\n".to_string()
-        }),
-        "pve-tag" => ok_if(TAG.is_match(v), || {
+        })),
+        "pve-tag" => Some(ok_if(TAG.is_match(v), || {
             "invalid characters in tag\n".to_string()
-        }),
-        "pve-task-status-type" => ok_if(
+        })),
+        "pve-task-status-type" => Some(ok_if(
             matches!(
                 v.to_ascii_lowercase().as_str(),
                 "ok" | "error" | "warning" | "unknown"
             ),
             || format!("invalid status '{v}'\n"),
-        ),
-        "pve-volume-id" => ok_if(VOLUME_ID.is_match(v), || {
-            format!("unable to parse volume ID '{v}'\n")
-        }),
-        "pve-volume-id-or-qm-path" => {
-            if v == "none" || v == "cdrom" {
-                Ok(())
-            } else {
-                check_named("pve-volume-id-or-absolute-path", v)
-            }
-        }
-        "pve-volume-id-or-absolute-path" => {
-            if v.starts_with('/') {
-                Ok(())
-            } else {
-                check_named("pve-volume-id", v)
-            }
-        }
-        "pve-storage-content" => ok_if(
+        )),
+        "pve-storage-content" => Some(ok_if(
             matches!(
                 v,
                 "images" | "rootdir" | "vztmpl" | "iso" | "backup" | "snippets" | "import" | "none"
             ),
             || format!("invalid content type '{v}'\n"),
-        ),
-        "pve-qm-bootdisk" => ok_if(is_valid_drivename(v), || {
+        )),
+        "pve-realm" => Some(ok_if(REALM.is_match(v), || {
+            format!("value '{v}' does not look like a valid realm\n")
+        })),
+        "pve-userid" => Some(check_userid(v)),
+        "storage-pair" => Some(check_idpair(v, "pve-storage-id")),
+        "bridge-pair" => Some(check_idpair(v, "pve-bridge-id")),
+        _ => None,
+    }
+}
+
+/// Addresses, networks and names on the network.
+fn network_format(name: &str, v: &str) -> Option<Result<(), String>> {
+    match name {
+        "mac-addr" => Some(ok_if(MAC.is_match(v), || {
+            "value does not look like a valid unicast MAC address\n".to_string()
+        })),
+        "ipv4" => Some(ok_if(ipv4(v), || {
+            "value does not look like a valid IPv4 address\n".to_string()
+        })),
+        "ipv6" => Some(ok_if(ipv6(v), || {
+            "value does not look like a valid IPv6 address\n".to_string()
+        })),
+        "ip" => Some(ok_if(ipv4(v) || ipv6(v), || {
+            "value does not look like a valid IP address\n".to_string()
+        })),
+        "ipv4mask" => Some(ok_if(NETMASKS.contains(&v), || {
+            "value does not look like a valid IP netmask\n".to_string()
+        })),
+        "CIDRv4" => Some(ok_if(cidr(v, false), || {
+            "value does not look like a valid IPv4 CIDR network\n".to_string()
+        })),
+        "CIDRv6" => Some(ok_if(cidr(v, true), || {
+            "value does not look like a valid IPv6 CIDR network\n".to_string()
+        })),
+        "CIDR" => Some(ok_if(cidr(v, false) || cidr(v, true), || {
+            "value does not look like a valid CIDR network\n".to_string()
+        })),
+        "pve-ipv4-config" => Some(ok_if(
+            v == "dhcp" || v == "manual" || cidr(v, false),
+            || "value does not look like a valid ipv4 network configuration\n".to_string(),
+        )),
+        "pve-ipv6-config" => Some(ok_if(
+            v == "auto" || v == "dhcp" || v == "manual" || cidr(v, true),
+            || "value does not look like a valid ipv6 network configuration\n".to_string(),
+        )),
+        "email" => Some(ok_if(EMAIL.is_match(v), || {
+            "value does not look like a valid email address\n".to_string()
+        })),
+        "dns-name" => Some(ok_if(DNS_NAME.is_match(v), || {
+            "value does not look like a valid DNS name\n".to_string()
+        })),
+        "address" => Some(ok_if(ipv4(v) || ipv6(v) || DNS_NAME.is_match(v), || {
+            format!("value does not look like a valid address: {v}\n")
+        })),
+        "pve-vlan-id-or-range" => Some(check_vlan_range(v)),
+        _ => None,
+    }
+}
+
+/// Volumes, sizes, boot devices and the other VM-config formats.
+fn vm_format(name: &str, v: &str) -> Option<Result<(), String>> {
+    match name {
+        "disk-size" => Some(ok_if(is_disk_size(v), || {
+            format!("value does not look like a valid disk size: {v}\n")
+        })),
+        "pve-startup-order" => Some(ok_if(startup_order(v), || {
+            "unable to parse startup options\n".to_string()
+        })),
+        "pve-volume-id" => Some(ok_if(VOLUME_ID.is_match(v), || {
+            format!("unable to parse volume ID '{v}'\n")
+        })),
+        "pve-volume-id-or-qm-path" => Some({
+            if v == "none" || v == "cdrom" {
+                Ok(())
+            } else {
+                check_named("pve-volume-id-or-absolute-path", v)
+            }
+        }),
+        "pve-volume-id-or-absolute-path" => Some({
+            if v.starts_with('/') {
+                Ok(())
+            } else {
+                check_named("pve-volume-id", v)
+            }
+        }),
+        "pve-qm-bootdisk" => Some(ok_if(is_valid_drivename(v), || {
             format!("invalid boot disk '{v}'\n")
-        }),
-        "pve-qm-bootdev" => ok_if(is_valid_bootdev(v), || {
+        })),
+        "pve-qm-bootdev" => Some(ok_if(is_valid_bootdev(v), || {
             format!("invalid boot device '{v}'\n")
-        }),
-        "pve-hotplug-features" => ok_if(hotplug_features(v), || {
+        })),
+        "pve-hotplug-features" => Some(ok_if(hotplug_features(v), || {
             "unable to parse hotplug option\n".to_string()
-        }),
-        "pve-cpuset" => ok_if(CPUSET.is_match(v), || {
+        })),
+        "pve-cpuset" => Some(ok_if(CPUSET.is_match(v), || {
             "unable to parse cpuset option\n".to_string()
-        }),
-        "pve-phys-bits" => ok_if(
+        })),
+        "pve-phys-bits" => Some(ok_if(
             v == "host" || v.parse::<u32>().is_ok_and(|b| (8..=64).contains(&b)),
             || format!("invalid phys-bits '{v}'\n"),
-        ),
-        "pve-realm" => ok_if(REALM.is_match(v), || {
-            format!("value '{v}' does not look like a valid realm\n")
-        }),
-        "pve-userid" => check_userid(v),
-        "storage-pair" => check_idpair(v, "pve-storage-id"),
-        "bridge-pair" => check_idpair(v, "pve-bridge-id"),
-        // Accepted unchecked: see the module docs.
-        _ => Ok(()),
+        )),
+        _ => None,
     }
 }
 

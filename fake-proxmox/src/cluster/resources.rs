@@ -1,0 +1,142 @@
+//! `GET /cluster/resources`: every VM, node, storage and SDN zone the caller may see, with
+//! the figures PVE's status daemon would report.
+
+use serde_json::{Value, json};
+
+use crate::nodes::model::{cpu_with, node_loads};
+use crate::qemu::status::VmStatus;
+use crate::request::Request;
+use crate::wire::b;
+use crate::world::Site;
+
+/// One row of `cluster/resources`: VM rows are typed (there are many), the rest are few.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub enum Resource {
+    Vm(Box<VmStatus>),
+    Other(Value),
+}
+
+/// The rows of type `ty` (all types when `None`) that `req`'s caller may see.
+pub fn list(site: &Site, req: &Request, ty: Option<&str>) -> Vec<Resource> {
+    let want = |t: &str| ty.is_none_or(|x| x == t);
+    let mut out = Vec::new();
+    if want("vm") {
+        out.extend(vms(site, req));
+    }
+    if want("node") {
+        out.extend(nodes(site, req));
+    }
+    if want("storage") {
+        out.extend(storages(site, req));
+    }
+    if want("sdn") {
+        out.extend(sdn_zones(site));
+    }
+    out
+}
+
+/// VMs with `VM.Audit` on `/vms/{vmid}`; on an offline node their status is `unknown`.
+fn vms(site: &Site, req: &Request) -> Vec<Resource> {
+    let sees_all = site.access.holds_everything(&req.who);
+    let visible = |vmid: u32| {
+        sees_all
+            || site
+                .access
+                .has(&req.who, &format!("/vms/{vmid}"), "VM.Audit")
+    };
+    site.vms
+        .values()
+        .filter(|vm| visible(vm.vmid))
+        .map(|vm| {
+            let online = site.node(&vm.node).is_some_and(|n| n.online);
+            let mut st = vm.vmstatus(req.now);
+            st.id = Some(format!("qemu/{}", vm.vmid));
+            st.kind = Some("qemu");
+            st.node = Some(vm.node.clone());
+            st.template = Some(u8::from(vm.is_template()));
+            st.maxcpu = st.cpus.take();
+            if !online {
+                st.status = "unknown";
+            }
+            Resource::Vm(Box::new(st))
+        })
+        .collect()
+}
+
+/// Nodes with `Sys.Audit`; an offline node reports no figures.
+fn nodes(site: &Site, req: &Request) -> Vec<Resource> {
+    let load = node_loads(site.vms.values());
+    site.nodes
+        .values()
+        .filter(|n| {
+            site.access
+                .has(&req.who, &format!("/nodes/{}", n.name), "Sys.Audit")
+        })
+        .map(|n| {
+            let (running, vm_mem) = load.get(n.name.as_str()).copied().unwrap_or_default();
+            let mut v = json!({
+                "id": format!("node/{}", n.name),
+                "type": "node",
+                "node": n.name,
+                "status": if n.online { "online" } else { "offline" },
+                "level": "",
+                "cgroup-mode": 2,
+            });
+            if n.online {
+                v["cpu"] = json!(cpu_with(running));
+                v["maxcpu"] = json!(n.threads);
+                v["mem"] = json!(n.mem_used_with(vm_mem));
+                v["maxmem"] = json!(n.memory);
+                v["disk"] = json!(8u64 << 30);
+                v["maxdisk"] = json!(100u64 << 30);
+                v["uptime"] = json!((req.now - n.booted_at) as u64);
+            }
+            Resource::Other(v)
+        })
+        .collect()
+}
+
+/// Every node's storages the caller may see; usage only from online nodes.
+fn storages(site: &Site, req: &Request) -> Vec<Resource> {
+    let mut out = Vec::new();
+    for n in site.nodes.values() {
+        for s in n.storages.values() {
+            if !site.can_see_storage(&req.who, &s.name) {
+                continue;
+            }
+            let mut v = json!({
+                "id": format!("storage/{}/{}", n.name, s.name),
+                "type": "storage",
+                "storage": s.name,
+                "node": n.name,
+                "plugintype": s.kind.as_str(),
+                "shared": b(s.shared),
+                "content": s.content_string(),
+                "status": if n.online { "available" } else { "unknown" },
+            });
+            if n.online {
+                v["disk"] = json!(s.used());
+                v["maxdisk"] = json!(s.total);
+            }
+            out.push(Resource::Other(v));
+        }
+    }
+    out
+}
+
+/// PVE lists each node's built-in `localnetwork` zone.
+fn sdn_zones(site: &Site) -> Vec<Resource> {
+    site.nodes
+        .keys()
+        .map(|n| {
+            Resource::Other(json!({
+                "id": format!("sdn/{n}/localnetwork"),
+                "type": "sdn",
+                "sdn": "localnetwork",
+                "node": n,
+                "status": "ok",
+            }))
+        })
+        .collect()
+}
