@@ -30,14 +30,30 @@ mkdir -p "$CI"
 : > "$CI/errors"
 ci_error() { echo "CLOUDINIT-ERROR: $*"; echo "$*" >> "$CI/errors"; }
 
-# wait_label SECONDS LABEL...: the first block device carrying one of the labels.
+# rd DEV OFFSET COUNT: raw bytes (NULs dropped).
+rd() { dd if="$1" bs=1 skip="$2" count="$3" 2>/dev/null | tr -d '\000'; }
+# fs_info DEV: "TYPE LABEL" of the file system on DEV (iso9660, vfat, ext4; busybox-static
+# has no blkid), nothing when it holds none of these.
+fs_info() {
+  if [ "$(rd "$1" 32769 5)" = CD001 ]; then echo "iso9660 $(rd "$1" 32808 32 | sed 's/ *$//')"; return 0; fi
+  if [ "$(dd if="$1" bs=1 skip=1080 count=2 2>/dev/null | od -An -tx1 | tr -d ' \n')" = 53ef ]; then
+    echo "ext4 $(rd "$1" 1144 16)"; return 0
+  fi
+  case "$(rd "$1" 54 5)" in FAT12|FAT16) echo "vfat $(rd "$1" 43 11 | sed 's/ *$//')"; return 0 ;; esac
+  [ "$(rd "$1" 82 5)" = FAT32 ] && echo "vfat $(rd "$1" 71 11 | sed 's/ *$//')"
+  return 0
+}
+# wait_label SECONDS LABEL...: the first block device carrying one of the labels (any case).
 wait_label() {
   _end=$(( $(date +%s) + $1 )); shift
+  _want=" $(echo "$*" | tr A-Z a-z) "
   while :; do
-    _d=$(blkid 2>/dev/null | awk -v labs=" $* " '
-      match($0, /LABEL="[^"]*"/) { l = substr($0, RSTART + 7, RLENGTH - 8)
-        if (index(labs, " " l " ")) { sub(/:.*/, ""); print; exit } }')
-    [ -n "$_d" ] && { echo "$_d"; return 0; }
+    for _b in /sys/class/block/*; do
+      _dev=/dev/${_b##*/}
+      [ -b "$_dev" ] || continue
+      _l=$(fs_info "$_dev" | cut -d' ' -f2- | tr A-Z a-z)
+      [ -n "$_l" ] && case "$_want" in *" $_l "*) echo "$_dev"; return 0 ;; esac
+    done
     [ "$(date +%s)" -ge "$_end" ] && return 1
     sleep 0.2
   done
@@ -67,7 +83,7 @@ setup_data() {
     blockdev --rereadpt "/dev/$_disk" && _grown=1
     echo "cloudimg: data partition /dev/$_part grown to $((_new / 2048)) MiB"
   fi
-  _type=$(blkid "/dev/$_part" 2>/dev/null | sed -n 's/.*TYPE="\([^"]*\)".*/\1/p')
+  _type=$(fs_info "/dev/$_part" | cut -d' ' -f1)
   if [ -z "$_type" ]; then
     echo "cloudimg: first boot: making /dev/$_part ext4"
     mkfs.ext4 -q -F -L cloudimg-data -E lazy_itable_init=1,lazy_journal_init=1 "/dev/$_part" || return 0
@@ -218,8 +234,8 @@ CIDEV=$(wait_label 8 cidata CIDATA config-2 CONFIG-2)
 if [ -z "$CIDEV" ]; then
   ci_error "no cloud-init drive: no device labelled cidata (NoCloud) or config-2 (config-drive) appeared"
 else
-  case "$(blkid "$CIDEV" | sed -n 's/.*LABEL="\([^"]*\)".*/\1/p')" in
-    cidata|CIDATA) KIND=nocloud ;;
+  case "$(fs_info "$CIDEV" | cut -d' ' -f2- | tr A-Z a-z)" in
+    cidata) KIND=nocloud ;;
     *) KIND=configdrive ;;
   esac
   mkdir -p "$CI/drive" "$CI/data"
