@@ -53,7 +53,11 @@ fn make_iso(dir: &Path, label: &str, files: &[(&str, &str)]) -> PathBuf {
         .arg(&src)
         .output()
         .expect("genisoimage runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     iso
 }
 
@@ -311,27 +315,379 @@ async fn nocloud_drive_from_pve_is_applied() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_drive_fails_loudly_but_the_agent_answers() {
+async fn a_malformed_drive_fails_loudly_but_the_agent_answers() {
     let img = image();
     let tmp = tempfile::tempdir().unwrap();
+    // No hostname anywhere, no instance-id, and a netmask that is not one.
+    let user = format!("#cloud-config\nssh_authorized_keys:\n  - {KEY}\n");
+    let net = format!(
+        "version: 1\nconfig:\n    - type: physical\n      mac_address: '{MAC}'\n      subnets:\n      - type: static\n        address: '10.9.0.5'\n        netmask: '255.0.255.0'\n"
+    );
+    let iso = make_iso(
+        tmp.path(),
+        "cidata",
+        &[
+            ("user-data", &user),
+            ("meta-data", "{}\n"),
+            ("network-config", &net),
+        ],
+    );
     let disk = overlay(&img, tmp.path(), None);
     let vm = Vm {
         dir: tmp.path(),
         disk: &disk,
         disk_bus: DiskBus::VirtioBlk,
-        cdrom: None,
+        cdrom: Some((&iso, CdBus::Ide)),
         nic_model: "e1000",
     };
     let mut run = Running::start(&vm).await;
     let ready = run.ready_line().await;
     assert!(ready.contains("cloudinit=error"), "{ready}");
     let serial = run.serial_text();
-    assert!(
-        serial.contains(&format!("{ERROR_MARKER} no cloud-init drive")),
-        "{serial}"
-    );
-    let (code, status) = run.exec("cloud-init status --long").await;
-    assert_eq!(code, 1, "{status}");
-    assert!(status.contains("no cloud-init drive"), "{status}");
+    for want in [
+        "meta-data has no instance-id",
+        "no hostname",
+        "'255.0.255.0' is not a netmask",
+    ] {
+        assert!(
+            serial.contains(&format!("{ERROR_MARKER} ")) && serial.contains(want),
+            "{want}: {serial}"
+        );
+    }
+    // What could be applied was: the default user and its key.
+    let (code, status) = run
+        .exec("cloud-init status --long; cat /home/ubuntu/.ssh/authorized_keys")
+        .await;
+    assert_eq!(code, 0, "{status}");
+    assert!(status.contains("status: error"), "{status}");
+    assert!(status.contains("no hostname"), "{status}");
+    assert!(status.contains(KEY), "{status}");
     run.stop().await;
+}
+
+/// PVE's config-drive (citype=configdrive2) on PVE's default hardware (LSI SCSI disk, SATA
+/// CD-ROM, e1000 NIC); then a power loss, a grown disk and a boot without the drive: /data
+/// and the SSH host key survive, /data grows, and the missing drive is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_drive_on_default_hardware_and_data_survives_a_grown_reboot() {
+    let img = image();
+    let tmp = tempfile::tempdir().unwrap();
+    let user = pve_user_data().replace("user: admin\n", "user: root\ndisable_root: False\n");
+    let user = user.replace("users:\n  - default\n", "");
+    let eni = "auto lo\niface lo inet loopback\n\n        dns_nameservers 10.20.0.1\nauto eth0\niface eth0 inet static\n        address 10.20.0.7\n        netmask 255.255.0.0\n        gateway 10.20.0.1\n";
+    let meta = "{\n     \"uuid\": \"5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a\",\n     \"network_config\": { \"content_path\": \"/content/0000\" }\n}\n";
+    let iso = make_iso(
+        tmp.path(),
+        "config-2",
+        &[
+            ("openstack/latest/user_data", &user),
+            ("openstack/content/0000", eni),
+            ("openstack/latest/meta_data.json", meta),
+            ("openstack/latest/vendor_data.json", ""),
+        ],
+    );
+    let disk = overlay(&img, tmp.path(), None);
+    let mut vm = Vm {
+        dir: tmp.path(),
+        disk: &disk,
+        disk_bus: DiskBus::Lsi,
+        cdrom: Some((&iso, CdBus::Sata)),
+        nic_model: "e1000",
+    };
+    let mut run = Running::start(&vm).await;
+    let ready = run.ready_line().await;
+    assert!(ready.contains("datasource=configdrive"), "{ready}");
+    assert!(ready.contains("cloudinit=done"), "{ready}");
+    assert!(ready.contains("eth0=10.20.0.7/16"), "{ready}");
+    let (_, out) = run
+        .exec("hostname; cat /root/.ssh/authorized_keys; cat /etc/resolv.conf; df -m /data | tail -1; echo kept > /data/kept; cat /etc/dropbear/dropbear_ed25519_host_key | md5sum; sync")
+        .await;
+    assert!(out.starts_with("web01\n"), "{out}");
+    assert!(out.contains(KEY), "{out}");
+    assert!(out.contains("nameserver 10.20.0.1"), "{out}");
+    let size_before = data_mib(&out);
+    let hostkey = out.lines().last().unwrap().to_string();
+    run.stop().await;
+
+    // Power loss, `qm resize … +1G`, and the VM started again without its cloud-init drive.
+    let st = Command::new("qemu-img")
+        .args(["resize", "-q"])
+        .arg(&disk)
+        .arg("+1G")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    vm.cdrom = None;
+    let mut run = Running::start(&vm).await;
+    let ready = run.ready_line().await;
+    assert!(ready.contains("cloudinit=error"), "{ready}");
+    assert!(
+        run.serial_text()
+            .contains(&format!("{ERROR_MARKER} no cloud-init drive")),
+        "{}",
+        run.serial_text()
+    );
+    let (_, out) = run
+        .exec("cat /data/kept; df -m /data | tail -1; cat /etc/dropbear/dropbear_ed25519_host_key | md5sum")
+        .await;
+    assert!(out.starts_with("kept\n"), "{out}");
+    assert!(
+        data_mib(&out) > size_before + 900,
+        "/data should have grown by about 1 GiB: {size_before} MiB before; now {out}"
+    );
+    assert_eq!(out.lines().last().unwrap(), hostkey, "SSH host key changed");
+    run.stop().await;
+}
+
+/// The size column of `df -m` in some line of `out`.
+fn data_mib(out: &str) -> u64 {
+    out.lines()
+        .find(|l| l.contains("/data"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no df line in {out}"))
+}
+
+// --- the reader on the host, with the image's own busybox -------------------------------
+
+/// `ci_plan KIND DIR` run by the busybox the image carries (its sh, awk, sed, grep).
+fn plan(kind: &str, files: &[(&str, &str)]) -> Vec<String> {
+    let _ = image();
+    let busybox = std::fs::read_dir(cache().join("unpacked"))
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("busybox-static_")
+        })
+        .map(|e| e.path().join("bin/busybox"))
+        .expect("busybox-static unpacked in the cache");
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for applet in [
+        "sh", "awk", "sed", "grep", "sort", "tr", "head", "cat", "rm", "mkdir", "mv",
+    ] {
+        std::os::unix::fs::symlink(&busybox, bin.join(applet)).unwrap();
+    }
+    let lib = tmp.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    for (name, text) in cloud::reader_files() {
+        std::fs::write(lib.join(name), text).unwrap();
+    }
+    let drive = tmp.path().join("drive");
+    for (name, text) in files {
+        let p = drive.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    std::fs::create_dir_all(&drive).unwrap();
+    let out = Command::new(bin.join("sh"))
+        .arg("-c")
+        .arg(format!(
+            ". {}/reader.sh; ci_plan {kind} {}",
+            lib.display(),
+            drive.display()
+        ))
+        .env_clear()
+        .env("PATH", &bin)
+        .env("CI_LIB", &lib)
+        .env("CI_TMP", tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn errors(plan: &[String]) -> Vec<&str> {
+    plan.iter()
+        .filter_map(|l| l.strip_prefix("error "))
+        .collect()
+}
+
+#[test]
+fn reader_plans_what_pve_nocloud_data_says() {
+    let p = plan(
+        "nocloud",
+        &[
+            ("user-data", &pve_user_data()),
+            ("meta-data", "instance-id: abc\n"),
+            ("network-config", &pve_network_v1()),
+        ],
+    );
+    let want = [
+        "datasource nocloud".to_string(),
+        "instance-id abc".into(),
+        "hostname web01".into(),
+        "fqdn web01.example.com".into(),
+        "user admin".into(),
+        "password admin $5$salt$5y9iGXdTqcjVnoSNn8HgKMz2Q1nCmVdXxmJm7sO0NX8".into(),
+        format!("key admin {KEY}"),
+        format!("key root {KEY}"),
+        format!("nic n0 {MAC} eth0"),
+        "addr n0 192.168.77.10/24".into(),
+        "gw n0 192.168.77.1".into(),
+        "dns 192.168.77.1".into(),
+        "search example.com".into(),
+    ];
+    assert_eq!(p, want);
+}
+
+#[test]
+fn reader_takes_network_config_v2_and_dhcp() {
+    let v2 = "network:\n  version: 2\n  ethernets:\n    net0:\n      match:\n        macaddress: \"BC:24:11:00:00:01\"\n      set-name: eth0\n      addresses: [ \"10.1.0.5/24\", \"fd00::5/64\" ]\n      routes:\n        - to: default\n          via: 10.1.0.1\n      nameservers:\n        addresses: ['10.1.0.1']\n        search: [lab.local]\n    eth1:\n      dhcp4: true\n";
+    let p = plan(
+        "nocloud",
+        &[
+            ("user-data", "#cloud-config\nhostname: n2\n"),
+            ("meta-data", "instance-id: x\n"),
+            ("network-config", v2),
+        ],
+    );
+    for want in [
+        "nic n0 BC:24:11:00:00:01 eth0",
+        "addr n0 10.1.0.5/24",
+        "addr6 n0 fd00::5/64",
+        "gw n0 10.1.0.1",
+        "dns 10.1.0.1",
+        "search lab.local",
+        "nic n1 - eth1",
+        "dhcp4 n1",
+        // No `user:` and no `users:`: the default user, as on Ubuntu.
+        "user ubuntu",
+    ] {
+        assert!(p.iter().any(|l| l == want), "{want} missing from {p:#?}");
+    }
+    assert!(errors(&p).is_empty(), "{p:#?}");
+}
+
+#[test]
+fn reader_takes_pve_config_drive_and_openstack_network_data() {
+    let eni = "auto lo\niface lo inet loopback\n\n        dns_nameservers 10.0.0.1 10.0.0.2\n        dns_search corp.example\nauto eth0\niface eth0 inet static\n        address 10.0.0.5\n        netmask 255.255.0.0\n        gateway 10.0.0.1\nauto eth1\niface eth1 inet dhcp\n";
+    let meta = "{\n     \"uuid\": \"u1\",\n     \"network_config\": { \"content_path\": \"/content/0000\" }\n}\n";
+    let p = plan(
+        "configdrive",
+        &[
+            ("openstack/latest/meta_data.json", meta),
+            ("openstack/latest/user_data", &pve_user_data()),
+            ("openstack/content/0000", eni),
+        ],
+    );
+    for want in [
+        "datasource configdrive",
+        "instance-id u1",
+        "hostname web01",
+        "nic n0 - eth0",
+        "addr n0 10.0.0.5/16",
+        "gw n0 10.0.0.1",
+        "nic n1 - eth1",
+        "dhcp4 n1",
+        "dns 10.0.0.2",
+        "search corp.example",
+    ] {
+        assert!(p.iter().any(|l| l == want), "{want} missing from {p:#?}");
+    }
+    let nd = r#"{"links": [{"id": "tap1", "type": "phy", "ethernet_mac_address": "bc:24:11:5e:00:01"}],
+      "networks": [{"id": "n", "link": "tap1", "type": "ipv4", "ip_address": "172.16.0.9",
+                    "netmask": "255.255.255.0",
+                    "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "172.16.0.1"}]}],
+      "services": [{"type": "dns", "address": "172.16.0.1"}]}"#;
+    let meta =
+        r#"{"uuid": "u2", "hostname": "cd.example", "public_keys": {"k": "ssh-rsa AAAA k"}}"#;
+    let p = plan(
+        "configdrive",
+        &[
+            ("openstack/latest/meta_data.json", meta),
+            ("openstack/latest/network_data.json", nd),
+        ],
+    );
+    for want in [
+        "hostname cd",
+        "fqdn cd.example",
+        "user ubuntu",
+        "key ubuntu ssh-rsa AAAA k",
+        &format!("nic l0 {MAC} -"),
+        "addr l0 172.16.0.9/24",
+        "gw l0 172.16.0.1",
+        "dns 172.16.0.1",
+    ] {
+        assert!(p.iter().any(|l| l == want), "{want} missing from {p:#?}");
+    }
+    assert!(errors(&p).is_empty(), "{p:#?}");
+}
+
+#[test]
+fn reader_names_what_is_wrong_with_a_malformed_drive() {
+    let p = plan(
+        "nocloud",
+        &[
+            ("user-data", "#cloud-config\nusers:\n  - shell: /bin/sh\n"),
+            ("meta-data", "local-hostname: ok\n"),
+            (
+                "network-config",
+                "version: 1\nconfig:\n  - type: physical\n    mac_address: zz:11\n    subnets:\n      - type: static\n        address: 300.1.1.1\n        netmask: 255.255.255.0\n  - type: bogus\n",
+            ),
+        ],
+    );
+    let e = errors(&p);
+    for want in [
+        "meta-data has no instance-id",
+        "user-data users[0] has no name",
+        "network: 'zz:11' is not a MAC address",
+        "network: '300.1.1.1' is not an IPv4 address",
+        "network-config config[1] has type 'bogus'",
+    ] {
+        assert!(e.contains(&want), "{want} missing from {e:#?}");
+    }
+    let p = plan(
+        "nocloud",
+        &[
+            ("meta-data", "instance-id: a\n"),
+            ("network-config", "version: 3\n"),
+        ],
+    );
+    let e = errors(&p);
+    assert!(e.iter().any(|l| l.starts_with("no hostname")), "{e:#?}");
+    assert!(
+        e.contains(&"network-config has version '3', not 1 or 2"),
+        "{e:#?}"
+    );
+    let p = plan(
+        "nocloud",
+        &[("meta-data", "instance-id: a\n  bad\n\tx: [\n")],
+    );
+    assert!(
+        errors(&p)
+            .iter()
+            .any(|l| l.starts_with("meta-data is not valid YAML: line 2")),
+        "{p:#?}"
+    );
+    let p = plan(
+        "configdrive",
+        &[("openstack/latest/meta_data.json", "{\"uuid\": \"x\",")],
+    );
+    assert!(
+        errors(&p)
+            .iter()
+            .any(|l| l.starts_with("meta_data.json is not valid JSON")),
+        "{p:#?}"
+    );
+    assert!(
+        errors(&plan("configdrive", &[]))
+            .contains(&"config-drive has no openstack/latest/meta_data.json")
+    );
 }

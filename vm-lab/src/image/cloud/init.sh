@@ -208,8 +208,6 @@ ci_apply() {
       user) ci_add_user "$2"; USERS="${USERS:+$USERS,}$2" ;;
       password) ci_set_password "$2" "$3" ;;
       key) ci_add_key "$2" "${_l#key $2 }" ;;
-      rootrefuse)
-        ci_add_key root "no-port-forwarding,no-agent-forwarding,no-X11-forwarding,command=\"echo 'Please login as the user \\\"$2\\\" rather than the user \\\"root\\\".';echo;sleep 10;exit 142\" ${_l#rootrefuse $2 }" ;;
       nic|mtu|addr|addr6|gw|gw6|route|dhcp4) echo "$_l" >> "$CI/net.plan" ;;
       dns) echo "nameserver $2" >> /etc/resolv.conf ;;
       search) _search="$_search $2" ;;
