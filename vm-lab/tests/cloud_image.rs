@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use vm_lab::image::cloud::{self, CloudImage, CloudImageRequest, ERROR_MARKER, READY_MARKER};
+use vm_lab::image::cloud::{
+    self, CloudImage, CloudImageRequest, CloudKernel, ERROR_MARKER, READY_MARKER,
+};
 use vm_lab::namespace::Namespace;
 use vm_lab::{Accel, AccelChoice, qemu_args, qga};
 
@@ -19,8 +21,18 @@ fn cache() -> PathBuf {
     vm_lab::image::default_cache_dir()
 }
 
+/// The default image (cloud kernel).
 fn image() -> CloudImage {
     cloud::build(&cache(), &CloudImageRequest::default()).expect("cloud image builds")
+}
+
+/// The image with the generic kernel (PVE's default hardware: LSI, SATA, e1000).
+fn generic_image() -> CloudImage {
+    let req = CloudImageRequest {
+        kernel: CloudKernel::Generic,
+        ..CloudImageRequest::default()
+    };
+    cloud::build(&cache(), &req).expect("generic cloud image builds")
 }
 
 /// What PVE's `generate_nocloud` writes for name=web01, searchdomain=example.com, ciuser=admin,
@@ -344,6 +356,11 @@ async fn a_malformed_drive_fails_loudly_but_the_agent_answers() {
     let ready = run.ready_line().await;
     assert!(ready.contains("cloudinit=error"), "{ready}");
     let serial = run.serial_text();
+    // The cloud kernel has no e1000 driver, and says so.
+    assert!(
+        serial.contains("CLOUDIMG-UNSUPPORTED: network controller 8086:100e"),
+        "{serial}"
+    );
     for want in [
         "meta-data has no instance-id",
         "no hostname",
@@ -370,7 +387,7 @@ async fn a_malformed_drive_fails_loudly_but_the_agent_answers() {
 /// and the SSH host key survive, /data grows, and the missing drive is reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_drive_on_default_hardware_and_data_survives_a_grown_reboot() {
-    let img = image();
+    let img = generic_image();
     let tmp = tempfile::tempdir().unwrap();
     let user = pve_user_data().replace("user: admin\n", "user: root\ndisable_root: False\n");
     let user = user.replace("users:\n  - default\n", "");

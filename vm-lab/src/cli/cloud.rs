@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use vm_lab::image::cloud::{self, CloudImageRequest};
+use vm_lab::image::cloud::{self, CloudImageRequest, CloudKernel};
 
 #[derive(Subcommand)]
 pub(crate) enum ImageKind {
@@ -19,12 +19,25 @@ pub(crate) enum ImageKind {
         /// The disk's virtual size in MiB.
         #[arg(long, default_value_t = CloudImageRequest::default().disk_mib)]
         disk_mib: u64,
+        /// Boot Debian's generic kernel: every PVE disk bus and NIC model (LSI, SATA, e1000),
+        /// about twice as slow to boot under TCG as the default cloud kernel.
+        #[arg(long)]
+        generic_kernel: bool,
     },
 }
 
-pub(super) async fn cloud_image(out: Option<&Path>, disk_mib: u64) -> Result<ExitCode> {
+pub(super) async fn cloud_image(
+    out: Option<&Path>,
+    disk_mib: u64,
+    generic_kernel: bool,
+) -> Result<ExitCode> {
     let cache = vm_lab::image::default_cache_dir();
-    let req = CloudImageRequest { disk_mib };
+    let kernel = if generic_kernel {
+        CloudKernel::Generic
+    } else {
+        CloudKernel::Cloud
+    };
+    let req = CloudImageRequest { disk_mib, kernel };
     let img = tokio::task::spawn_blocking(move || cloud::build(&cache, &req)).await??;
     eprintln!(
         "kernel {} · initramfs {} bytes · disk {} MiB, {} MiB allocated · {} modules",

@@ -307,9 +307,14 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
         Cmd::Down { lab } => down(&root, lab.as_deref()),
         Cmd::Prune => prune(&root),
         Cmd::Image {
-            kind: Some(ImageKind::Cloud { out, disk_mib }),
+            kind:
+                Some(ImageKind::Cloud {
+                    out,
+                    disk_mib,
+                    generic_kernel,
+                }),
             ..
-        } => cloud::cloud_image(out.as_deref(), disk_mib).await,
+        } => cloud::cloud_image(out.as_deref(), disk_mib, generic_kernel).await,
         Cmd::Image { spec, kind: None } => image(spec.as_deref()).await,
     }
 }

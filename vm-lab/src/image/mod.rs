@@ -136,7 +136,7 @@ pub fn build(cache: &Path, req: &ImageRequest) -> Result<Image> {
 
     let mut tree = Tree::new();
     base_tree(&mut tree, &req.ssh_pubkey);
-    let (kernel_file, release) = assemble(cache, &resolved, &roots, &MODULES, &mut tree)?;
+    let (kernel_file, release) = assemble(cache, &resolved, &roots, &MODULES, false, &mut tree)?;
     for (dst, mode, data) in extra_files {
         tree.file(&dst, mode, data);
     }
@@ -223,12 +223,14 @@ pub(crate) fn resolve(
 
 /// Fetch and unpack every resolved package, then fill `tree` with the roots' programs, their
 /// shared-library closure and the kernel's `modules` (with their dependencies, load order in
-/// `/etc/vmlab/modules`). Returns the kernel image file and its release.
+/// `/etc/vmlab/modules`; with `skip_missing`, a module this kernel does not have is left out
+/// instead of failing the build). Returns the kernel image file and its release.
 pub(crate) fn assemble(
     cache: &Path,
     resolved: &Resolved,
     roots: &[String],
     modules: &[&str],
+    skip_missing: bool,
     tree: &mut Tree,
 ) -> Result<(PathBuf, String)> {
     let debs = debs::fetch(&resolved.versions, &cache.join("debs"))?;
@@ -250,7 +252,7 @@ pub(crate) fn assemble(
     }
     let lib_index = library_index(roots_dir.values())?;
     copy_library_closure(tree, elves, &lib_index)?;
-    add_modules(tree, kernel_root, &release, modules)?;
+    add_modules(tree, kernel_root, &release, modules, skip_missing)?;
     Ok((kernel_file, release))
 }
 
@@ -491,7 +493,13 @@ fn copy_library_closure(
 }
 
 /// Copy the wanted modules and their dependencies; write the load order to /etc/vmlab/modules.
-fn add_modules(tree: &mut Tree, kernel_root: &Path, release: &str, modules: &[&str]) -> Result<()> {
+fn add_modules(
+    tree: &mut Tree,
+    kernel_root: &Path,
+    release: &str,
+    modules: &[&str],
+    skip_missing: bool,
+) -> Result<()> {
     let mod_root = kernel_root.join("lib/modules").join(release);
     let builtin = std::fs::read_to_string(mod_root.join("modules.builtin")).unwrap_or_default();
     let builtin: BTreeSet<String> = builtin
@@ -541,6 +549,10 @@ fn add_modules(tree: &mut Tree, kernel_root: &Path, release: &str, modules: &[&s
         Ok(())
     }
     for m in modules {
+        if skip_missing && !files.contains_key(*m) && !builtin.contains(*m) {
+            tracing::debug!("kernel {release} has no module {m}: left out");
+            continue;
+        }
         visit(m, &files, &builtin, &mut order, &mut data, 0)?;
     }
     for name in &order {

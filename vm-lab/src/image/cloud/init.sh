@@ -24,6 +24,18 @@ for m in $(cat /etc/vmlab/modules); do
   insmod "/lib/modules/$m.ko" 2>/dev/null
 done
 
+# Disk controllers and NICs this image has no driver for (the kernel flavour decides): say so.
+sleep 1
+for _d in /sys/bus/pci/devices/*; do
+  _c=$(cat "$_d/class"); [ -e "$_d/driver" ] && continue
+  case "$_c" in
+    0x01*) _k="disk controller" ;;
+    0x02*) _k="network controller" ;;
+    *) continue ;;
+  esac
+  echo "CLOUDIMG-UNSUPPORTED: $_k $(cut -c3- "$_d/vendor"):$(cut -c3- "$_d/device") (PCI ${_d##*/}) has no driver in this image ($(uname -r))"
+done
+
 . /lib/cloudimg/reader.sh
 CI=/run/cloudinit
 mkdir -p "$CI"
