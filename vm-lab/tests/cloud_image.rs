@@ -247,8 +247,16 @@ impl Running {
         )
     }
 
+    /// Power off hard: the namespace goes (the kernel kills its QEMU); wait until QEMU is gone
+    /// so its disk is free again.
     async fn stop(mut self) {
         let _ = self.child.kill().await;
+        self._ns.shutdown();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !vm_lab::namespace::pids_mentioning(&self.serial).is_empty() {
+            assert!(Instant::now() < deadline, "QEMU outlived its namespace");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
