@@ -435,13 +435,25 @@ async fn config_drive_on_default_hardware_and_data_survives_a_grown_reboot() {
     run.stop().await;
 
     // Power loss, `qm resize … +1G`, and the VM started again without its cloud-init drive.
-    let st = Command::new("qemu-img")
-        .args(["resize", "-q"])
-        .arg(&disk)
-        .arg("+1G")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    // A QEMU being reaped may hold its image lock a moment longer: retry briefly.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new("qemu-img")
+            .args(["resize", "-q"])
+            .arg(&disk)
+            .arg("+1G")
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.contains("lock") && Instant::now() < deadline,
+            "qemu-img resize: {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     vm.cdrom = None;
     let mut run = Running::start(&vm).await;
     let ready = run.ready_line().await;
