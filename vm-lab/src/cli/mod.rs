@@ -2,6 +2,7 @@
 //! namespace and QEMUs) and outlives the command; `status`, `ssh`, `exec`, `logs`, `fault` and
 //! `down` find the lab through `lab.json` in its run directory.
 
+mod cloud;
 mod guest;
 mod inspect;
 mod lifecycle;
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 use vm_lab::lab::default_run_root;
 use vm_lab::{AccelChoice, LabOptions};
 
+use cloud::ImageKind;
 use guest::{WaitFor, clock, exec, image, inject_fault, shell, ssh, start, wait};
 use inspect::{logs, status};
 use lifecycle::{down, prune, restore, snapshot, snapshots, supervise, up};
@@ -174,6 +176,8 @@ enum Cmd {
         /// A spec whose `image:` section (extra packages/files) to use.
         #[arg(long)]
         spec: Option<PathBuf>,
+        #[command(subcommand)]
+        kind: Option<ImageKind>,
     },
 }
 
@@ -302,7 +306,16 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
         Cmd::Start { node, lab, no_wait } => start(&root, lab.as_deref(), &node, !no_wait).await,
         Cmd::Down { lab } => down(&root, lab.as_deref()),
         Cmd::Prune => prune(&root),
-        Cmd::Image { spec } => image(spec.as_deref()).await,
+        Cmd::Image {
+            kind:
+                Some(ImageKind::Cloud {
+                    out,
+                    disk_mib,
+                    generic_kernel,
+                }),
+            ..
+        } => cloud::cloud_image(out.as_deref(), disk_mib, generic_kernel).await,
+        Cmd::Image { spec, kind: None } => image(spec.as_deref()).await,
     }
 }
 

@@ -8,6 +8,7 @@
 //! every input (package versions, init script, key, extra files), so a changed input rebuilds
 //! and an unchanged one is reused.
 
+pub mod cloud;
 pub mod cpio;
 pub mod debs;
 pub mod elf;
@@ -61,14 +62,14 @@ const LIB_SEARCH: [&str; 5] = [
 ];
 
 /// A root shell on the serial console, for `vm-lab shell NODE` (respawned when it exits).
-const INITTAB: &str =
+pub(crate) const INITTAB: &str =
     "ttyS0::respawn:-/bin/sh\n::ctrlaltdel:/sbin/reboot -f\n::shutdown:/bin/sync\n";
-const PASSWD: &str =
+pub(crate) const PASSWD: &str =
     "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
-const GROUP: &str = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";
-const SHELLS: &str = "/bin/sh\n/bin/ash\n";
+pub(crate) const GROUP: &str = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n";
+pub(crate) const SHELLS: &str = "/bin/sh\n/bin/ash\n";
 /// qemu-ga's guest-shutdown runs `/sbin/shutdown -P|-r|-H +0 …`; busybox has no `shutdown`.
-const SHUTDOWN: &str = "#!/bin/sh\nsync\ncase \"$1\" in\n  -r) exec reboot -f ;;\n  -H) exec halt -f ;;\n  *) exec poweroff -f ;;\nesac\n";
+pub(crate) const SHUTDOWN: &str = "#!/bin/sh\nsync\ncase \"$1\" in\n  -r) exec reboot -f ;;\n  -H) exec halt -f ;;\n  *) exec poweroff -f ;;\nesac\n";
 
 /// The built artifacts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -117,11 +118,8 @@ pub fn build(cache: &Path, req: &ImageRequest) -> Result<Image> {
             roots.push(p.clone());
         }
     }
-    let Resolved {
-        kernel_pkg,
-        versions,
-        ..
-    } = resolve(cache, &roots)?;
+    let resolved = resolve(cache, &roots, Some(KERNEL_META_PACKAGE))?;
+    let versions = resolved.versions.clone();
 
     let extra_files = read_extra_files(req)?;
     let hash = input_hash(&versions, &req.ssh_pubkey, &extra_files);
@@ -136,28 +134,9 @@ pub fn build(cache: &Path, req: &ImageRequest) -> Result<Image> {
     }
     tracing::info!("building guest image {}", &hash[..16]);
 
-    let debs = debs::fetch(&versions, &cache.join("debs"))?;
-    let mut roots_dir: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for (name, deb) in &debs {
-        roots_dir.insert(name.clone(), debs::unpack(deb, &cache.join("unpacked"))?);
-    }
-    let kernel_root = roots_dir
-        .get(&kernel_pkg)
-        .ok_or_else(|| Error::Image(format!("{kernel_pkg} was not unpacked")))?;
-    let (kernel_file, release) = find_kernel(kernel_root)?;
-
     let mut tree = Tree::new();
     base_tree(&mut tree, &req.ssh_pubkey);
-    let mut elves = Vec::new();
-    for root in &roots {
-        let dir = roots_dir
-            .get(root)
-            .ok_or_else(|| Error::Image(format!("{root} was not unpacked")))?;
-        copy_programs(dir, &mut tree, &mut elves)?;
-    }
-    let lib_index = library_index(roots_dir.values())?;
-    copy_library_closure(&mut tree, elves, &lib_index)?;
-    add_modules(&mut tree, kernel_root, &release)?;
+    let (kernel_file, release) = assemble(cache, &resolved, &roots, &MODULES, false, &mut tree)?;
     for (dst, mode, data) in extra_files {
         tree.file(&dst, mode, data);
     }
@@ -190,19 +169,30 @@ pub fn build(cache: &Path, req: &ImageRequest) -> Result<Image> {
 
 /// Package names and versions an image is made from, as apt resolved them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct Resolved {
+pub(crate) struct Resolved {
     apt_stamp: String,
-    kernel_pkg: String,
-    versions: BTreeMap<String, String>,
+    /// The versioned kernel package (empty when no kernel was asked for).
+    pub kernel_pkg: String,
+    pub versions: BTreeMap<String, String>,
 }
 
-/// Resolve the kernel package and every package's candidate version. apt's answers only change
-/// when its lists or configuration change, so they are cached under a stamp of those files'
-/// modification times (this saves several `apt-cache` runs per lab start).
-fn resolve(cache: &Path, roots: &[String]) -> Result<Resolved> {
+/// Resolve the kernel package (the one `kernel_meta` points at) and every package's candidate
+/// version. apt's answers only change when its lists or configuration change, so they are
+/// cached under a stamp of those files' modification times (this saves several `apt-cache`
+/// runs per lab start).
+pub(crate) fn resolve(
+    cache: &Path,
+    roots: &[String],
+    kernel_meta: Option<&str>,
+) -> Result<Resolved> {
     let stamp = apt_stamp();
     let key = hex::encode(Sha256::digest(
-        format!("{BUILDER_VERSION}\0{}", roots.join(",")).as_bytes(),
+        format!(
+            "{BUILDER_VERSION}\0{}\0{}",
+            roots.join(","),
+            kernel_meta.unwrap_or("")
+        )
+        .as_bytes(),
     ));
     let file = cache.join(format!("resolved-{}.json", &key[..16]));
     if let Ok(text) = std::fs::read_to_string(&file)
@@ -211,9 +201,14 @@ fn resolve(cache: &Path, roots: &[String]) -> Result<Resolved> {
     {
         return Ok(r);
     }
-    let kernel_pkg = debs::kernel_package(KERNEL_META_PACKAGE)?;
+    let kernel_pkg = match kernel_meta {
+        Some(meta) => debs::kernel_package(meta)?,
+        None => String::new(),
+    };
     let mut all = debs::closure(roots)?;
-    all.insert(kernel_pkg.clone());
+    if !kernel_pkg.is_empty() {
+        all.insert(kernel_pkg.clone());
+    }
     let versions = debs::candidate_versions(&all)?;
     let r = Resolved {
         apt_stamp: stamp,
@@ -224,6 +219,41 @@ fn resolve(cache: &Path, roots: &[String]) -> Result<Resolved> {
         let _ = std::fs::write(&file, text);
     }
     Ok(r)
+}
+
+/// Fetch and unpack every resolved package, then fill `tree` with the roots' programs, their
+/// shared-library closure and the kernel's `modules` (with their dependencies, load order in
+/// `/etc/vmlab/modules`; with `skip_missing`, a module this kernel does not have is left out
+/// instead of failing the build). Returns the kernel image file and its release.
+pub(crate) fn assemble(
+    cache: &Path,
+    resolved: &Resolved,
+    roots: &[String],
+    modules: &[&str],
+    skip_missing: bool,
+    tree: &mut Tree,
+) -> Result<(PathBuf, String)> {
+    let debs = debs::fetch(&resolved.versions, &cache.join("debs"))?;
+    let mut roots_dir: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for (name, deb) in &debs {
+        roots_dir.insert(name.clone(), debs::unpack(deb, &cache.join("unpacked"))?);
+    }
+    let kernel_pkg = &resolved.kernel_pkg;
+    let kernel_root = roots_dir
+        .get(kernel_pkg)
+        .ok_or_else(|| Error::Image(format!("{kernel_pkg} was not unpacked")))?;
+    let (kernel_file, release) = find_kernel(kernel_root)?;
+    let mut elves = Vec::new();
+    for root in roots {
+        let dir = roots_dir
+            .get(root)
+            .ok_or_else(|| Error::Image(format!("{root} was not unpacked")))?;
+        copy_programs(dir, tree, &mut elves)?;
+    }
+    let lib_index = library_index(roots_dir.values())?;
+    copy_library_closure(tree, elves, &lib_index)?;
+    add_modules(tree, kernel_root, &release, modules, skip_missing)?;
+    Ok((kernel_file, release))
 }
 
 /// Modification times of what decides apt's candidates (lists, sources, preferences).
@@ -463,7 +493,13 @@ fn copy_library_closure(
 }
 
 /// Copy the wanted modules and their dependencies; write the load order to /etc/vmlab/modules.
-fn add_modules(tree: &mut Tree, kernel_root: &Path, release: &str) -> Result<()> {
+fn add_modules(
+    tree: &mut Tree,
+    kernel_root: &Path,
+    release: &str,
+    modules: &[&str],
+    skip_missing: bool,
+) -> Result<()> {
     let mod_root = kernel_root.join("lib/modules").join(release);
     let builtin = std::fs::read_to_string(mod_root.join("modules.builtin")).unwrap_or_default();
     let builtin: BTreeSet<String> = builtin
@@ -512,7 +548,11 @@ fn add_modules(tree: &mut Tree, kernel_root: &Path, release: &str) -> Result<()>
         }
         Ok(())
     }
-    for m in MODULES {
+    for m in modules {
+        if skip_missing && !files.contains_key(*m) && !builtin.contains(*m) {
+            tracing::debug!("kernel {release} has no module {m}: left out");
+            continue;
+        }
         visit(m, &files, &builtin, &mut order, &mut data, 0)?;
     }
     for name in &order {
@@ -546,7 +586,7 @@ fn walk_ko(dir: &Path, out: &mut HashMap<String, PathBuf>) {
     }
 }
 
-fn write_initrd(tree: &Tree, path: &Path) -> Result<()> {
+pub(crate) fn write_initrd(tree: &Tree, path: &Path) -> Result<()> {
     let f = File::create(path).map_err(|e| Error::io(path, e))?;
     let mut gz =
         flate2::write::GzEncoder::new(std::io::BufWriter::new(f), flate2::Compression::fast());
