@@ -190,32 +190,7 @@ pub fn verify_node_secrets(
         node: node.name.clone(),
         cause,
     };
-    for (name, mode) in [
-        (&names.ca, CERT_MODE),
-        (&names.cert, CERT_MODE),
-        (&names.key, KEY_MODE),
-    ] {
-        let path = dir.join(name);
-        let meta = match fs::metadata(&path) {
-            Ok(m) => m,
-            Err(_) => {
-                return Err(fail(format!(
-                    "{} does not exist (the config names it; {} holds: {})",
-                    path.display(),
-                    dir.display(),
-                    list_dir(dir)
-                )));
-            }
-        };
-        let actual = meta.permissions().mode() & 0o777;
-        if actual != mode {
-            return Err(fail(format!(
-                "{} has mode {actual:04o}, expected {mode:04o}",
-                path.display()
-            )));
-        }
-    }
-
+    check_modes(dir, names).map_err(fail)?;
     let ca_pem = read(dir, &names.ca, &fail)?;
     let cert_pem = read(dir, &names.cert, &fail)?;
     let key_pem = read(dir, &names.key, &fail)?;
@@ -226,31 +201,80 @@ pub fn verify_node_secrets(
         .map_err(|e| fail(format!("{}: not an X.509 certificate: {e}", names.ca)))?;
     let (_, cert) = X509Certificate::from_der(&cert_der)
         .map_err(|e| fail(format!("{}: not an X.509 certificate: {e}", names.cert)))?;
-    if !ca.is_ca() {
-        return Err(fail(format!("{} is not a CA certificate", names.ca)));
+    check_chain(&ca, &cert, names).map_err(fail)?;
+    check_sans(&cert, node, names).map_err(fail)?;
+    check_key(&key_pem, &cert, names).map_err(fail)
+}
+
+/// The three files exist with their modes (certificates 0644, the key 0600).
+fn check_modes(dir: &Path, names: &TlsFileNames) -> Result<(), String> {
+    for (name, mode) in [
+        (&names.ca, CERT_MODE),
+        (&names.cert, CERT_MODE),
+        (&names.key, KEY_MODE),
+    ] {
+        let path = dir.join(name);
+        let Ok(meta) = fs::metadata(&path) else {
+            return Err(format!(
+                "{} does not exist (the config names it; {} holds: {})",
+                path.display(),
+                dir.display(),
+                list_dir(dir)
+            ));
+        };
+        let actual = meta.permissions().mode() & 0o777;
+        if actual != mode {
+            return Err(format!(
+                "{} has mode {actual:04o}, expected {mode:04o}",
+                path.display()
+            ));
+        }
     }
-    cert.verify_signature(Some(ca.public_key())).map_err(|_| {
-        fail(format!(
-            "{} is not signed by the CA in {}",
-            names.cert, names.ca
-        ))
-    })?;
+    Ok(())
+}
+
+/// The CA is a CA, it signed the node's certificate, and that is valid now.
+fn check_chain(
+    ca: &X509Certificate<'_>,
+    cert: &X509Certificate<'_>,
+    names: &TlsFileNames,
+) -> Result<(), String> {
+    if !ca.is_ca() {
+        return Err(format!("{} is not a CA certificate", names.ca));
+    }
+    cert.verify_signature(Some(ca.public_key()))
+        .map_err(|_| format!("{} is not signed by the CA in {}", names.cert, names.ca))?;
     if !cert.validity().is_valid() {
-        return Err(fail(format!(
+        return Err(format!(
             "{} is not valid now (valid {} to {})",
             names.cert,
             cert.validity().not_before,
             cert.validity().not_after
-        )));
+        ));
     }
+    Ok(())
+}
+
+/// The certificate names the node's hostname and address (peers dial either).
+fn check_sans(
+    cert: &X509Certificate<'_>,
+    node: &NodeIdentity,
+    names: &TlsFileNames,
+) -> Result<(), String> {
     let sans: Vec<GeneralName<'_>> = cert
         .subject_alternative_name()
-        .map_err(|e| fail(format!("{}: bad SAN extension: {e}", names.cert)))?
+        .map_err(|e| format!("{}: bad SAN extension: {e}", names.cert))?
         .map(|ext| ext.value.general_names.clone())
         .unwrap_or_default();
     let has_dns = sans
         .iter()
         .any(|g| matches!(g, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(&node.hostname)));
+    if !has_dns {
+        return Err(format!(
+            "{} has no SAN for hostname {}",
+            names.cert, node.hostname
+        ));
+    }
     let addr_bytes: Vec<u8> = match node.address {
         std::net::IpAddr::V4(a) => a.octets().to_vec(),
         std::net::IpAddr::V6(a) => a.octets().to_vec(),
@@ -258,25 +282,28 @@ pub fn verify_node_secrets(
     let has_ip = sans
         .iter()
         .any(|g| matches!(g, GeneralName::IPAddress(b) if *b == addr_bytes.as_slice()));
-    if !has_dns {
-        return Err(fail(format!(
-            "{} has no SAN for hostname {}",
-            names.cert, node.hostname
-        )));
-    }
     if !has_ip {
-        return Err(fail(format!(
+        return Err(format!(
             "{} has no SAN for address {}",
             names.cert, node.address
-        )));
+        ));
     }
-    let key = KeyPair::from_pem(&key_pem)
-        .map_err(|e| fail(format!("{}: not a private key: {e}", names.key)))?;
+    Ok(())
+}
+
+/// The private key is the certificate's.
+fn check_key(
+    key_pem: &str,
+    cert: &X509Certificate<'_>,
+    names: &TlsFileNames,
+) -> Result<(), String> {
+    let key =
+        KeyPair::from_pem(key_pem).map_err(|e| format!("{}: not a private key: {e}", names.key))?;
     if key.der_bytes() != cert.public_key().subject_public_key.data.as_ref() {
-        return Err(fail(format!(
+        return Err(format!(
             "{} does not belong to the certificate {}",
             names.key, names.cert
-        )));
+        ));
     }
     Ok(())
 }
