@@ -4,10 +4,10 @@
 use std::collections::BTreeSet;
 
 use super::op::VmOp;
+use crate::exec::{CopyJob, Vol};
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::exec::{CopyJob, Vol};
 use crate::tasks::model::{CopyLog, TaskPlan, TransferStyle};
 use crate::wire::PveError;
 use crate::world::Site;
@@ -267,15 +267,28 @@ impl Site {
             Some((s, v)) => {
                 let src = storages.get(s).and_then(|st| st.volumes.get(v));
                 let src = src.ok_or_else(|| format!("volume '{s}:{v}' does not exist"))?;
-                Some((s.as_str(), v.as_str(), src.format.clone(), src.size, src.used))
+                Some((
+                    s.as_str(),
+                    v.as_str(),
+                    src.format.clone(),
+                    src.size,
+                    src.used,
+                ))
             }
             None => None,
         };
         if !storages.contains_key(&d.storage) {
             return Err(format!("storage '{}' does not exist", d.storage));
         }
-        let volname =
-            self.alloc_volume_data(node, &d.storage, vmid, d.volname.clone(), &d.format, d.size, now)?;
+        let volname = self.alloc_volume_data(
+            node,
+            &d.storage,
+            vmid,
+            d.volname.clone(),
+            &d.format,
+            d.size,
+            now,
+        )?;
         done.push((d.storage.clone(), volname.clone()));
         let Some((ssid, svol, sfmt, ssize, used)) = source else {
             return Ok(());

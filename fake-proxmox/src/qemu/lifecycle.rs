@@ -3,10 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::op::{VmOp, unlocked};
+use crate::exec::Vol;
 use crate::qemu::model::{
     DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, is_unused_key, prop, split_props,
 };
-use crate::exec::Vol;
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
 use crate::tasks::model::{TaskPlan, TransferStyle, Work};

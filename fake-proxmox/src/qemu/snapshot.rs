@@ -389,7 +389,10 @@ impl Site {
         let secs = sto.write_secs(size).max(0.5);
         let volname = self.alloc_volume_data(node, &sid, vm.vmid, volname, "raw", size, now)?;
         let volid = format!("{sid}:{volname}");
-        let written = match self.disks.save_state(vm, Vol::new(node, &sid, &volname), size) {
+        let written = match self
+            .disks
+            .save_state(vm, Vol::new(node, &sid, &volname), size)
+        {
             Ok(w) => w,
             Err(e) => {
                 self.remove_volume(node, &sid, &volname);
@@ -397,7 +400,11 @@ impl Site {
             }
         };
         // A thin storage accounts what is written; the state is written in full.
-        if let Some(sto) = self.nodes.get_mut(node).and_then(|n| n.storages.get_mut(&sid)) {
+        if let Some(sto) = self
+            .nodes
+            .get_mut(node)
+            .and_then(|n| n.storages.get_mut(&sid))
+        {
             let _ = sto.write_data(&volname, written);
         }
         Ok((volid, sid, secs))

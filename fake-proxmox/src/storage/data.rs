@@ -30,7 +30,10 @@ impl Site {
             .storage_mut(node, sid)
             .ok_or_else(|| format!("storage '{sid}' does not exist"))?;
         let volname = sto.alloc_image(vmid, volname, fmt, size, now as u64)?;
-        if let Err(e) = self.disks.allocate(Vol::new(node, sid, &volname), fmt, size) {
+        if let Err(e) = self
+            .disks
+            .allocate(Vol::new(node, sid, &volname), fmt, size)
+        {
             if let Some(s) = self.storage_mut(node, sid) {
                 s.volumes.remove(&volname);
             }

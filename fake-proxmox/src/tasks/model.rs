@@ -474,7 +474,14 @@ mod tests {
 
     fn transfer(at: f64, until: f64) -> (f64, Chunk) {
         let style = TransferStyle::QemuImg;
-        (at, Chunk::Transfer { total: 1, until, style })
+        (
+            at,
+            Chunk::Transfer {
+                total: 1,
+                until,
+                style,
+            },
+        )
     }
 
     fn texts(t: &[(f64, Chunk)]) -> Vec<String> {
@@ -503,7 +510,14 @@ mod tests {
         splice_copies(&mut t, vec![copy(&["a 0%", "a 100%"], false)]);
         assert_eq!(
             texts(&t),
-            ["create full clone of drive scsi0", "a 0%", "a 100%", "scsi0: successfully created disk", "<transfer>", "scsi1: successfully created disk"]
+            [
+                "create full clone of drive scsi0",
+                "a 0%",
+                "a 100%",
+                "scsi0: successfully created disk",
+                "<transfer>",
+                "scsi1: successfully created disk"
+            ]
         );
         assert_eq!((t[1].0, t[2].0), (0.1, 1.1));
         splice_copies(&mut t, vec![copy(&["qemu-img: Could not open"], true)]);
