@@ -273,7 +273,7 @@ pub fn progress_lines(stdout: &str, size: u64) -> Vec<String> {
         .collect()
 }
 
-/// `qemu-img info --output=json`: (virtual size, format) of an image.
+/// `qemu-img info --output=json`: the virtual size of an image.
 fn image_info(path: &Path, format: &str) -> Result<u64, String> {
     let args = ["info", "--output=json", "-f", format]
         .map(String::from)
@@ -408,10 +408,15 @@ impl Disks for FileDisks {
         let file_size = std::fs::metadata(&path)
             .map_err(|e| format!("unable to stat '{}' - {e}", path.display()))?
             .len();
-        let virtual_size = if image {
-            image_info(&path, format)?
-        } else {
-            file_size
+        // Placing never checks an image (PVE's download does not): one qemu-img cannot
+        // read counts as its file's length, and fails when a VM uses it.
+        let virtual_size = match image.then(|| image_info(&path, format)) {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => {
+                tracing::warn!("{}: {e}", path.display());
+                file_size
+            }
+            None => file_size,
         };
         Ok(Some(Placed {
             virtual_size,
