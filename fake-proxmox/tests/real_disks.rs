@@ -317,6 +317,22 @@ async fn an_imported_disk_and_its_cloud_init_drive_are_real_files_until_the_vm_i
     );
     assert!(vendor.is_empty());
 
+    // A running VM takes a new user at once; `PUT …/cloudinit` writes it into the drive.
+    lab.call(
+        reqwest::Method::POST,
+        &format!("/nodes/{NODE}/qemu/100/config"),
+        &[("ciuser", "admin")],
+    )
+    .await;
+    lab.call(
+        reqwest::Method::PUT,
+        &format!("/nodes/{NODE}/qemu/100/cloudinit"),
+        &[],
+    )
+    .await;
+    let user = iso_file(&ci, lab.tmp.path(), "/user-data");
+    assert!(user.contains("\nuser: admin\n"), "{user}");
+
     let (st, _) = lab
         .task("POST", &format!("/nodes/{NODE}/qemu/100/status/stop"), &[])
         .await;
@@ -332,6 +348,86 @@ async fn an_imported_disk_and_its_cloud_init_drive_are_real_files_until_the_vm_i
     assert!(!disk.exists(), "{}", disk.display());
     assert!(!ci.exists(), "{}", ci.display());
     assert!(placed.exists(), "the import source is not the VM's");
+    lab.fake.shutdown().await;
+}
+
+/// A file of the cloud-init image in a volume (any format).
+fn iso_file(volume: &Path, dir: &Path, name: &str) -> String {
+    let iso = dir.join("read.iso");
+    let (v, i) = (volume.to_str().unwrap(), iso.to_str().unwrap());
+    run("qemu-img", &["convert", "-O", "raw", v, i]);
+    String::from_utf8(run("isoinfo", &["-R", "-i", i, "-x", name])).unwrap()
+}
+
+/// The volume label of the ISO 9660 image in a volume.
+fn iso_label(volume: &Path, dir: &Path) -> String {
+    let bytes = raw_bytes(volume, dir, 0x8028, 32);
+    String::from_utf8(bytes).unwrap().trim_end().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_drive_on_thin_storage_holds_the_custom_user_snippet() {
+    let lab = start().await;
+    let ctl = lab.fake.site("site-1").unwrap().control();
+    let snippet = lab.tmp.path().join("user.yaml");
+    let user_data = "#cloud-config\nruncmd:\n  - touch /made-by-snippet\n";
+    std::fs::write(&snippet, user_data).unwrap();
+    ctl.place_file(NODE, "local", "snippets/user.yaml", &snippet)
+        .await
+        .unwrap();
+    let (st, log) = lab
+        .task(
+            "POST",
+            &format!("/nodes/{NODE}/qemu"),
+            &[
+                ("vmid", "103"),
+                ("name", "win"),
+                ("citype", "configdrive2"),
+                ("cicustom", "user=local:snippets/user.yaml"),
+                ("scsi1", "local-lvm:cloudinit"),
+                ("net0", "virtio=BC:24:11:00:00:03,bridge=vmbr0"),
+                ("ipconfig0", "ip=dhcp"),
+                ("start", "1"),
+            ],
+        )
+        .await;
+    assert_eq!(st["exitstatus"], "OK", "{log:#?}");
+    lab.fake
+        .site("site-1")
+        .unwrap()
+        .control()
+        .advance_clock(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let status = lab
+        .call(
+            reqwest::Method::GET,
+            &format!("/nodes/{NODE}/qemu/103/status/current"),
+            &[],
+        )
+        .await;
+    assert_eq!(status["status"], "running");
+    let ci = lab.path("local-lvm", "vm-103-cloudinit");
+    assert_eq!(info(&ci)["format"], "raw");
+    assert_eq!(iso_label(&ci, lab.tmp.path()), "config-2");
+    let dir = lab.tmp.path();
+    assert_eq!(iso_file(&ci, dir, "/openstack/latest/user_data"), user_data);
+    let network = lab
+        .call(
+            reqwest::Method::GET,
+            &format!("/nodes/{NODE}/qemu/103/cloudinit/dump"),
+            &[("type", "network")],
+        )
+        .await;
+    assert_eq!(
+        iso_file(&ci, dir, "/openstack/content/0000"),
+        network.as_str().unwrap()
+    );
+    let meta = iso_file(&ci, dir, "/openstack/latest/meta_data.json");
+    assert!(
+        meta.contains("\"network_config\": { \"content_path\": \"/content/0000\" }"),
+        "{meta}"
+    );
     lab.fake.shutdown().await;
 }
 
