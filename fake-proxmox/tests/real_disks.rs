@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fake_proxmox::exec::{Disks, FileDisks};
+use fake_proxmox::scenario::RemoteFileSpec;
 use fake_proxmox::storage::model::Content;
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 use serde_json::Value;
@@ -26,8 +27,14 @@ struct Lab {
 
 /// The seed's sites, `local` also taking disks and kept in a directory of the test's own.
 async fn start() -> Lab {
+    start_with(|_, _| {}).await
+}
+
+/// As `start`, the scenario changed first by `tweak` (given the test's temp dir).
+async fn start_with(tweak: impl FnOnce(&mut Scenario, &Path)) -> Lab {
     let tmp = tempfile::tempdir().unwrap();
     let mut sc = Scenario::embedded_default();
+    tweak(&mut sc, tmp.path());
     let local = &mut sc.sites[0].nodes[0].storages[0];
     assert_eq!(local.name, "local");
     local.content.push(Content::Images);
@@ -427,6 +434,89 @@ async fn a_config_drive_on_thin_storage_holds_the_custom_user_snippet() {
     assert!(
         meta.contains("\"network_config\": { \"content_path\": \"/content/0000\" }"),
         "{meta}"
+    );
+    lab.fake.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_copies_the_local_file_the_scenario_names_and_a_clone_copies_its_import() {
+    const URL: &str = "https://cloud-images.example/src.qcow2";
+    let lab = start_with(|sc, dir| {
+        let src = source_image(dir);
+        let size = std::fs::metadata(&src).unwrap().len();
+        sc.sites[0].remote_files.push(RemoteFileSpec {
+            url: URL.into(),
+            size_bytes: size,
+            file: Some(src),
+        });
+    })
+    .await;
+    let (st, log) = lab
+        .task(
+            "POST",
+            &format!("/nodes/{NODE}/storage/local/download-url"),
+            &[
+                ("url", URL),
+                ("content", "import"),
+                ("filename", "dl.qcow2"),
+            ],
+        )
+        .await;
+    assert_eq!(st["exitstatus"], "OK", "{log:#?}");
+    let dl = lab.path("local", "import/dl.qcow2");
+    assert_eq!(dl, lab.tmp.path().join("var-lib-vz/import/dl.qcow2"));
+    let di = info(&dl);
+    assert_eq!(
+        (di["format"].as_str(), di["virtual-size"].as_u64()),
+        (Some("qcow2"), Some(64 * MIB))
+    );
+    // The volume's size is the image's, so a disk made from it holds it.
+    let content = lab
+        .call(
+            reqwest::Method::GET,
+            &format!("/nodes/{NODE}/storage/local/content"),
+            &[],
+        )
+        .await;
+    let entry = content
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["volid"] == "local:import/dl.qcow2")
+        .unwrap()
+        .clone();
+    assert_eq!(entry["size"], 64 * MIB, "{entry}");
+
+    let (st, log) = lab
+        .task(
+            "POST",
+            &format!("/nodes/{NODE}/qemu"),
+            &[
+                ("vmid", "104"),
+                (
+                    "scsi0",
+                    "local:0,import-from=local:import/dl.qcow2,format=qcow2",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(st["exitstatus"], "OK", "{log:#?}");
+    let (st, log) = lab
+        .task(
+            "POST",
+            &format!("/nodes/{NODE}/qemu/104/clone"),
+            &[("newid", "105"), ("storage", "local-lvm"), ("full", "1")],
+        )
+        .await;
+    assert_eq!(st["exitstatus"], "OK", "{log:#?}");
+    let copy = lab.path("local-lvm", "vm-105-disk-0");
+    assert_eq!(info(&copy)["format"], "raw");
+    let head = raw_bytes(&copy, lab.tmp.path(), 0, MIB + 1);
+    assert!(head[..MIB as usize].iter().all(|b| *b == 0xab));
+    assert_eq!(head[MIB as usize], 0);
+    assert_eq!(
+        info(&lab.path("local", "104/vm-104-disk-0.qcow2"))["format"],
+        "qcow2"
     );
     lab.fake.shutdown().await;
 }

@@ -10,8 +10,10 @@
 //! a raw file named after the volume (`<dir>/vm-100-disk-0`). Files are sparse: capacity
 //! still follows the scenario's numbers, not the host's disk.
 //!
-//! Deviations: the copy runs when its task ends (the task log shows simulated progress
-//! while it runs and qemu-img's real lines once it is done); a RAM state is a sparse file
+//! Deviations: the copy runs when its task ends, under the world's lock (the task log
+//! shows simulated progress while it runs and qemu-img's real lines once it is done; other
+//! requests wait for a long copy); a running VM's disk is grown with `qemu-img resize`
+//! too (PVE asks QEMU, `block_resize`); a RAM state is a sparse file
 //! of its size (writing one needs the guest's QEMU); `/_fake/restore` of a world snapshot
 //! does not bring back files.
 
