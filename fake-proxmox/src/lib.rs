@@ -48,8 +48,8 @@
 //! The qemu and agent models decide *whether* something happens to a guest (privileges,
 //! locks, pending changes, PVE's errors, the task's plan); everything that *runs* a guest
 //! goes through the site's [`exec::Executor`]: start (also from a RAM state), stop,
-//! shutdown, reboot, reset, suspend, resume, copying disk data into a new volume, writing a
-//! RAM state, whether the guest agent answers and what it answers. The executor writes the
+//! shutdown, reboot, reset, suspend, resume, whether the guest agent answers and what it
+//! answers. The executor writes the
 //! run state it produced on the VM (`power`, `pid`, `started_at`, `agent_ready_at`), which
 //! is all the routes read. [`exec::Simulated`] is today's only executor (no process; seeded
 //! pids, a boot delay on the clock, answers made up from the config); an executor backed by
@@ -57,6 +57,13 @@
 //! to `FakeProxmox::builder().executor(…)` (it stays across `/_fake/reset` and scenario
 //! loads). Consoles and
 //! the agent's `exec`/file commands have no route (501) and so are not in the trait yet.
+//!
+//! Volume *data* has a seam of its own, the site's [`exec::Disks`]: allocating, freeing,
+//! growing and copying volumes (`qemu-img create/resize/convert`), RAM states, files placed
+//! as volumes (download, scenario, control API) and the cloud-init drive written on start.
+//! [`exec::SimulatedDisks`] keeps no data (the default); [`exec::FileDisks`] keeps every
+//! volume as a real file a guest executor boots from (`Disks::path`), handed to
+//! `FakeProxmox::builder().disks(…)` or `fake-proxmox serve --disks files`.
 
 // A library reports through its return values and `tracing`, never by printing; the binary prints.
 #![warn(clippy::print_stdout, clippy::print_stderr)]

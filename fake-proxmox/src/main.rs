@@ -2,9 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+
+use fake_proxmox::exec::FileDisks;
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 
 #[derive(Parser)]
@@ -40,6 +43,10 @@ enum Cmd {
         /// Where to write cert.pem, fingerprint and the site URLs.
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// `simulated` (volumes are records only) or `files` (every volume a real file,
+        /// under `STATE_DIR/disks`, else a temp dir removed on exit).
+        #[arg(long, default_value = "simulated", value_parser = ["simulated", "files"])]
+        disks: String,
     },
     /// Scenario utilities.
     Scenario {
@@ -93,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
             no_auth_delay,
             clock,
             state_dir,
+            disks,
         } => {
             let sc = match scenario {
                 Some(p) => Scenario::from_yaml_file(&p)
@@ -106,6 +114,13 @@ async fn main() -> anyhow::Result<()> {
                 .clock(clock);
             for (site, addr) in listen {
                 b = b.listen(&site, addr);
+            }
+            if disks == "files" {
+                let files = match &state_dir {
+                    Some(d) => FileDisks::new(d.join("disks")),
+                    None => FileDisks::temp().context("making a temp dir for the disks")?,
+                };
+                b = b.disks(Arc::new(files));
             }
             if let Some(d) = state_dir {
                 b = b.state_dir(d);

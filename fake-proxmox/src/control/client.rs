@@ -187,6 +187,24 @@ impl ControlClient {
         Ok(v["volid"].as_str().unwrap_or_default().to_string())
     }
 
+    /// Place a copy of the local file `file` on a storage as `volname` (with real disks;
+    /// its sizes are the file's). Returns the volid.
+    pub async fn place_file(
+        &self,
+        node: &str,
+        storage: &str,
+        volname: &str,
+        file: &std::path::Path,
+    ) -> Result<String, ControlError> {
+        let v = self
+            .post(
+                &format!("/nodes/{node}/storage/{storage}/volumes"),
+                json!({"volname": volname, "file": file}),
+            )
+            .await?;
+        Ok(v["volid"].as_str().unwrap_or_default().to_string())
+    }
+
     /// Remove a file from a storage (`volid` or volume name).
     pub async fn delete_volume(
         &self,

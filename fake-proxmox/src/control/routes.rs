@@ -289,9 +289,35 @@ async fn storage_capacity(
 #[derive(Deserialize)]
 struct NewVolume {
     volname: String,
-    size_bytes: u64,
+    /// Virtual size; with `file` and real disks, the file's own is taken when absent.
+    #[serde(default)]
+    size_bytes: Option<u64>,
     #[serde(default)]
     used_bytes: Option<u64>,
+    /// A local file the volume is a copy of (real disks only; ignored by simulated ones).
+    #[serde(default)]
+    file: Option<std::path::PathBuf>,
+}
+
+fn storage_mut<'a>(
+    site: &'a mut crate::world::Site,
+    node: &str,
+    storage: &str,
+) -> Option<&'a mut crate::storage::model::Storage> {
+    site.nodes.get_mut(node)?.storages.get_mut(storage)
+}
+
+/// The site that has `node`, brought up to the clock's present, and the time.
+fn site_of<'a>(
+    inner: &'a mut crate::server::state::Inner,
+    node: &str,
+) -> Result<(&'a mut crate::world::Site, f64), Response> {
+    let now = inner.now();
+    let site = inner
+        .world
+        .site_of_node_mut(node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    Ok((site, now))
 }
 
 async fn volume_add(
@@ -299,39 +325,91 @@ async fn volume_add(
     Path((node, storage)): Path<(String, String)>,
     Json(v): Json<NewVolume>,
 ) -> Res {
-    let volid = with_storage(&ctx, &node, &storage, |s, now| {
-        let (vtype, vmid, format) = parse_volname(s.kind, &v.volname).ok_or_else(|| {
+    let mut inner = ctx.shared.inner.lock();
+    let (site, now) = site_of(&mut inner, &node)?;
+    let s = site
+        .nodes
+        .get(&node)
+        .and_then(|n| n.storages.get(&storage))
+        .ok_or_else(|| {
             err(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "'{}' is not a valid volume name on a {} storage",
-                    v.volname,
-                    s.kind.as_str()
-                ),
+                StatusCode::NOT_FOUND,
+                format!("no storage '{storage}' on node '{node}'"),
             )
         })?;
-        let used = v.used_bytes.unwrap_or(v.size_bytes);
-        if used > s.avail() {
-            return Err(err(
-                StatusCode::CONFLICT,
-                format!("storage '{}' has only {} bytes free", s.name, s.avail()),
-            ));
-        }
-        s.volumes.insert(
-            v.volname.clone(),
-            Volume {
-                volname: v.volname.clone(),
-                vtype,
-                format,
-                size: v.size_bytes,
-                used,
-                vmid,
-                ctime: now as u64,
-            },
-        );
-        Ok(s.volid(&v.volname))
+    let (vtype, vmid, format) = parse_volname(s.kind, &v.volname).ok_or_else(|| {
+        err(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "'{}' is not a valid volume name on a {} storage",
+                v.volname,
+                s.kind.as_str()
+            ),
+        )
     })?;
-    ok(json!({"volid": volid}))
+    let (avail, name) = (s.avail(), s.name.clone());
+    let record = |size: u64, used: u64| Volume {
+        volname: v.volname.clone(),
+        vtype,
+        format: format.clone(),
+        size,
+        used,
+        vmid,
+        ctime: now as u64,
+    };
+    let too_big = || {
+        err(
+            StatusCode::CONFLICT,
+            format!("storage '{name}' has only {avail} bytes free"),
+        )
+    };
+    if let Some(used) = v.used_bytes.or(v.size_bytes)
+        && used > avail
+    {
+        return Err(too_big());
+    }
+    if let Some(st) = storage_mut(site, &node, &storage) {
+        let size = v.size_bytes.unwrap_or(0);
+        st.volumes.insert(
+            v.volname.clone(),
+            record(size, v.used_bytes.unwrap_or(size)),
+        );
+    }
+    let placed = site.place_data(
+        &node,
+        &storage,
+        &v.volname,
+        v.file.as_deref(),
+        v.size_bytes.unwrap_or(0),
+    );
+    let fail = |site: &mut crate::world::Site, e: Response| {
+        site.remove_volume(&node, &storage, &v.volname);
+        Err(e)
+    };
+    let placed = match placed {
+        Ok(p) => p,
+        Err(e) => return fail(site, err(StatusCode::BAD_REQUEST, e)),
+    };
+    // Sizes the caller left out come from the file.
+    let size = v.size_bytes.or(placed.map(|p| p.virtual_size));
+    let used = v
+        .used_bytes
+        .or(v.size_bytes)
+        .or(placed.map(|p| p.file_size));
+    let (Some(size), Some(used)) = (size, used) else {
+        let e = "size_bytes is required (no file data is kept to take it from)";
+        return fail(site, err(StatusCode::BAD_REQUEST, e));
+    };
+    if used > avail {
+        return fail(site, too_big());
+    }
+    if let Some(st) = storage_mut(site, &node, &storage) {
+        let size = placed
+            .filter(|_| v.file.is_some())
+            .map_or(size, |p| p.virtual_size);
+        st.volumes.insert(v.volname.clone(), record(size, used));
+    }
+    ok(json!({"volid": format!("{name}:{}", v.volname)}))
 }
 
 #[derive(Deserialize)]
@@ -344,18 +422,29 @@ async fn volume_delete(
     Path((node, storage)): Path<(String, String)>,
     Query(q): Query<VolQuery>,
 ) -> Res {
-    with_storage(&ctx, &node, &storage, |s, _| {
-        let volname = match parse_volid(&q.volume) {
-            Some((_, n)) => n.to_string(),
-            None => q.volume.clone(),
-        };
-        s.volumes.remove(&volname).map(|_| ()).ok_or_else(|| {
+    let mut inner = ctx.shared.inner.lock();
+    let (site, _) = site_of(&mut inner, &node)?;
+    let volname = match parse_volid(&q.volume) {
+        Some((_, n)) => n.to_string(),
+        None => q.volume.clone(),
+    };
+    if !site
+        .nodes
+        .get(&node)
+        .is_some_and(|n| n.storages.contains_key(&storage))
+    {
+        return Err(err(
+            StatusCode::NOT_FOUND,
+            format!("no storage '{storage}' on node '{node}'"),
+        ));
+    }
+    site.remove_volume(&node, &storage, &volname)
+        .ok_or_else(|| {
             err(
                 StatusCode::NOT_FOUND,
-                format!("no volume '{volname}' on '{}'", s.name),
+                format!("no volume '{volname}' on '{storage}'"),
             )
-        })
-    })?;
+        })?;
     ok(json!({}))
 }
 

@@ -3,19 +3,26 @@
 //!
 //! The qemu model decides (privileges, locks, pending changes, task plans, the errors PVE
 //! gives) and then hands each effect on a guest to an [`Executor`]: QEMU starting, stopping,
-//! shutting down, rebooting, resetting, pausing and resuming; disk data being copied into a
-//! new volume or a RAM state being written; the guest agent answering. The executor records
-//! the run state it produces on the [`Vm`] (`power`, `pid`, `started_at`, `agent_ready_at`),
-//! which is what every route reads.
+//! shutting down, rebooting, resetting, pausing and resuming; the guest agent answering.
+//! The executor records the run state it produces on the [`Vm`] (`power`, `pid`,
+//! `started_at`, `agent_ready_at`), which is what every route reads.
 //!
 //! Today's only implementation is [`Simulated`]: no process, figures from the site's seeded
 //! random source and its boot delay, agent answers made up from the config. A lab-backed
 //! executor (real QEMU guests) implements the same trait and is handed to
 //! `FakeProxmox::builder().executor(…)`; the PVE rules do not change.
 //!
+//! Effects on volume *data* (allocating, freeing, growing, copying volumes, RAM states,
+//! placed files, the cloud-init drive) go through the second seam, [`Disks`]:
+//! [`SimulatedDisks`] keeps no data (the default), [`FileDisks`] keeps real files, whose
+//! paths ([`Disks::path`]) a guest executor boots from. It is handed to
+//! `FakeProxmox::builder().disks(…)`.
+//!
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`) and agent `exec`
 //! / file commands, because no route serves them (they answer 501).
 
+mod disks;
+mod files;
 mod guest;
 mod simulated;
 
@@ -27,6 +34,10 @@ use serde_json::Value;
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 
+pub use disks::{
+    CloudInitImage, Copied, CopyFailed, CopyJob, Disks, Placed, SimulatedDisks, StorageInfo, Vol,
+};
+pub use files::{FileDisks, volume_path};
 pub use simulated::Simulated;
 
 /// What the site lends an executor for one effect.
@@ -65,9 +76,6 @@ pub struct AgentCall<'a> {
     pub now: f64,
 }
 
-/// A volume on a node's storage: (storage id, volume name).
-pub type VolumeRef<'a> = (&'a str, &'a str);
-
 /// Runs VMs. Every method is called after the qemu model has decided that the effect
 /// happens; an `Err` is the task's exit status, as QEMU or the tool would report it.
 pub trait Executor: Send + Sync + fmt::Debug {
@@ -93,12 +101,6 @@ pub trait Executor: Send + Sync + fmt::Debug {
     fn suspend(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
     /// QEMU continues a paused guest.
     fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
-    /// Copy a volume's data into a freshly allocated one (`import-from`, clone, move_disk):
-    /// the bytes written, of the `used` bytes the source holds.
-    fn copy_disk(&self, from: VolumeRef<'_>, to: VolumeRef<'_>, used: u64) -> Result<u64, String>;
-    /// Write a running VM's RAM state of `size` bytes into `volid` (a snapshot with
-    /// `vmstate`): the bytes written.
-    fn save_state(&self, vm: &Vm, volid: &str, size: u64) -> Result<u64, String>;
     /// Whether the guest agent answers now.
     fn agent_ready(&self, vm: &Vm, now: f64) -> bool;
     /// The `result` of a guest agent command, asked once the model has found the agent
@@ -169,14 +171,6 @@ mod tests {
         fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
             self.note("resume");
             Simulated.resume(vm, host)
-        }
-        fn copy_disk(&self, f: VolumeRef<'_>, t: VolumeRef<'_>, used: u64) -> Result<u64, String> {
-            self.note("copy_disk");
-            Simulated.copy_disk(f, t, used)
-        }
-        fn save_state(&self, vm: &Vm, volid: &str, size: u64) -> Result<u64, String> {
-            self.note("save_state");
-            Simulated.save_state(vm, volid, size)
         }
         fn agent_ready(&self, vm: &Vm, now: f64) -> bool {
             Simulated.agent_ready(vm, now)

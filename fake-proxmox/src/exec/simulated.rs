@@ -1,11 +1,10 @@
 //! The simulated executor: no process. A start draws a pid from the site's seeded random
-//! source; the guest agent answers once the site's boot delay has passed on its clock;
-//! disk copies write exactly the bytes the source holds.
+//! source; the guest agent answers once the site's boot delay has passed on its clock.
 
 use rand::Rng;
 use serde_json::Value;
 
-use super::{AgentCall, Executor, Host, VolumeRef};
+use super::{AgentCall, Executor, Host};
 use crate::qemu::model::{Power, Vm};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -72,19 +71,6 @@ impl Executor for Simulated {
     fn resume(&self, vm: &mut Vm, _host: &mut Host<'_>) -> Result<(), String> {
         vm.power = Power::Running;
         Ok(())
-    }
-
-    fn copy_disk(
-        &self,
-        _from: VolumeRef<'_>,
-        _to: VolumeRef<'_>,
-        used: u64,
-    ) -> Result<u64, String> {
-        Ok(used)
-    }
-
-    fn save_state(&self, _vm: &Vm, _volid: &str, size: u64) -> Result<u64, String> {
-        Ok(size)
     }
 
     fn agent_ready(&self, vm: &Vm, now: f64) -> bool {

@@ -174,23 +174,25 @@ pub fn dump(vm: &Vm, what: DumpType, host: &HostDns) -> String {
     match what {
         DumpType::User => userdata(conf, vm.vmid),
         DumpType::Network => network(),
-        DumpType::Meta => {
-            let id = hex::encode(Sha1::digest(
-                format!("{}{}", userdata(conf, vm.vmid), network()).as_bytes(),
-            ));
-            if nocloud {
-                format!("instance-id: {id}\n")
-            } else {
-                format!(
-                    "{{\n     \"uuid\": \"{id}\",\n     \"network_config\": {{ \"content_path\": \"/content/0000\" }}\n}}\n"
-                )
-            }
-        }
+        DumpType::Meta => metadata(nocloud, &userdata(conf, vm.vmid), &network()),
+    }
+}
+
+/// `nocloud_gen_metadata` / `configdrive2_gen_metadata`: the meta data naming the instance
+/// by the SHA-1 of its user and network data.
+pub(crate) fn metadata(nocloud: bool, user: &str, network: &str) -> String {
+    let id = hex::encode(Sha1::digest(format!("{user}{network}").as_bytes()));
+    if nocloud {
+        format!("instance-id: {id}\n")
+    } else {
+        format!(
+            "{{\n     \"uuid\": \"{id}\",\n     \"network_config\": {{ \"content_path\": \"/content/0000\" }}\n}}\n"
+        )
     }
 }
 
 /// `get_cloudinit_format`: `citype`, else `configdrive2` for Windows guests, else `nocloud`.
-fn format_of(conf: &BTreeMap<String, String>) -> &str {
+pub(crate) fn format_of(conf: &BTreeMap<String, String>) -> &str {
     if let Some(t) = conf.get("citype") {
         return t;
     }
@@ -418,6 +420,8 @@ impl crate::world::Site {
         if let Some(vm) = self.vms.get_mut(&vmid) {
             vm.cloudinit.clear();
         }
+        self.write_cloudinit_drives(node, vmid)
+            .map_err(PveError::die)?;
         Ok(())
     }
 

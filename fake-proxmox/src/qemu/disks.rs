@@ -4,10 +4,11 @@
 use std::collections::BTreeSet;
 
 use super::op::VmOp;
+use crate::exec::{CopyJob, Vol};
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::tasks::model::{TaskPlan, TransferStyle};
+use crate::tasks::model::{CopyLog, TaskPlan, TransferStyle};
 use crate::wire::PveError;
 use crate::world::Site;
 
@@ -247,6 +248,84 @@ impl Site {
         keep
     }
 
+    /// One planned disk: its volume, and the copy of its `import-from` source into it
+    /// (whose log replaces the task's laid-out transfer, see `tasks::model`).
+    fn allocate_volume(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        d: &DiskPlan,
+        now: f64,
+        done: &mut Vec<(String, String)>,
+    ) -> Result<(), String> {
+        let storages = &self
+            .nodes
+            .get(node)
+            .ok_or_else(|| format!("node '{node}' does not exist"))?
+            .storages;
+        let source = match &d.import_from {
+            Some((s, v)) => {
+                let src = storages.get(s).and_then(|st| st.volumes.get(v));
+                let src = src.ok_or_else(|| format!("volume '{s}:{v}' does not exist"))?;
+                Some((
+                    s.as_str(),
+                    v.as_str(),
+                    src.format.clone(),
+                    src.size,
+                    src.used,
+                ))
+            }
+            None => None,
+        };
+        if !storages.contains_key(&d.storage) {
+            return Err(format!("storage '{}' does not exist", d.storage));
+        }
+        let volname = self.alloc_volume_data(
+            node,
+            &d.storage,
+            vmid,
+            d.volname.clone(),
+            &d.format,
+            d.size,
+            now,
+        )?;
+        done.push((d.storage.clone(), volname.clone()));
+        let Some((ssid, svol, sfmt, ssize, used)) = source else {
+            return Ok(());
+        };
+        let job = CopyJob {
+            from: Vol::new(node, ssid, svol),
+            from_format: &sfmt,
+            to: Vol::new(node, &d.storage, &volname),
+            to_format: &d.format,
+            size: ssize,
+            used,
+        };
+        let copied = match self.disks.copy(&job) {
+            Ok(c) => c,
+            Err(f) => {
+                if !f.log.is_empty() {
+                    self.copy_logs.push(CopyLog {
+                        lines: f.log,
+                        failed: true,
+                    });
+                }
+                return Err(f.error);
+            }
+        };
+        if !copied.log.is_empty() {
+            self.copy_logs.push(CopyLog {
+                lines: copied.log,
+                failed: false,
+            });
+        }
+        self.nodes
+            .get_mut(node)
+            .and_then(|n| n.storages.get_mut(&d.storage))
+            .ok_or_else(|| format!("storage '{}' does not exist", d.storage))?
+            .write_data(&volname, copied.bytes)
+    }
+
     /// Check an `import-from` source: volid syntax, storage, vtype (`images` or `import`).
     pub(crate) fn check_import_source(
         &self,
@@ -432,13 +511,8 @@ impl Site {
         let Some(file) = prop(&props, "file") else {
             return;
         };
-        if let Some((sid, volname)) = parse_volid(file)
-            && let Some(sto) = self
-                .nodes
-                .get_mut(node)
-                .and_then(|n| n.storages.get_mut(sid))
-        {
-            sto.volumes.remove(volname);
+        if let Some((sid, volname)) = parse_volid(file) {
+            self.remove_volume(node, sid, volname);
         }
     }
 
@@ -458,7 +532,8 @@ impl Site {
         Ok(Vec::new())
     }
 
-    /// Allocate (and import into) the planned disks; their config values, by key.
+    /// Allocate (and import into) the planned disks; their config values, by key. On an
+    /// error every volume allocated so far is freed again.
     pub fn allocate_volumes(
         &mut self,
         node: &str,
@@ -467,48 +542,16 @@ impl Site {
         now: f64,
     ) -> Result<Vec<(String, String)>, String> {
         let mut done: Vec<(String, String)> = Vec::new();
-        let result = (|| {
-            for d in disks {
-                let n = self
-                    .nodes
-                    .get_mut(node)
-                    .ok_or_else(|| format!("node '{node}' does not exist"))?;
-                let src = d.import_from.as_ref().map(|(s, v)| {
-                    n.storages
-                        .get(s)
-                        .and_then(|s| s.volumes.get(v))
-                        .map(|v| v.used)
-                });
-                if let Some(None) = src {
-                    let (s, v) = d.import_from.clone().unwrap_or_default();
-                    return Err(format!("volume '{s}:{v}' does not exist"));
-                }
-                let sto = n
-                    .storages
-                    .get_mut(&d.storage)
-                    .ok_or_else(|| format!("storage '{}' does not exist", d.storage))?;
-                sto.alloc_image(vmid, d.volname.clone(), &d.format, d.size, now as u64)?;
-                done.push((d.storage.clone(), d.volname.clone()));
-                if let (Some(Some(bytes)), Some((ssid, svol))) = (src, &d.import_from) {
-                    let written = self.exec.copy_disk(
-                        (ssid.as_str(), svol.as_str()),
-                        (d.storage.as_str(), d.volname.as_str()),
-                        bytes,
-                    )?;
-                    sto.write_data(&d.volname, written)?;
-                }
+        let mut result = Ok(());
+        for d in disks {
+            result = self.allocate_volume(node, vmid, d, now, &mut done);
+            if result.is_err() {
+                break;
             }
-            Ok(())
-        })();
+        }
         if let Err(e) = result {
             for (sid, vol) in done {
-                if let Some(s) = self
-                    .nodes
-                    .get_mut(node)
-                    .and_then(|n| n.storages.get_mut(&sid))
-                {
-                    s.volumes.remove(&vol);
-                }
+                self.remove_volume(node, &sid, &vol);
             }
             return Err(e);
         }

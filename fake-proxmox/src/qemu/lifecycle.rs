@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::op::{VmOp, unlocked};
+use crate::exec::Vol;
 use crate::qemu::model::{
     DiskPlan, Nic, Power, Vm, is_disk_key, is_net_key, is_unused_key, prop, split_props,
 };
@@ -346,6 +347,8 @@ impl Site {
                         avail / (4 << 20)
                     ));
                 }
+                self.disks
+                    .resize(Vol::new(node, sid, vol), &v.format, new_size)?;
                 sto.volumes.update(vol, |v| {
                     if thick {
                         v.used = new_size;
@@ -442,10 +445,8 @@ impl Site {
         for state in vm.snapshots.values().filter_map(|s| s.vmstate.as_deref()) {
             self.free_volume(&vm.node, state);
         }
-        if unreferenced && let Some(n) = self.nodes.get_mut(&vm.node) {
-            for s in n.storages.values_mut() {
-                s.volumes.retain(|_, v| v.vmid != Some(vmid));
-            }
+        if unreferenced {
+            self.remove_volumes_of(&vm.node, vmid);
         }
     }
 }

@@ -10,8 +10,8 @@
 //! # Deviations from real PVE
 //! - Hot-plug never fails: where PVE reports a `hotplug problem` (changing a drive's media
 //!   type, QMP errors) the value simply stays pending. No boot-order bookkeeping when drives
-//!   come and go. The cloud-init image is not built: `…/cloudinit/dump` renders what it
-//!   would hold.
+//!   come and go. With simulated disks the cloud-init image is not built (`…/cloudinit/dump`
+//!   renders what it would hold); with real disks it is (`cloudinit_drive`).
 //! - No migration, backup/restore (`archive`), firewall, consoles or templates' linked
 //!   clones; those routes answer 501 like any route the fake does not implement. Snapshot
 //!   deviations are in `snapshot`.
@@ -20,6 +20,7 @@
 //!   (as PVE) and then fail: the simulated node has no filesystem.
 
 pub mod cloudinit;
+mod cloudinit_drive;
 pub mod create;
 pub mod disks;
 pub mod hotplug;

@@ -137,19 +137,21 @@ impl Site {
     /// Complete a start: pending changes are applied (even if QEMU then fails, as in
     /// `vm_start_nolock`), the VM runs, the agent answers after the boot delay.
     pub fn finish_start(&mut self, node: &str, vmid: u32, now: f64) -> Result<Vec<String>, String> {
+        let mut lines = Vec::new();
         if self.start_precheck(node, vmid).is_ok() {
             self.apply_pending(vmid);
             // The cloud-init image is regenerated before QEMU starts.
             if let Some(vm) = self.vms.get_mut(&vmid) {
                 vm.cloudinit.clear();
             }
+            lines = self.write_cloudinit_drives(node, vmid)?;
         }
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);
         }
         self.run_vm(vmid, now, |exec, vm, host| exec.start(vm, host))?;
         self.assign_leases(vmid);
-        Ok(Vec::new())
+        Ok(lines)
     }
 
     /// Give every NIC of the VM an address from its bridge's DHCP pool (kept across restarts).

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use super::model::{
     Power, Vm, add_unused, is_disk_key, is_unused_key, prop, split_props, typed_value,
 };
+use crate::exec::Vol;
 use crate::qemu::op::unlocked;
 use crate::request::Request;
 use crate::storage::features::{Feature, VolumeState, has_feature};
@@ -376,8 +377,8 @@ impl Site {
             .saturating_add(500 << 20);
         let sto = self
             .nodes
-            .get_mut(node)
-            .and_then(|n| n.storages.get_mut(&sid))
+            .get(node)
+            .and_then(|n| n.storages.get(&sid))
             .ok_or_else(|| format!("storage '{sid}' does not exist"))?;
         let volname = match sto.kind {
             StorageType::Dir | StorageType::Nfs | StorageType::Cifs | StorageType::Btrfs => {
@@ -386,17 +387,26 @@ impl Site {
             _ => format!("vm-{}-state-{name}", vm.vmid),
         };
         let secs = sto.write_secs(size).max(0.5);
-        sto.alloc_image(vm.vmid, volname.clone(), "raw", size, now as u64)?;
+        let volname = self.alloc_volume_data(node, &sid, vm.vmid, volname, "raw", size, now)?;
         let volid = format!("{sid}:{volname}");
-        let written = match self.exec.save_state(vm, &volid, size) {
+        let written = match self
+            .disks
+            .save_state(vm, Vol::new(node, &sid, &volname), size)
+        {
             Ok(w) => w,
             Err(e) => {
-                sto.volumes.remove(&volname);
+                self.remove_volume(node, &sid, &volname);
                 return Err(e);
             }
         };
         // A thin storage accounts what is written; the state is written in full.
-        let _ = sto.write_data(&volname, written);
+        if let Some(sto) = self
+            .nodes
+            .get_mut(node)
+            .and_then(|n| n.storages.get_mut(&sid))
+        {
+            let _ = sto.write_data(&volname, written);
+        }
         Ok((volid, sid, secs))
     }
 

@@ -89,15 +89,10 @@ impl Site {
                 storage,
                 volname,
                 size,
-            } => self.finish_download(node, storage, volname, *size, now),
+                file,
+            } => self.finish_download(node, storage, volname, (*size, file.as_deref()), now),
             Work::DeleteVolume { storage, volname } => {
-                if let Some(s) = self
-                    .nodes
-                    .get_mut(node)
-                    .and_then(|n| n.storages.get_mut(storage))
-                {
-                    s.volumes.remove(volname);
-                }
+                self.remove_volume(node, storage, volname);
                 Ok(Vec::new())
             }
             Work::MoveDisk {

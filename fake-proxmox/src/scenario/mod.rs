@@ -2,7 +2,7 @@
 //! bridges, users, tokens, ACLs). The embedded default is seed 000's two sites.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,10 @@ pub struct AclSpec {
 pub struct RemoteFileSpec {
     pub url: String,
     pub size_bytes: u64,
+    /// A local file that stands for the download: with real disks (`FileDisks`), the
+    /// downloaded volume is a copy of it (nothing is ever fetched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -166,6 +170,10 @@ pub struct StorageSpec {
     pub kind: StorageType,
     #[serde(default)]
     pub path: Option<String>,
+    /// With real disks (`FileDisks`): the host directory holding this storage's files
+    /// (default `<disks root>/<site>/<node>/<storage>/`). PVE's `path` stays as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_dir: Option<PathBuf>,
     pub content: Vec<Content>,
     pub total_bytes: u64,
     #[serde(default = "default_speed")]
@@ -190,6 +198,10 @@ pub struct VolumeSpec {
     pub size_bytes: u64,
     #[serde(default)]
     pub used_bytes: Option<u64>,
+    /// With real disks (`FileDisks`): a local file the volume is a copy of (else an empty
+    /// image of `size_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
 }
 
 impl Scenario {

@@ -16,7 +16,7 @@ use axum_server::accept::NoDelayAcceptor;
 
 use crate::clock::ClockMode;
 use crate::control::ControlClient;
-use crate::exec::{Executor, Simulated};
+use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
 use crate::scenario::Scenario;
 use state::{Shared, SharedRef, SiteCtx};
 
@@ -41,6 +41,7 @@ pub struct Builder {
     listen: BTreeMap<String, SocketAddr>,
     state_dir: Option<PathBuf>,
     exec: Arc<dyn Executor>,
+    disks: Arc<dyn Disks>,
 }
 
 impl Default for Builder {
@@ -53,6 +54,7 @@ impl Default for Builder {
             listen: BTreeMap::new(),
             state_dir: None,
             exec: Arc::new(Simulated),
+            disks: Arc::new(SimulatedDisks),
         }
     }
 }
@@ -87,6 +89,13 @@ impl Builder {
         self.exec = exec;
         self
     }
+    /// What holds the volumes' data (default: [`SimulatedDisks`], no files; `FileDisks`
+    /// keeps real ones); see `exec::Disks`. It stays across `/_fake/reset` and scenario
+    /// loads, which drop the previous world's volumes.
+    pub fn disks(mut self, disks: Arc<dyn Disks>) -> Self {
+        self.disks = disks;
+        self
+    }
 
     /// Bind every site's listener and start serving.
     pub async fn start(self) -> Result<FakeProxmox, crate::Error> {
@@ -102,6 +111,7 @@ impl Builder {
             self.clock,
             self.auth_failure_delay,
             self.exec.clone(),
+            self.disks.clone(),
         );
         let names: Vec<String> = self
             .scenario

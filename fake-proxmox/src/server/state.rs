@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, ClockMode};
-use crate::exec::Executor;
+use crate::exec::{Disks, Executor};
 use crate::faults::Faults;
 use crate::journal::Journal;
 use crate::scenario::Scenario;
@@ -43,9 +43,10 @@ impl Shared {
         clock: ClockMode,
         auth_failure_delay: bool,
         exec: Arc<dyn Executor>,
+        disks: Arc<dyn Disks>,
     ) -> SharedRef {
         let clock = Clock::new(clock);
-        let world = World::from_scenario(scenario, clock.now(), exec);
+        let world = World::from_scenario(scenario, clock.now(), exec, disks);
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 clock,

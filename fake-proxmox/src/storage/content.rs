@@ -91,15 +91,10 @@ impl Site {
             )));
         }
         let sid = s.name.clone();
-        let sto = self
-            .nodes
-            .get_mut(&node)
-            .and_then(|n| n.storages.get_mut(&sid))
-            .ok_or_else(|| PveError::die(format!("storage '{sid}' does not exist")))?;
-        let v = sto
-            .alloc_image(vmid, volname, &fmt, size, req.now as u64)
+        let v = self
+            .alloc_volume_data(&node, &sid, vmid, volname, &fmt, size, req.now)
             .map_err(PveError::die)?;
-        Ok(sto.volid(&v))
+        Ok(format!("{sid}:{v}"))
     }
 
     /// `DELETE …/content/{volume}`: the `imgdel` task, unless a VM still uses the volume.

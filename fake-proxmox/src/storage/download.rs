@@ -1,6 +1,7 @@
 //! `POST /nodes/{node}/storage/{storage}/download-url`: the `download` task, with PVE's
 //! privilege, content-type and file-name rules; the file becomes a volume when it ends.
 
+use std::path::Path;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -37,17 +38,16 @@ impl Site {
         let content = req.p.req_str("content")?;
         let filename = req.p.req_str("filename")?;
         let target = download_target(s, self.version, &content, &filename, req)?;
-        let size = self
-            .remote_files
-            .iter()
-            .find(|f| f.url == url)
-            .map_or(512 * 1024 * 1024, |f| f.size_bytes);
+        let remote = self.remote_files.iter().find(|f| f.url == url);
+        let size = remote.map_or(512 * 1024 * 1024, |f| f.size_bytes);
+        let file = remote.and_then(|f| f.file.clone());
         let speed = self.download_mib_s.min(s.speed_mib_s) * 1024.0 * 1024.0;
         let avail = s.avail();
         let work = Work::Download {
             storage: s.name.clone(),
             volname: target.volname.clone(),
             size,
+            file,
         };
         let mut plan = TaskPlan::new("download", filename, &node, &req.task_user(), work);
         lay_out(
@@ -77,13 +77,14 @@ impl Site {
         }
     }
 
-    /// The simulated file has arrived: it becomes a volume (if it still fits).
+    /// The file (`size` bytes, a copy of a local file with real disks) has arrived: it
+    /// becomes a volume (if it still fits).
     pub fn finish_download(
         &mut self,
         node: &str,
         storage: &str,
         volname: &str,
-        size: u64,
+        (size, file): (u64, Option<&Path>),
         now: f64,
     ) -> Result<Vec<String>, String> {
         let sto = self
@@ -114,6 +115,10 @@ impl Site {
                 ctime: now as u64,
             },
         );
+        if let Err(e) = self.place_data(node, storage, volname, file, virtual_size) {
+            self.remove_volume(node, storage, volname);
+            return Err(format!("download failed: {e}"));
+        }
         Ok(Vec::new())
     }
 }

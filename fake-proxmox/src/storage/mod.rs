@@ -4,10 +4,13 @@
 //! - Storages are configured per node (no cluster-wide `storage.cfg` with node lists).
 //! - Thin storages (lvmthin, dir raw/qcow2, rbd, zfspool) account only data actually
 //!   written (imports, downloads); a freshly allocated empty disk takes no space.
-//! - Nothing is stored on disk: volumes are records with a size.
+//! - By default nothing is stored on disk: volumes are records with a size. With
+//!   `FileDisks` (`exec::Disks`) each volume is also a real, sparse file; capacity still
+//!   follows the scenario's numbers.
 //! - Upload (multipart) is not implemented; `POST /_fake/.../volumes` places files instead.
 
 pub mod content;
+pub mod data;
 pub mod download;
 pub mod features;
 pub mod model;

@@ -67,6 +67,8 @@ pub enum Work {
         storage: String,
         volname: String,
         size: u64,
+        /// The local file the scenario says stands for the URL (real disks copy it).
+        file: Option<std::path::PathBuf>,
     },
     DeleteVolume {
         storage: String,
@@ -109,6 +111,45 @@ pub enum Chunk {
 pub enum TransferStyle {
     QemuImg,
     Download,
+}
+
+/// What a disk copy that really ran printed (qemu-img's progress as PVE logs it, its
+/// errors), and whether it failed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyLog {
+    pub lines: Vec<String>,
+    pub failed: bool,
+}
+
+/// Put the copies that really ran in place of the task's laid-out `qemu-img` transfers, in
+/// order, their lines spread over the transfer's time; after a failed copy the rest of the
+/// laid-out log never happened.
+fn splice_copies(timeline: &mut Vec<(f64, Chunk)>, copies: Vec<CopyLog>) {
+    let mut copies = copies.into_iter();
+    let mut out = Vec::with_capacity(timeline.len());
+    for (at, chunk) in std::mem::take(timeline) {
+        let Chunk::Transfer {
+            until,
+            style: TransferStyle::QemuImg,
+            ..
+        } = &chunk
+        else {
+            out.push((at, chunk));
+            continue;
+        };
+        let Some(copy) = copies.next() else {
+            out.push((at, chunk));
+            continue;
+        };
+        let step = (until - at).max(0.0) / copy.lines.len().max(1) as f64;
+        for (i, l) in copy.lines.into_iter().enumerate() {
+            out.push((at + step * i as f64, Chunk::Line(l)));
+        }
+        if copy.failed {
+            break;
+        }
+    }
+    *timeline = out;
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -377,11 +418,15 @@ impl Site {
             }
             None => self.apply_work(&node, &user, &work, end),
         };
+        let copies = std::mem::take(&mut self.copy_logs);
         let (lines, status) = match result {
             Ok(lines) => (lines, "OK".to_string()),
             Err(e) => (Vec::new(), e),
         };
         self.tasks.update(seq, |task| {
+            if !copies.is_empty() {
+                splice_copies(&mut task.timeline, copies);
+            }
             task.tail.extend(lines);
             if status == "OK" {
                 task.tail.push("TASK OK".into());
@@ -426,6 +471,58 @@ impl Site {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn transfer(at: f64, until: f64) -> (f64, Chunk) {
+        let style = TransferStyle::QemuImg;
+        (
+            at,
+            Chunk::Transfer {
+                total: 1,
+                until,
+                style,
+            },
+        )
+    }
+
+    fn texts(t: &[(f64, Chunk)]) -> Vec<String> {
+        t.iter()
+            .map(|(_, c)| match c {
+                Chunk::Line(l) => l.clone(),
+                Chunk::Transfer { .. } => "<transfer>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn real_copies_replace_the_laid_out_transfers_in_order() {
+        let line = |at: f64, l: &str| (at, Chunk::Line(l.into()));
+        let mut t = vec![
+            line(0.0, "create full clone of drive scsi0"),
+            transfer(0.1, 2.1),
+            line(2.1, "scsi0: successfully created disk"),
+            transfer(2.2, 3.2),
+            line(3.2, "scsi1: successfully created disk"),
+        ];
+        let copy = |lines: &[&str], failed| CopyLog {
+            lines: lines.iter().map(|l| l.to_string()).collect(),
+            failed,
+        };
+        splice_copies(&mut t, vec![copy(&["a 0%", "a 100%"], false)]);
+        assert_eq!(
+            texts(&t),
+            [
+                "create full clone of drive scsi0",
+                "a 0%",
+                "a 100%",
+                "scsi0: successfully created disk",
+                "<transfer>",
+                "scsi1: successfully created disk"
+            ]
+        );
+        assert_eq!((t[1].0, t[2].0), (0.1, 1.1));
+        splice_copies(&mut t, vec![copy(&["qemu-img: Could not open"], true)]);
+        assert_eq!(texts(&t)[4..], ["qemu-img: Could not open"]);
+    }
 
     #[test]
     fn bytes_render_like_pve() {

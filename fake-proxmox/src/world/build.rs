@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{Site, World};
 use crate::access::model::{Access, Acl, Token, User};
-use crate::exec::{Executor, Simulated};
+use crate::exec::{Disks, Executor, Simulated, SimulatedDisks, StorageInfo};
 use crate::nodes::model::{Bridge, Node};
 use crate::scenario::{BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
 use crate::storage::model::{Storage, Volume};
@@ -21,26 +21,42 @@ impl World {
     /// Every site of the scenario, its VMs run by `exec`; each site's random source is
     /// seeded from the scenario's seed and the site's place in it, so a scenario replays
     /// the same way.
-    pub fn from_scenario(scenario: &Scenario, now: f64, exec: Arc<dyn Executor>) -> World {
+    ///
+    /// `disks` forgets the previous world's volumes and gets this one's storages and the
+    /// volumes the scenario places (a volume whose data cannot be placed keeps its record,
+    /// with a warning).
+    pub fn from_scenario(
+        scenario: &Scenario,
+        now: f64,
+        exec: Arc<dyn Executor>,
+        disks: Arc<dyn Disks>,
+    ) -> World {
+        disks.reset();
         let sites = scenario
             .sites
             .iter()
             .enumerate()
-            .map(|(i, s)| Site {
-                exec: exec.clone(),
-                ..Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now)
+            .map(|(i, s)| {
+                let mut site = Site {
+                    exec: exec.clone(),
+                    disks: disks.clone(),
+                    ..Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now)
+                };
+                site.place_scenario_volumes(s);
+                site
             })
             .collect();
         World {
             scenario: scenario.clone(),
             sites,
             exec,
+            disks,
         }
     }
 
-    /// The same world's scenario again, from scratch, with the same executor.
+    /// The same world's scenario again, from scratch, with the same executor and disks.
     pub fn rebuilt(&self, scenario: &Scenario, now: f64) -> World {
-        World::from_scenario(scenario, now, self.exec.clone())
+        World::from_scenario(scenario, now, self.exec.clone(), self.disks.clone())
     }
 }
 
@@ -68,6 +84,39 @@ impl Site {
             tasks: TaskStore::default(),
             rng,
             exec: Arc::new(Simulated),
+            disks: Arc::new(SimulatedDisks),
+            copy_logs: Vec::new(),
+        }
+    }
+
+    /// Tell the disks seam about the spec's storages and place the volumes it lists.
+    fn place_scenario_volumes(&mut self, spec: &SiteSpec) {
+        for n in &spec.nodes {
+            for s in &n.storages {
+                let info = StorageInfo {
+                    site: spec.name.clone(),
+                    node: n.name.clone(),
+                    name: s.name.clone(),
+                    kind: s.kind,
+                    backing_dir: s.backing_dir.clone(),
+                };
+                if let Err(e) = self.disks.add_storage(&info) {
+                    tracing::warn!("storage {} on {}: {e}", s.name, n.name);
+                    continue;
+                }
+                for v in &s.volumes {
+                    let placed = self.place_data(
+                        &n.name,
+                        &s.name,
+                        &v.volname,
+                        v.file.as_deref(),
+                        v.size_bytes,
+                    );
+                    if let Err(e) = placed {
+                        tracing::warn!("volume {}:{} on {}: {e}", s.name, v.volname, n.name);
+                    }
+                }
+            }
         }
     }
 }

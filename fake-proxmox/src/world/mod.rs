@@ -11,7 +11,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::access::model::{Access, Identity};
-use crate::exec::{Executor, Host};
+use crate::exec::{Disks, Executor, Host};
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 use crate::scenario::{RemoteFileSpec, Scenario};
@@ -25,6 +25,8 @@ pub struct World {
     pub sites: Vec<Site>,
     /// What runs every site's VMs; kept when the world is rebuilt (reset, new scenario).
     pub exec: Arc<dyn Executor>,
+    /// What holds every site's volume data; kept when the world is rebuilt.
+    pub disks: Arc<dyn Disks>,
 }
 
 impl World {
@@ -63,6 +65,12 @@ pub struct Site {
     pub rng: ChaCha8Rng,
     /// What runs the VMs (see `exec`): the qemu model decides, this carries it out.
     pub exec: Arc<dyn Executor>,
+    /// What holds the volumes' data (see `exec::Disks`): the storage and qemu models
+    /// decide, this carries it out.
+    pub disks: Arc<dyn Disks>,
+    /// The log lines of the disk copies the task being completed ran, in order (see
+    /// `tasks::model`): they replace its laid-out transfers.
+    pub copy_logs: Vec<crate::tasks::model::CopyLog>,
 }
 
 impl Site {

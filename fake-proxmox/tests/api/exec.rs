@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fake_proxmox::exec::{AgentCall, Executor, Host, Simulated, VolumeRef};
+use fake_proxmox::exec::{AgentCall, Executor, Host, Simulated};
 use fake_proxmox::qemu::model::Vm;
 use fake_proxmox::{ClockMode, FakeProxmox};
 use serde_json::Value;
@@ -39,12 +39,6 @@ impl Executor for NoKvm {
     }
     fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
         Simulated.resume(vm, host)
-    }
-    fn copy_disk(&self, f: VolumeRef<'_>, t: VolumeRef<'_>, used: u64) -> Result<u64, String> {
-        Simulated.copy_disk(f, t, used)
-    }
-    fn save_state(&self, vm: &Vm, volid: &str, size: u64) -> Result<u64, String> {
-        Simulated.save_state(vm, volid, size)
     }
     fn agent_ready(&self, vm: &Vm, now: f64) -> bool {
         Simulated.agent_ready(vm, now)
