@@ -51,6 +51,7 @@
 pub mod accel;
 pub mod clock;
 pub mod error;
+pub mod guests;
 pub mod image;
 pub mod lab;
 pub mod machine;
