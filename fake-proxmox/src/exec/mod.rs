@@ -17,6 +17,7 @@
 //! / file commands, because no route serves them (they answer 501).
 
 mod guest;
+pub mod lab;
 mod simulated;
 
 use std::fmt;
@@ -27,6 +28,7 @@ use serde_json::Value;
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 
+pub use lab::LabExecutor;
 pub use simulated::Simulated;
 
 /// What the site lends an executor for one effect.
@@ -104,6 +106,10 @@ pub trait Executor: Send + Sync + fmt::Debug {
     /// The `result` of a guest agent command, asked once the model has found the agent
     /// configured and answering.
     fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String>;
+    /// Bring `vm`'s run state up to what really runs: a guest that powered itself off, or
+    /// whose QEMU died, is `stopped`. For the routes to call before they read the state; the
+    /// simulated executor has nothing to observe.
+    fn refresh(&self, _vm: &mut Vm, _now: f64) {}
 }
 
 #[cfg(test)]
