@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use vm_lab::guests::{
     BridgeSpec, DhcpPool, DirectBoot, DiskBus, DiskFormat, Guest, GuestDisk, GuestHost, GuestNic,
-    GuestSpec, HostOptions, Media, NicModel,
+    GuestSpec, HostOptions, Media, NicModel, SegmentKind,
 };
 use vm_lab::image::{self, Image, ImageRequest};
 use vm_lab::namespace::{alive, pids_mentioning};
@@ -283,6 +283,39 @@ fn two_guests_on_a_bridge_with_dhcp_agent_ssh_power_verbs_and_clean_teardown() {
         pids_mentioning(&run_dir)
     );
     assert!(!run_dir.exists());
+}
+
+#[test]
+fn the_multicast_fallback_still_joins_guests_on_one_segment() {
+    log_init();
+    let (img, _) = netboot();
+    let run_root = tempfile::tempdir().unwrap();
+    let host = GuestHost::new(HostOptions {
+        run_root: Some(run_root.path().to_path_buf()),
+        memory_cap_mib: 384,
+        force_multicast: true,
+        ..HostOptions::default()
+    })
+    .unwrap();
+    assert_eq!(host.segment_kind(), SegmentKind::Multicast);
+    host.ensure_bridge(&BridgeSpec::new("vmbr0")).unwrap();
+    let a = host
+        .launch(netboot_guest(&img, "m1", "52:54:00:bb:00:01", "10.10.0.31"))
+        .unwrap();
+    let b = host
+        .launch(netboot_guest(&img, "m2", "52:54:00:bb:00:02", "10.10.0.32"))
+        .unwrap();
+    let (group, port) = vm_lab::guests::mcast_address(0);
+    let netdev = format!("socket,id=net0,mcast={group}:{port},localaddr=127.0.0.1");
+    assert!(a.argv().contains(&netdev), "{:?}", a.argv());
+    assert!(a.taps().iter().all(String::is_empty));
+    let patience = boot_patience(&host);
+    wait_agent(&a, patience);
+    wait_agent(&b, patience);
+    let ping = a
+        .exec("ping -c2 -W2 10.10.0.32", Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(ping.code, 0, "{ping:?}");
 }
 
 #[test]

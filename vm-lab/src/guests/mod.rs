@@ -23,7 +23,9 @@ pub mod argv;
 pub mod control;
 mod guest;
 pub mod net;
+mod segments;
 pub mod spec;
+mod ssh;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -34,6 +36,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 pub use guest::{AGENT_TIMEOUT, Guest, QMP_TIMEOUT, RunState};
+pub use segments::{SegmentKind, mcast_address};
 pub use spec::{
     BridgeSpec, DhcpPool, DirectBoot, DiskBus, DiskFormat, GuestDisk, GuestNic, GuestSpec, Machine,
     Media, NicModel, ScsiController,
@@ -41,7 +44,6 @@ pub use spec::{
 
 use crate::accel::{self, Accel};
 use crate::error::{Error, Result};
-use crate::machine::ExecOutput;
 use crate::namespace::Namespace;
 use crate::spec::AccelChoice;
 use argv::{GuestPaths, LaunchArgs, NicBackend};
@@ -69,6 +71,9 @@ pub struct HostOptions {
     pub memory_budget_mib: Option<u64>,
     /// A static busybox for `udhcpd`; default: from vm-lab's package cache.
     pub busybox: Option<PathBuf>,
+    /// Make every segment a multicast socket even where taps work (the fallback otherwise
+    /// taken only when taps cannot be made).
+    pub force_multicast: bool,
 }
 
 impl Default for HostOptions {
@@ -81,6 +86,7 @@ impl Default for HostOptions {
             memory_cap_mib: 2048,
             memory_budget_mib: None,
             busybox: None,
+            force_multicast: false,
         }
     }
 }
@@ -89,6 +95,8 @@ impl Default for HostOptions {
 struct Bridge {
     spec: BridgeSpec,
     dhcp: Option<NsProcess>,
+    /// The segment's group and port when it is a multicast socket.
+    mcast: Option<(Ipv4Addr, u16)>,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +116,7 @@ pub struct GuestHost {
     accel: Accel,
     opts: HostOptions,
     budget_mib: u64,
+    segment_kind: SegmentKind,
     state: Mutex<State>,
     /// Set on drop: the agent watchers stop.
     closing: Arc<AtomicBool>,
@@ -138,13 +147,27 @@ impl GuestHost {
                 return Err(e);
             }
         };
+        let segment_kind = if opts.force_multicast {
+            SegmentKind::Multicast
+        } else {
+            match segments::taps_work(ns.init_pid()) {
+                Ok(()) => SegmentKind::Bridge,
+                Err(e) => {
+                    tracing::warn!(
+                        "no taps in the namespace ({e}): segments are multicast sockets"
+                    );
+                    SegmentKind::Multicast
+                }
+            }
+        };
         let budget_mib = opts
             .memory_budget_mib
             .unwrap_or_else(|| available_mib().saturating_sub(512));
         tracing::info!(
-            "guest host in {}: accel {}, memory cap {} MiB, budget {} MiB",
+            "guest host in {}: accel {}, segments {:?}, memory cap {} MiB, budget {} MiB",
             run_dir.display(),
             accel.name(),
+            segment_kind,
             opts.memory_cap_mib,
             budget_mib
         );
@@ -156,6 +179,7 @@ impl GuestHost {
             accel,
             opts,
             budget_mib,
+            segment_kind,
             state: Mutex::new(State::default()),
             closing: Arc::new(AtomicBool::new(false)),
         })
@@ -185,89 +209,6 @@ impl GuestHost {
 
     pub fn memory_budget_mib(&self) -> u64 {
         self.budget_mib
-    }
-
-    /// Make the segment if it is new, add the addresses it lacks, and run (or widen) its DHCP
-    /// server. Asking again with what it has changes nothing.
-    pub fn ensure_bridge(&self, want: &BridgeSpec) -> Result<()> {
-        if !net::valid_ifname(&want.name) {
-            return Err(Error::Spec(format!(
-                "bridge {:?}: not a valid interface name (1-15 letters, digits, '-', '_', '.')",
-                want.name
-            )));
-        }
-        let mut st = self.lock_state()?;
-        let (new, have) = match st.bridges.get(&want.name) {
-            Some(b) => (false, b.spec.clone()),
-            None => (true, BridgeSpec::new(&want.name)),
-        };
-        let merged = net::merge_bridge(&have, want);
-        let add: Vec<(Ipv4Addr, u8)> = merged
-            .addresses
-            .iter()
-            .filter(|a| !have.addresses.contains(a))
-            .copied()
-            .collect();
-        net::run_ip(self.init_pid, &net::bridge_commands(&want.name, new, &add))?;
-        let entry = st.bridges.entry(want.name.clone()).or_insert(Bridge {
-            spec: have.clone(),
-            dhcp: None,
-        });
-        let pool_changed = merged.dhcp != entry.spec.dhcp;
-        entry.spec = merged;
-        if let (true, Some(pool)) = (pool_changed, entry.spec.dhcp) {
-            if let Some(mut old) = entry.dhcp.take() {
-                old.kill();
-            }
-            entry.dhcp = Some(self.start_dhcp(&want.name, &pool, &entry.spec.addresses)?);
-        }
-        Ok(())
-    }
-
-    /// The segments and what they hold.
-    pub fn bridges(&self) -> Vec<BridgeSpec> {
-        self.state
-            .lock()
-            .map(|s| s.bridges.values().map(|b| b.spec.clone()).collect())
-            .unwrap_or_default()
-    }
-
-    fn start_dhcp(
-        &self,
-        bridge: &str,
-        pool: &DhcpPool,
-        addrs: &[(Ipv4Addr, u8)],
-    ) -> Result<NsProcess> {
-        let busybox = match &self.opts.busybox {
-            Some(b) => b.clone(),
-            None => net::busybox(&self.cache)?,
-        };
-        let dir = self.run_dir.join("dhcp");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let conf = dir.join(format!("{bridge}.conf"));
-        let prefix = net::prefix_for(addrs, pool.start);
-        std::fs::write(&conf, net::udhcpd_conf(bridge, pool, prefix, &dir))
-            .map_err(|e| Error::io(&conf, e))?;
-        let _ = std::fs::write(dir.join(format!("{bridge}.leases")), b"");
-        let log = dir.join(format!("{bridge}.log"));
-        let log_file = std::fs::File::create(&log).map_err(|e| Error::io(&log, e))?;
-        let mut p = NsProcess::spawn(
-            self.init_pid,
-            &busybox.display().to_string(),
-            &["udhcpd".into(), "-f".into(), conf.display().to_string()],
-            Stdio::from(log_file),
-        )?;
-        // udhcpd refuses a bad config or interface at once.
-        std::thread::sleep(Duration::from_millis(150));
-        if let Some(status) = p.exit_status() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(Error::tool(
-                "udhcpd",
-                format!("on {bridge} exited ({status}): {}", text.trim()),
-            ));
-        }
-        tracing::info!("dhcp on {bridge}: {}-{}", pool.start, pool.end);
-        Ok(p)
     }
 
     /// Launch a guest: its segments' taps, then QEMU inside the namespace. Returns once QEMU's
@@ -314,7 +255,7 @@ impl GuestHost {
                 self.ensure_bridge(&BridgeSpec::new(b))?;
             }
         }
-        let (taps, backends) = self.make_taps(seq, &spec)?;
+        let (taps, backends) = self.nic_backends(seq, &spec)?;
         match self.start_qemu(spec, memory_mib, paths, taps.clone(), &backends) {
             Ok(g) => {
                 let g = Arc::new(g);
@@ -330,41 +271,6 @@ impl GuestHost {
                 self.delete_taps(&taps);
                 Err(e)
             }
-        }
-    }
-
-    fn make_taps(&self, seq: u32, spec: &GuestSpec) -> Result<(Vec<String>, Vec<NicBackend>)> {
-        let mut taps = Vec::new();
-        let mut backends = Vec::new();
-        let mut cmds = Vec::new();
-        for nic in &spec.nics {
-            match &nic.bridge {
-                Some(b) => {
-                    let tap = net::tap_name(seq, nic.index);
-                    cmds.extend(net::tap_commands(&tap, b));
-                    taps.push(tap.clone());
-                    backends.push(NicBackend::Tap { ifname: tap });
-                }
-                None => {
-                    taps.push(String::new());
-                    backends.push(NicBackend::User);
-                }
-            }
-        }
-        // A tap left from a guest of an earlier run of this name is gone with its host.
-        net::run_ip(self.init_pid, &cmds)
-            .map_err(|e| Error::Lab(format!("guest {}: cannot make its taps: {e}", spec.name)))?;
-        Ok((taps, backends))
-    }
-
-    fn delete_taps(&self, taps: &[String]) {
-        let cmds: Vec<String> = taps
-            .iter()
-            .filter(|t| !t.is_empty())
-            .map(|t| format!("link del {t}"))
-            .collect();
-        if let Err(e) = net::run_ip(self.init_pid, &cmds) {
-            tracing::debug!("deleting taps: {e}");
         }
     }
 
@@ -447,63 +353,6 @@ impl GuestHost {
             self.delete_taps(&g.taps);
             let _ = std::fs::remove_dir_all(&g.paths.dir);
         }
-    }
-
-    /// A system `ssh` command reaching `user@addr` (a guest's address on a segment) from inside
-    /// the namespace, with `key`. `remote` becomes the remote command.
-    pub fn ssh_command(
-        &self,
-        key: &Path,
-        user: &str,
-        addr: Ipv4Addr,
-        remote: &[&str],
-    ) -> std::process::Command {
-        let mut c = std::process::Command::new("nsenter");
-        c.args(net::ssh_argv(self.init_pid, key, user, addr, remote));
-        c
-    }
-
-    /// Run `command` over SSH and collect its output, killing the client after `timeout`.
-    pub fn ssh(
-        &self,
-        key: &Path,
-        user: &str,
-        addr: Ipv4Addr,
-        command: &str,
-        timeout: Duration,
-    ) -> Result<ExecOutput> {
-        let mut cmd = self.ssh_command(key, user, addr, &[command]);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = cmd.spawn().map_err(|e| Error::tool("ssh", e.to_string()))?;
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let out = match rx.recv_timeout(timeout) {
-            Ok(r) => r.map_err(|e| Error::tool("ssh", e.to_string()))?,
-            Err(_) => {
-                if let Ok(p) = i32::try_from(pid) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(p),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                return Err(Error::Timeout {
-                    node: addr.to_string(),
-                    what: format!("ssh `{command}`"),
-                    after: timeout,
-                    serial: String::new(),
-                });
-            }
-        };
-        Ok(ExecOutput {
-            code: i64::from(out.status.code().unwrap_or(-1)),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
     }
 
     /// Kill every guest and DHCP server, end the namespace, remove the run directory.
