@@ -5,6 +5,10 @@
 //! for a booted guest's).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[allow(dead_code)]
+#[path = "api/common.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -235,4 +239,117 @@ fn memory_beyond_the_lab_budget_fails_the_start_task() {
         "{e}"
     );
     assert_eq!(v.power, Power::Stopped);
+}
+
+/// Every volume the storage side names is a blank 1 MiB file under `dir` (the storage itself
+/// stays simulated in this test).
+fn blank_volumes(dir: &Path) -> VolumePath {
+    let dir = dir.to_path_buf();
+    Arc::new(move |_node: &str, storage: &str, volname: &str| {
+        let p = dir.join(storage).join(volname);
+        if !p.exists() {
+            std::fs::create_dir_all(p.parent()?).ok()?;
+            std::fs::write(&p, vec![0u8; 1 << 20]).ok()?;
+        }
+        Some(p)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_api_a_vm_starts_as_a_real_qemu_and_stops() {
+    use common::*;
+    let tmp = tempfile::tempdir().unwrap();
+    let host = GuestHost::new(HostOptions {
+        run_root: Some(tmp.path().join("run")),
+        memory_cap_mib: 128,
+        ..HostOptions::default()
+    })
+    .unwrap();
+    let exec = LabExecutor::new(host, blank_volumes(&tmp.path().join("store")))
+        .with_bridges(vmbr0())
+        .with_shutdown_timeout(Duration::from_secs(1));
+    let exec = Arc::new(exec);
+    let fake = fake_proxmox::FakeProxmox::builder()
+        .auth_failure_delay(false)
+        .clock(fake_proxmox::ClockMode::Stepped)
+        .executor(exec.clone())
+        .start()
+        .await
+        .unwrap();
+    let f = Fake { fake };
+    let api = f.api("site-1");
+    let node = "ml110-01";
+    let st = create_vm(
+        &f,
+        &api,
+        node,
+        &[
+            ("vmid", "100"),
+            ("memory", "512"),
+            ("scsihw", "virtio-scsi-pci"),
+            ("scsi0", "local-lvm:1"),
+            ("net0", "virtio,bridge=vmbr0"),
+            ("agent", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(st["exitstatus"], "OK");
+
+    let r = api
+        .post(&format!("/nodes/{node}/qemu/100/status/start"), &[])
+        .await;
+    let st = wait_task(&f, &api, node, r.data().as_str().unwrap()).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let cur = api
+        .get(&format!("/nodes/{node}/qemu/100/status/current"))
+        .await;
+    assert_eq!(cur.data()["status"], "running", "{}", cur.body);
+    let pid = u32::try_from(cur.data()["pid"].as_u64().unwrap()).unwrap();
+    assert!(alive(pid), "status/current shows the real QEMU's pid");
+    let conf = api.get(&format!("/nodes/{node}/qemu/100/config")).await;
+    let mac = conf.data()["net0"]
+        .as_str()
+        .unwrap()
+        .split(['=', ','])
+        .nth(1)
+        .unwrap()
+        .to_ascii_lowercase();
+    let g = exec
+        .guest(&Vm::stopped(100, node, BTreeMap::new(), None))
+        .unwrap();
+    assert!(
+        g.argv().iter().any(|a| a.contains(&format!("mac={mac}"))),
+        "{:?}",
+        g.argv()
+    );
+
+    // No OS on the blank disk: the real agent never answers.
+    let ping = api
+        .post(&format!("/nodes/{node}/qemu/100/agent/ping"), &[])
+        .await;
+    assert_eq!(ping.status, 500);
+    assert!(
+        ping.body.contains("QEMU guest agent is not running"),
+        "{}",
+        ping.body
+    );
+
+    // The firmware ignores ACPI: the shutdown task fails with PVE's text, QEMU runs on.
+    let r = api
+        .post(&format!("/nodes/{node}/qemu/100/status/shutdown"), &[])
+        .await;
+    let st = wait_task(&f, &api, node, r.data().as_str().unwrap()).await;
+    assert_eq!(st["exitstatus"], "VM quit/powerdown failed - got timeout");
+    assert!(alive(pid));
+
+    let r = api
+        .post(&format!("/nodes/{node}/qemu/100/status/stop"), &[])
+        .await;
+    let st = wait_task(&f, &api, node, r.data().as_str().unwrap()).await;
+    assert_eq!(st["exitstatus"], "OK");
+    assert!(!alive(pid));
+    let cur = api
+        .get(&format!("/nodes/{node}/qemu/100/status/current"))
+        .await;
+    assert_eq!(cur.data()["status"], "stopped");
 }
