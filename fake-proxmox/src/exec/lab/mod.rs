@@ -12,6 +12,10 @@
 //! - `agent_ready` is a real `guest-ping` answered (kept fresh by the host's watcher, so the
 //!   call never waits on the guest); `agent` forwards the command to the real agent ([`agent`]).
 //! - `refresh` notices a guest that powered itself off (or a QEMU that died): `stopped`.
+//! - Host access for the next step: [`LabExecutor::guest_ipv4`] (the agent's address on a
+//!   NIC), [`LabExecutor::ssh_command`] (system `ssh` run inside the lab's namespace) and
+//!   [`LabExecutor::serial_log`]; the namespace holds the node's and the gateway's addresses
+//!   on each bridge, so no management NIC is added to the guest.
 //!
 //! Deviations from real PVE:
 //! - Every call blocks its caller (the site lock) for at most a few seconds: the shutdown
