@@ -219,7 +219,11 @@ impl Guest {
             }
             Err(e) => {
                 // An answered error (unknown command, bad argument) keeps the connection.
-                if e.contains("got timeout") || e.contains("closed") || e.starts_with("write") {
+                if e.contains("got timeout")
+                    || e.contains("closed")
+                    || e.starts_with("write")
+                    || e.starts_with("bad JSON")
+                {
                     *slot = None;
                     self.agent_seen.store(false, Ordering::Relaxed);
                 }
