@@ -193,6 +193,16 @@ fn a_pve_config_runs_as_real_qemu_with_pves_power_semantics() {
         "volume 'local-lvm:vm-101-disk-0' does not exist"
     );
     assert_eq!(missing.power, Power::Stopped);
+    // QEMU itself refusing (a raw file named as qcow2): PVE's start-task text, QEMU's words.
+    blank_disk(&store, "local", "103/vm-103-disk-0.qcow2");
+    let mut not_qcow2 = vm(103, &[("virtio0", "local:103/vm-103-disk-0.qcow2")]);
+    let e = exec.start(&mut not_qcow2, &mut h).unwrap_err();
+    assert!(
+        e.starts_with("start failed: QEMU exited with code 1: "),
+        "{e}"
+    );
+    assert!(e.contains("qcow2"), "{e}");
+    assert_eq!((not_qcow2.power, not_qcow2.pid), (Power::Stopped, None));
     let mut bad_nic = vm(102, &[("net0", "pcnet=BC:24:11:00:01:02,bridge=vmbr0")]);
     assert!(
         exec.start(&mut bad_nic, &mut h)
