@@ -54,6 +54,7 @@
 pub mod accel;
 pub mod clock;
 pub mod error;
+pub mod guests;
 pub mod image;
 pub mod lab;
 pub mod machine;

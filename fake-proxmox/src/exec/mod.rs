@@ -7,10 +7,12 @@
 //! The executor records the run state it produces on the [`Vm`] (`power`, `pid`,
 //! `started_at`, `agent_ready_at`), which is what every route reads.
 //!
-//! Today's only implementation is [`Simulated`]: no process, figures from the site's seeded
-//! random source and its boot delay, agent answers made up from the config. A lab-backed
-//! executor (real QEMU guests) implements the same trait and is handed to
-//! `FakeProxmox::builder().executor(…)`; the PVE rules do not change.
+//! Two implementations: [`Simulated`] (the default: no process, figures from the site's seeded
+//! random source and its boot delay, agent answers made up from the config) and
+//! [`LabExecutor`] (real QEMU guests in a vm-lab namespace, one L2 per PVE bridge, QMP for
+//! power, the real guest agent; see `lab`). Either is handed to
+//! `FakeProxmox::builder().executor(…)` or chosen by a scenario's `backend:`; the PVE rules
+//! do not change.
 //!
 //! Effects on volume *data* (allocating, freeing, growing, copying volumes, RAM states,
 //! placed files, the cloud-init drive) go through the second seam, [`Disks`]:
@@ -24,6 +26,7 @@
 mod disks;
 mod files;
 mod guest;
+pub mod lab;
 mod simulated;
 
 use std::fmt;
@@ -38,6 +41,7 @@ pub use disks::{
     CloudInitImage, Copied, CopyFailed, CopyJob, Disks, Placed, SimulatedDisks, StorageInfo, Vol,
 };
 pub use files::{FileDisks, volume_path};
+pub use lab::LabExecutor;
 pub use simulated::Simulated;
 
 /// What the site lends an executor for one effect.
@@ -106,6 +110,10 @@ pub trait Executor: Send + Sync + fmt::Debug {
     /// The `result` of a guest agent command, asked once the model has found the agent
     /// configured and answering.
     fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String>;
+    /// Bring `vm`'s run state up to what really runs: a guest that powered itself off, or
+    /// whose QEMU died, is `stopped`. For the routes to call before they read the state; the
+    /// simulated executor has nothing to observe.
+    fn refresh(&self, _vm: &mut Vm, _now: f64) {}
 }
 
 #[cfg(test)]
