@@ -8,6 +8,8 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
 use fake_proxmox::exec::FileDisks;
+use fake_proxmox::exec::lab::backend::LabOptions;
+use fake_proxmox::scenario::Backend;
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 
 #[derive(Parser)]
@@ -47,6 +49,14 @@ enum Cmd {
         /// under `STATE_DIR/disks`, else a temp dir removed on exit).
         #[arg(long, default_value = "simulated", value_parser = ["simulated", "files"])]
         disks: String,
+        /// What runs the VMs of sites whose scenario sets no `backend`: `simulated`, or `lab`
+        /// (real QEMU guests booting from real volume files under `STATE_DIR`, else temp dirs).
+        #[arg(long, default_value = "simulated", value_parser = parse_backend)]
+        backend: Backend,
+        /// The lab backend: the most memory one guest's QEMU gets (PVE-side figures keep the
+        /// config's `memory`).
+        #[arg(long, default_value_t = 1024)]
+        memory_cap_mib: u64,
     },
     /// Scenario utilities.
     Scenario {
@@ -61,6 +71,14 @@ enum ScenarioCmd {
     Dump,
     /// Check a scenario file.
     Check { file: PathBuf },
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    match s {
+        "simulated" => Ok(Backend::Simulated),
+        "lab" => Ok(Backend::Lab),
+        _ => Err(format!("unknown backend '{s}' (simulated or lab)")),
+    }
 }
 
 fn parse_listen(s: &str) -> Result<(String, SocketAddr), String> {
@@ -101,6 +119,8 @@ async fn main() -> anyhow::Result<()> {
             clock,
             state_dir,
             disks,
+            backend,
+            memory_cap_mib,
         } => {
             let sc = match scenario {
                 Some(p) => Scenario::from_yaml_file(&p)
@@ -111,9 +131,19 @@ async fn main() -> anyhow::Result<()> {
                 .scenario(sc)
                 .tls(!plain_http)
                 .auth_failure_delay(!no_auth_delay)
-                .clock(clock);
+                .clock(clock)
+                .backend(backend)
+                .lab_options(LabOptions {
+                    memory_cap_mib,
+                    ..LabOptions::default()
+                });
             for (site, addr) in listen {
                 b = b.listen(&site, addr);
+            }
+            if disks == "files" && backend == Backend::Lab {
+                bail!(
+                    "--backend lab keeps every volume as a real file already: drop --disks files"
+                );
             }
             if disks == "files" {
                 let files = match &state_dir {

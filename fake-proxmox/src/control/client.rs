@@ -205,6 +205,24 @@ impl ControlClient {
         Ok(v["volid"].as_str().unwrap_or_default().to_string())
     }
 
+    /// How to reach VM `vmid`'s guest (lab backend): its address on `net0`, an `ssh` command
+    /// line as `user` with the private `key` (append the remote command), its serial log.
+    pub async fn guest_access(
+        &self,
+        node: &str,
+        vmid: u32,
+        user: &str,
+        key: &std::path::Path,
+    ) -> Result<crate::exec::GuestAccess, ControlError> {
+        let key = key.to_string_lossy();
+        self.send(
+            self.http
+                .get(self.url(&format!("/nodes/{node}/qemu/{vmid}/guest")))
+                .query(&[("user", user), ("key", key.as_ref())]),
+        )
+        .await
+    }
+
     /// Remove a file from a storage (`volid` or volume name).
     pub async fn delete_volume(
         &self,

@@ -47,6 +47,7 @@ pub fn router() -> Router<SiteCtx> {
             "/nodes/{node}/storage/{storage}/volumes",
             post(volume_add).delete(volume_delete),
         )
+        .route("/nodes/{node}/qemu/{vmid}/guest", get(guest_access))
         .route("/journal", get(journal).delete(journal_clear))
         .route("/state", get(state))
 }
@@ -194,6 +195,36 @@ async fn node_online(
         n.online = o.online;
     }
     ok(json!({}))
+}
+
+#[derive(Deserialize)]
+struct AccessQuery {
+    user: String,
+    key: std::path::PathBuf,
+}
+
+/// How to reach a VM's guest from the host (lab backend): its address, an `ssh` command
+/// line that enters the lab's namespace, its serial log. Asks the guest agent, under the
+/// lock, for at most a few seconds.
+async fn guest_access(
+    State(ctx): State<SiteCtx>,
+    Path((node, vmid)): Path<(String, u32)>,
+    Query(q): Query<AccessQuery>,
+) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    let site = inner
+        .world
+        .site_of_node_mut(&node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let vm = site
+        .vm_on(&node, vmid)
+        .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
+    let access = site
+        .exec
+        .access(vm, &q.user, &q.key)
+        .map_err(|e| err(StatusCode::CONFLICT, e))?;
+    ok(json!(access))
 }
 
 #[derive(Deserialize)]

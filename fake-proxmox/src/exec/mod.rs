@@ -114,6 +114,27 @@ pub trait Executor: Send + Sync + fmt::Debug {
     /// whose QEMU died, is `stopped`. For the routes to call before they read the state; the
     /// simulated executor has nothing to observe.
     fn refresh(&self, _vm: &mut Vm, _now: f64) {}
+    /// How the host reaches a running guest: `Err` says why it cannot (the simulated
+    /// executor runs none).
+    fn access(&self, vm: &Vm, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {
+        let _ = (user, key);
+        Err(format!(
+            "VM {} runs on the simulated backend: there is no guest to reach",
+            vm.vmid
+        ))
+    }
+}
+
+/// How the host reaches a guest (the control API's `…/qemu/{vmid}/guest`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GuestAccess {
+    /// The guest's IPv4 address on `net0`, as its agent reports it.
+    pub address: String,
+    /// A ready `ssh` command line (program first) that runs inside the lab's namespace as
+    /// `user` with `key`; append the remote command.
+    pub ssh: Vec<String>,
+    /// The guest's serial console log on the host.
+    pub serial_log: Option<String>,
 }
 
 #[cfg(test)]

@@ -54,7 +54,22 @@ pub struct SiteSpec {
     /// Files download-url "finds" at these URLs (nothing is ever fetched).
     #[serde(default)]
     pub remote_files: Vec<RemoteFileSpec>,
+    /// What runs this site's VMs: `simulated` (rows in a table) or `lab` (real QEMU guests
+    /// with real volume files). Unset: the server's default (`serve --backend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
     pub nodes: Vec<NodeSpec>,
+}
+
+/// What runs a site's VMs (see `exec`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// No process: figures and agent answers made up from the config.
+    #[default]
+    Simulated,
+    /// Real QEMU guests in a vm-lab namespace booting from real volume files.
+    Lab,
 }
 
 fn default_version() -> PveVersion {

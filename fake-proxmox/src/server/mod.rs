@@ -16,8 +16,10 @@ use axum_server::accept::NoDelayAcceptor;
 
 use crate::clock::ClockMode;
 use crate::control::ControlClient;
+use crate::exec::lab::backend::LabOptions;
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
-use crate::scenario::Scenario;
+use crate::scenario::{Backend, Scenario};
+use crate::world::Runners;
 use state::{Shared, SharedRef, SiteCtx};
 
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
@@ -42,6 +44,10 @@ pub struct Builder {
     state_dir: Option<PathBuf>,
     exec: Arc<dyn Executor>,
     disks: Arc<dyn Disks>,
+    /// Set by `executor`/`disks`: those run every site, whatever its `backend`.
+    explicit_runners: bool,
+    backend: Backend,
+    lab: LabOptions,
 }
 
 impl Default for Builder {
@@ -55,6 +61,9 @@ impl Default for Builder {
             state_dir: None,
             exec: Arc::new(Simulated),
             disks: Arc::new(SimulatedDisks),
+            explicit_runners: false,
+            backend: Backend::Simulated,
+            lab: LabOptions::default(),
         }
     }
 }
@@ -87,6 +96,19 @@ impl Builder {
     /// What runs the VMs (default: [`Simulated`]); see `exec`.
     pub fn executor(mut self, exec: Arc<dyn Executor>) -> Self {
         self.exec = exec;
+        self.explicit_runners = true;
+        self
+    }
+    /// What runs the VMs of sites whose scenario sets no `backend` (default: simulated).
+    /// `Backend::Lab` boots real QEMU guests from real volume files (see `exec::lab`).
+    pub fn backend(mut self, b: Backend) -> Self {
+        self.backend = b;
+        self
+    }
+    /// How the lab backend runs (memory cap, shutdown timeout); its files go under the
+    /// state dir when one is set.
+    pub fn lab_options(mut self, o: LabOptions) -> Self {
+        self.lab = o;
         self
     }
     /// What holds the volumes' data (default: [`SimulatedDisks`], no files; `FileDisks`
@@ -94,7 +116,38 @@ impl Builder {
     /// loads, which drop the previous world's volumes.
     pub fn disks(mut self, disks: Arc<dyn Disks>) -> Self {
         self.disks = disks;
+        self.explicit_runners = true;
         self
+    }
+
+    /// The runners of sites without a `backend` and, when another site asks for the lab
+    /// backend, the lab's.
+    fn runners(&self) -> Result<(Runners, Option<(Backend, Runners)>), crate::Error> {
+        let given = Runners {
+            exec: self.exec.clone(),
+            disks: self.disks.clone(),
+        };
+        if self.explicit_runners {
+            return Ok((given, None));
+        }
+        let any_lab = self
+            .scenario
+            .sites
+            .iter()
+            .any(|s| s.backend.unwrap_or(self.backend) == Backend::Lab);
+        if !any_lab {
+            return Ok((given, None));
+        }
+        let mut opts = self.lab.clone();
+        if opts.state_dir.is_none() {
+            opts.state_dir = self.state_dir.clone();
+        }
+        let lab = crate::exec::lab::backend::runners(&self.scenario, &opts)
+            .map_err(crate::Error::Config)?;
+        Ok(match self.backend {
+            Backend::Lab => (lab, Some((Backend::Simulated, given))),
+            Backend::Simulated => (given, Some((Backend::Lab, lab))),
+        })
     }
 
     /// Bind every site's listener and start serving.
@@ -106,12 +159,13 @@ impl Builder {
                 )));
             }
         }
+        let (default, other) = self.runners()?;
         let shared = Shared::new(
             &self.scenario,
             self.clock,
             self.auth_failure_delay,
-            self.exec.clone(),
-            self.disks.clone(),
+            default,
+            other,
         );
         let names: Vec<String> = self
             .scenario

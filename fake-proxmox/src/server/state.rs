@@ -6,11 +6,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, ClockMode};
-use crate::exec::{Disks, Executor};
 use crate::faults::Faults;
 use crate::journal::Journal;
-use crate::scenario::Scenario;
-use crate::world::World;
+use crate::scenario::{Backend, Scenario};
+use crate::world::{Runners, World};
 
 pub struct Inner {
     pub clock: Clock,
@@ -42,11 +41,11 @@ impl Shared {
         scenario: &Scenario,
         clock: ClockMode,
         auth_failure_delay: bool,
-        exec: Arc<dyn Executor>,
-        disks: Arc<dyn Disks>,
+        default: Runners,
+        other: Option<(Backend, Runners)>,
     ) -> SharedRef {
         let clock = Clock::new(clock);
-        let world = World::from_scenario(scenario, clock.now(), exec, disks);
+        let world = World::from_scenario_with(scenario, clock.now(), default, other);
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 clock,

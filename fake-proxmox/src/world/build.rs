@@ -7,11 +7,11 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{Site, World};
+use super::{Runners, Site, World};
 use crate::access::model::{Access, Acl, Token, User};
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks, StorageInfo};
 use crate::nodes::model::{Bridge, Node};
-use crate::scenario::{BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
+use crate::scenario::{Backend, BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
 use crate::storage::model::{Storage, Volume};
 use crate::storage::volid::parse_volname;
 use crate::storage::volumes::Volumes;
@@ -31,15 +31,33 @@ impl World {
         exec: Arc<dyn Executor>,
         disks: Arc<dyn Disks>,
     ) -> World {
-        disks.reset();
+        World::from_scenario_with(scenario, now, Runners { exec, disks }, None)
+    }
+
+    /// As [`World::from_scenario`]; the sites whose scenario names `other`'s backend get
+    /// its runners, every other site `default`.
+    pub fn from_scenario_with(
+        scenario: &Scenario,
+        now: f64,
+        default: Runners,
+        other: Option<(Backend, Runners)>,
+    ) -> World {
+        default.disks.reset();
+        if let Some((_, o)) = &other {
+            o.disks.reset();
+        }
         let sites = scenario
             .sites
             .iter()
             .enumerate()
             .map(|(i, s)| {
+                let runners = match (&other, s.backend) {
+                    (Some((b, o)), Some(asked)) if *b == asked => o,
+                    _ => &default,
+                };
                 let mut site = Site {
-                    exec: exec.clone(),
-                    disks: disks.clone(),
+                    exec: runners.exec.clone(),
+                    disks: runners.disks.clone(),
                     ..Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now)
                 };
                 site.place_scenario_volumes(s);
@@ -49,14 +67,19 @@ impl World {
         World {
             scenario: scenario.clone(),
             sites,
-            exec,
-            disks,
+            exec: default.exec,
+            disks: default.disks,
+            other,
         }
     }
 
-    /// The same world's scenario again, from scratch, with the same executor and disks.
+    /// The same world's scenario again, from scratch, with the same executors and disks.
     pub fn rebuilt(&self, scenario: &Scenario, now: f64) -> World {
-        World::from_scenario(scenario, now, self.exec.clone(), self.disks.clone())
+        let default = Runners {
+            exec: self.exec.clone(),
+            disks: self.disks.clone(),
+        };
+        World::from_scenario_with(scenario, now, default, self.other.clone())
     }
 }
 
@@ -222,7 +245,7 @@ fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
     }
 }
 
-fn bridge_from_spec(b: &BridgeSpec) -> Bridge {
+pub fn bridge_from_spec(b: &BridgeSpec) -> Bridge {
     Bridge {
         name: b.name.clone(),
         cidr: b.cidr.clone(),

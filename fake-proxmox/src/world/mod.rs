@@ -14,7 +14,7 @@ use crate::access::model::{Access, Identity};
 use crate::exec::{Disks, Executor, Host};
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
-use crate::scenario::{RemoteFileSpec, Scenario};
+use crate::scenario::{Backend, RemoteFileSpec, Scenario};
 use crate::tasks::store::TaskStore;
 use crate::version::PveVersion;
 use crate::wire::PveError;
@@ -26,6 +26,16 @@ pub struct World {
     /// What runs every site's VMs; kept when the world is rebuilt (reset, new scenario).
     pub exec: Arc<dyn Executor>,
     /// What holds every site's volume data; kept when the world is rebuilt.
+    pub disks: Arc<dyn Disks>,
+    /// The runners of sites whose scenario names this other backend than `exec`/`disks`
+    /// run; kept when the world is rebuilt.
+    pub other: Option<(Backend, Runners)>,
+}
+
+/// What runs a site's VMs and holds its volume data.
+#[derive(Clone, Debug)]
+pub struct Runners {
+    pub exec: Arc<dyn Executor>,
     pub disks: Arc<dyn Disks>,
 }
 
@@ -74,8 +84,14 @@ pub struct Site {
 }
 
 impl Site {
-    /// Finish every task whose time has come, in order of completion.
+    /// Finish every task whose time has come, in order of completion; then let the
+    /// executor see guests that changed on their own (a lab guest that powered itself off).
     pub fn tick(&mut self, now: f64) {
+        for vm in self.vms.values_mut() {
+            if vm.power != crate::qemu::model::Power::Stopped {
+                self.exec.refresh(vm, now);
+            }
+        }
         while let Some(seq) = self.tasks.first_due(now) {
             self.complete_task(seq);
         }

@@ -31,6 +31,7 @@
 
 pub mod agent;
 pub mod argv;
+pub mod backend;
 pub mod power;
 
 use std::fmt;
@@ -198,6 +199,27 @@ impl Executor for LabExecutor {
 
     fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
         self.forward(call)
+    }
+
+    fn access(
+        &self,
+        vm: &Vm,
+        user: &str,
+        key: &std::path::Path,
+    ) -> Result<super::GuestAccess, String> {
+        let address = self.guest_ipv4(vm, "net0")?;
+        let cmd = self.ssh_command(vm, key, user, &[])?;
+        let ssh = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        Ok(super::GuestAccess {
+            address: address.to_string(),
+            ssh,
+            serial_log: self
+                .serial_log(vm)
+                .map(|p| p.to_string_lossy().into_owned()),
+        })
     }
 
     fn refresh(&self, vm: &mut Vm, now: f64) {

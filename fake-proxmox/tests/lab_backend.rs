@@ -1,0 +1,248 @@
+//! The lab backend end to end, through the PVE API only: the project's cloud image imported
+//! with `import-from`, a cloud-init drive, a real guest that boots from the imported disk,
+//! applies the drive (user, SSH key, hostname, static address) and runs its agent; power
+//! verbs through the API; `DELETE` leaves no process and no file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[allow(dead_code)]
+#[path = "api/common.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Api, Fake, create_vm, wait_task};
+use fake_proxmox::exec::lab::backend::LabOptions;
+use fake_proxmox::scenario::Backend;
+use fake_proxmox::{ClockMode, FakeProxmox};
+use serde_json::Value;
+use vm_lab::image::cloud::{CloudImageRequest, build};
+use vm_lab::namespace::{alive, pids_mentioning};
+
+const NODE: &str = "ml110-01";
+const ADDRESS: &str = "192.168.11.50";
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run a host tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The project's cloud image as qcow2 (as `ubuntu-22.04-cloud.img` ships) and an SSH key.
+async fn image_and_key(dir: &Path) -> (PathBuf, PathBuf) {
+    let img = tokio::task::spawn_blocking(|| {
+        build(
+            &vm_lab::image::default_cache_dir(),
+            &CloudImageRequest::default(),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("the cloud image builds");
+    let qcow2 = dir.join("harness-cloud.qcow2");
+    run(Command::new("qemu-img")
+        .args(["convert", "-O", "qcow2"])
+        .arg(&img.path)
+        .arg(&qcow2));
+    let key = dir.join("id_ed25519");
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key));
+    (qcow2, key)
+}
+
+async fn task(f: &Fake, api: &Api, r: common::Resp) -> Value {
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_task(f, api, NODE, r.data().as_str().unwrap()).await
+}
+
+/// Polls `agent/network-get-interfaces` until the guest reports `addr` (real time: the
+/// guest boots under TCG).
+async fn wait_agent_address(api: &Api, vmid: u32, addr: &str, within: Duration) -> Value {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < within {
+        let r = api
+            .get(&format!(
+                "/nodes/{NODE}/qemu/{vmid}/agent/network-get-interfaces"
+            ))
+            .await;
+        if r.status == 200 && r.body.contains(&format!("\"{addr}\"")) {
+            return r.data().clone();
+        }
+        last = r.body;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    panic!("the agent never reported {addr} within {within:?}; last answer: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cloud_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (image, key) = image_and_key(tmp.path()).await;
+    let pubkey = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let state = tmp.path().join("state");
+    let fake = FakeProxmox::builder()
+        .auth_failure_delay(false)
+        .clock(ClockMode::Stepped)
+        .backend(Backend::Lab)
+        .lab_options(LabOptions {
+            state_dir: Some(state.clone()),
+            memory_cap_mib: 384,
+            shutdown_timeout: Duration::from_secs(60),
+        })
+        .start()
+        .await
+        .expect("the fake starts with the lab backend");
+    let f = Fake { fake };
+    let api = f.api("site-1");
+    let ctl = f.ctl("site-1");
+    let volid = ctl
+        .place_file(NODE, "local", "import/harness-cloud.qcow2", &image)
+        .await
+        .unwrap();
+    assert_eq!(volid, "local:import/harness-cloud.qcow2");
+
+    let import = format!("local-lvm:0,import-from={volid}");
+    let sshkeys =
+        percent_encoding::utf8_percent_encode(pubkey.trim(), percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+    let st = create_vm(
+        &f,
+        &api,
+        NODE,
+        &[
+            ("vmid", "100"),
+            ("name", "web-01"),
+            ("cores", "1"),
+            ("memory", "2048"),
+            ("scsihw", "virtio-scsi-pci"),
+            ("scsi0", &import),
+            ("ide2", "local-lvm:cloudinit"),
+            ("boot", "order=scsi0"),
+            ("net0", "virtio,bridge=vmbr0"),
+            ("agent", "1"),
+            ("ciuser", "harness"),
+            ("sshkeys", &sshkeys),
+            ("ipconfig0", &format!("ip={ADDRESS}/24,gw=192.168.11.1")),
+        ],
+    )
+    .await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+
+    // Before it runs, the agent is PVE's "not running".
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/start"), &[])
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let cur = api
+        .get(&format!("/nodes/{NODE}/qemu/100/status/current"))
+        .await;
+    assert_eq!(cur.data()["status"], "running");
+    let pid = u32::try_from(cur.data()["pid"].as_u64().unwrap()).unwrap();
+    assert!(alive(pid), "status/current shows the real QEMU's pid");
+
+    let ifaces = wait_agent_address(&api, 100, ADDRESS, Duration::from_secs(300)).await;
+    let conf = api.get(&format!("/nodes/{NODE}/qemu/100/config")).await;
+    let mac = conf.data()["net0"].as_str().unwrap().to_ascii_lowercase();
+    assert!(
+        ifaces
+            .to_string()
+            .to_ascii_lowercase()
+            .contains(mac.split(['=', ',']).nth(1).expect("net0 has a MAC")),
+        "the address is on the NIC with net0's MAC: {ifaces}"
+    );
+
+    // In over SSH with the key given in `sshkeys`, as `ciuser`: cloud-init's hostname.
+    let access = ctl.guest_access(NODE, 100, "harness", &key).await.unwrap();
+    assert_eq!(access.address, ADDRESS);
+    let mut ssh = Command::new(&access.ssh[0]);
+    ssh.args(&access.ssh[1..]).arg("hostname; id -un");
+    let out = tokio::task::spawn_blocking(move || run(&mut ssh))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["web-01", "harness"]
+    );
+    let serial = std::fs::read_to_string(access.serial_log.unwrap()).unwrap();
+    assert!(serial.contains("CLOUDIMG-READY"), "{serial}");
+
+    // Reboot through the API: the same VM comes back with its address.
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/reboot"), &[])
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    wait_agent_address(&api, 100, ADDRESS, Duration::from_secs(300)).await;
+
+    // Stop: QEMU is gone and the API says so.
+    let cur = api
+        .get(&format!("/nodes/{NODE}/qemu/100/status/current"))
+        .await;
+    let pid = u32::try_from(cur.data()["pid"].as_u64().unwrap()).unwrap();
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/stop"), &[])
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let cur = api
+        .get(&format!("/nodes/{NODE}/qemu/100/status/current"))
+        .await;
+    assert_eq!(cur.data()["status"], "stopped");
+    let gone = Instant::now();
+    while alive(pid) && gone.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(pid), "QEMU {pid} still runs after stop");
+
+    // Delete with purge: no guest process, no volume file left.
+    let disks_dir = state.join("disks");
+    let files_before = files_named(&disks_dir, "vm-100-");
+    assert!(
+        files_before.len() >= 2,
+        "the imported disk and the cloud-init drive are real files: {files_before:?}"
+    );
+    let r = api
+        .send(
+            "DELETE",
+            &format!("/nodes/{NODE}/qemu/100"),
+            &[("purge", "1")],
+        )
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    assert_eq!(files_named(&disks_dir, "vm-100-"), Vec::<PathBuf>::new());
+    assert!(
+        pids_mentioning(&state).is_empty(),
+        "a process still uses the state dir"
+    );
+    f.fake.shutdown().await;
+}
+
+/// Files below `dir` whose name starts with `prefix`.
+fn files_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.file_name().to_string_lossy().starts_with(prefix) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
