@@ -51,12 +51,14 @@
 //! shutdown, reboot, reset, suspend, resume, whether the guest agent answers and what it
 //! answers. The executor writes the
 //! run state it produced on the VM (`power`, `pid`, `started_at`, `agent_ready_at`), which
-//! is all the routes read. [`exec::Simulated`] is today's only executor (no process; seeded
-//! pids, a boot delay on the clock, answers made up from the config); an executor backed by
-//! real QEMU guests implements the same trait without touching the PVE rules and is handed
-//! to `FakeProxmox::builder().executor(…)` (it stays across `/_fake/reset` and scenario
-//! loads). Consoles and
-//! the agent's `exec`/file commands have no route (501) and so are not in the trait yet.
+//! is all the routes read. [`exec::Simulated`] is the default (no process; seeded pids, a
+//! boot delay on the clock, answers made up from the config); [`exec::LabExecutor`] runs
+//! real QEMU guests in a vm-lab namespace (QMP for power, the real guest agent) without
+//! touching the PVE rules. A scenario's `backend: lab`, `FakeProxmox::builder().backend(…)`
+//! or `serve --backend lab` gives a site the lab executor with [`exec::FileDisks`]
+//! (`exec::lab::backend`); `builder().executor(…)` hands in any other (it stays across
+//! `/_fake/reset` and scenario loads). Consoles and the agent's `exec`/file commands have
+//! no route (501) and so are not in the trait yet.
 //!
 //! Volume *data* has a seam of its own, the site's [`exec::Disks`]: allocating, freeing,
 //! growing and copying volumes (`qemu-img create/resize/convert`), RAM states, files placed
