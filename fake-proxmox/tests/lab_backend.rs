@@ -171,8 +171,10 @@ async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cl
         out.split_whitespace().collect::<Vec<_>>(),
         ["web-01", "harness"]
     );
-    let serial = std::fs::read_to_string(access.serial_log.unwrap()).unwrap();
+    let serial_log = PathBuf::from(access.serial_log.unwrap());
+    let serial = std::fs::read_to_string(&serial_log).unwrap();
     assert!(serial.contains("CLOUDIMG-READY"), "{serial}");
+    let guest_dir = serial_log.parent().unwrap().to_path_buf();
 
     // Reboot through the API: the same VM comes back with its address.
     let r = api
@@ -219,11 +221,16 @@ async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cl
     let st = task(&f, &api, r).await;
     assert_eq!(st["exitstatus"], "OK", "{st}");
     assert_eq!(files_named(&disks_dir, "vm-100-"), Vec::<PathBuf>::new());
-    assert!(
-        pids_mentioning(&state).is_empty(),
-        "a process still uses the state dir"
-    );
+    assert!(!guest_dir.exists(), "the guest's run dir is gone");
+    assert!(pids_mentioning(&guest_dir).is_empty());
+
+    // Nothing outlives the server: its namespace, DHCP server and run dirs go with it.
     f.fake.shutdown().await;
+    let end = Instant::now();
+    while !pids_mentioning(&state).is_empty() && end.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(pids_mentioning(&state), Vec::<u32>::new());
 }
 
 /// Files below `dir` whose name starts with `prefix`.

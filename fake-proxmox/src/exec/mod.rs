@@ -114,6 +114,9 @@ pub trait Executor: Send + Sync + fmt::Debug {
     /// whose QEMU died, is `stopped`. For the routes to call before they read the state; the
     /// simulated executor has nothing to observe.
     fn refresh(&self, _vm: &mut Vm, _now: f64) {}
+    /// The VM is destroyed: whatever ran it (a stopped guest's run directory, its taps)
+    /// goes too.
+    fn destroy(&self, _vm: &Vm) {}
     /// How the host reaches a running guest: `Err` says why it cannot (the simulated
     /// executor runs none).
     fn access(&self, vm: &Vm, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {

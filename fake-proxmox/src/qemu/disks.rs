@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 
 use super::op::VmOp;
 use crate::exec::{CopyJob, Vol};
+use crate::nodes::model::Node;
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
-use crate::storage::model::{Content, StorageType, format_size};
+use crate::storage::model::{Content, Storage, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
 use crate::tasks::model::{CopyLog, TaskPlan, TransferStyle};
 use crate::wire::PveError;
@@ -398,105 +399,27 @@ impl Site {
                 return (t, Some(format!("storage '{}' does not exist", d.storage)));
             };
             t += 0.2;
-            if sto.kind == StorageType::LvmThin && d.format != "raw" {
-                return (
-                    t,
-                    Some(format!(
-                        "unsupported format '{}' at /usr/share/perl5/PVE/Storage/LvmThinPlugin.pm line 102.",
-                        d.format
-                    )),
-                );
-            }
-            let (supported, _) = sto.kind.formats();
-            if !supported.contains(&d.format.as_str()) {
-                return (t, Some(format!("unsupported format '{}'", d.format)));
-            }
             let p = promised.entry(sto.name.as_str()).or_default();
             let avail = sto.avail().saturating_sub(*p);
-            if sto.kind.is_thick() && d.size > avail {
-                let short = d.volname.rsplit('/').next().unwrap_or(&d.volname);
-                return (
-                    t,
-                    Some(format!(
-                        "lvcreate 'pve/{short}' error:   Volume group \"pve\" has insufficient free space ({} extents): {} required.",
-                        avail / (4 << 20),
-                        d.size.div_ceil(4 << 20)
-                    )),
-                );
+            if let Err(e) = allocatable(sto, d, avail) {
+                return (t, Some(e));
             }
-            if sto.full {
-                return (t, Some(sto.no_space_text(&d.volname)));
-            }
-            let volid = sto.volid(&d.volname);
-            if let Some((ssid, svol)) = &d.import_from {
-                let src_ok = n
-                    .storages
-                    .get(ssid)
-                    .is_some_and(|s| s.volumes.contains_key(svol));
-                plan.line(
-                    t - t0,
-                    format!("create full clone of drive {} ({ssid}:{svol})", d.key),
-                );
-                if !src_ok {
-                    return (t, Some(format!("volume '{ssid}:{svol}' does not exist")));
-                }
-                if sto.kind == StorageType::LvmThin || sto.kind == StorageType::Lvm {
-                    plan.line(
-                        t - t0,
-                        format!("  Logical volume \"{}\" created.", d.volname),
-                    );
-                }
-                let src_speed = n
-                    .storages
-                    .get(ssid)
-                    .map_or(sto.speed_mib_s, |s| s.speed_mib_s);
-                let speed = src_speed.min(sto.speed_mib_s) * 1024.0 * 1024.0;
-                let secs = d.size as f64 / speed;
-                let needed = if sto.kind.is_thick() { 0 } else { d.data_bytes };
-                plan.transfer(t - t0, secs, d.size, TransferStyle::QemuImg);
-                if needed > avail {
-                    // The transfer runs until the storage fills up, then qemu-img fails.
-                    let frac = if needed == 0 {
-                        0.0
-                    } else {
-                        avail as f64 / needed as f64
-                    };
-                    t += secs * frac;
-                    return (
-                        t,
-                        Some(format!(
-                            "qemu-img: error while writing at byte {avail}: No space left on device\ncopy failed: command '/usr/bin/qemu-img convert -p -n -O {} {} {volid}' failed: exit code 1",
-                            d.format, svol
-                        )),
-                    );
-                }
-                t += secs;
-                *p += needed;
-            } else if !d.cloudinit {
-                match sto.kind {
-                    StorageType::LvmThin | StorageType::Lvm => {
-                        plan.line(
-                            t - t0,
-                            format!("  Logical volume \"{}\" created.", d.volname),
-                        );
+            if let Some(source) = &d.import_from {
+                match lay_out_import(n, sto, d, source, avail, plan, t - t0) {
+                    Ok((secs, needed)) => {
+                        t += secs;
+                        *p += needed;
                     }
-                    _ if sto.kind.is_file_based() => plan.line(
-                        t - t0,
-                        format!(
-                            "Formatting '{}/images/{}', fmt={} size={} preallocation=off",
-                            sto.path.as_deref().unwrap_or(""),
-                            d.volname,
-                            d.format,
-                            d.size
-                        ),
-                    ),
-                    _ => {}
+                    Err((secs, e)) => return (t + secs, Some(e)),
                 }
+            } else if !d.cloudinit {
+                lay_out_new_volume(sto, d, plan, t - t0);
                 if sto.kind.is_thick() {
                     *p += d.size;
                 }
             }
-            let shown = crate::qemu::model::allocated_drive(&volid, &d.opts, d.size);
+            let shown =
+                crate::qemu::model::allocated_drive(&sto.volid(&d.volname), &d.opts, d.size);
             plan.line(
                 t - t0,
                 format!("{}: successfully created disk '{shown}'", d.key),
@@ -569,5 +492,94 @@ impl Site {
                 (d.key.clone(), val)
             })
             .collect())
+    }
+}
+
+/// The storage plugin's refusals before anything is written: the format, thick LVM's free
+/// extents (`avail` already less what this task promised), a full storage.
+fn allocatable(sto: &Storage, d: &DiskPlan, avail: u64) -> Result<(), String> {
+    if sto.kind == StorageType::LvmThin && d.format != "raw" {
+        return Err(format!(
+            "unsupported format '{}' at /usr/share/perl5/PVE/Storage/LvmThinPlugin.pm line 102.",
+            d.format
+        ));
+    }
+    let (supported, _) = sto.kind.formats();
+    if !supported.contains(&d.format.as_str()) {
+        return Err(format!("unsupported format '{}'", d.format));
+    }
+    if sto.kind.is_thick() && d.size > avail {
+        let short = d.volname.rsplit('/').next().unwrap_or(&d.volname);
+        return Err(format!(
+            "lvcreate 'pve/{short}' error:   Volume group \"pve\" has insufficient free space ({} extents): {} required.",
+            avail / (4 << 20),
+            d.size.div_ceil(4 << 20)
+        ));
+    }
+    if sto.full {
+        return Err(sto.no_space_text(&d.volname));
+    }
+    Ok(())
+}
+
+/// `import-from`'s log and timing, starting `at` seconds into the task: `Ok((secs, bytes
+/// promised))`, or how far qemu-img got before it failed and why.
+fn lay_out_import(
+    n: &Node,
+    sto: &Storage,
+    d: &DiskPlan,
+    (ssid, svol): &(String, String),
+    avail: u64,
+    plan: &mut TaskPlan,
+    at: f64,
+) -> Result<(f64, u64), (f64, String)> {
+    let source = n.storages.get(ssid);
+    plan.line(
+        at,
+        format!("create full clone of drive {} ({ssid}:{svol})", d.key),
+    );
+    if !source.is_some_and(|s| s.volumes.contains_key(svol)) {
+        return Err((0.0, format!("volume '{ssid}:{svol}' does not exist")));
+    }
+    if sto.kind == StorageType::LvmThin || sto.kind == StorageType::Lvm {
+        plan.line(at, format!("  Logical volume \"{}\" created.", d.volname));
+    }
+    let src_speed = source.map_or(sto.speed_mib_s, |s| s.speed_mib_s);
+    let speed = src_speed.min(sto.speed_mib_s) * 1024.0 * 1024.0;
+    let secs = d.size as f64 / speed;
+    let needed = if sto.kind.is_thick() { 0 } else { d.data_bytes };
+    plan.transfer(at, secs, d.size, TransferStyle::QemuImg);
+    if needed > avail {
+        // The transfer runs until the storage fills up, then qemu-img fails.
+        let frac = avail as f64 / needed as f64;
+        let volid = sto.volid(&d.volname);
+        return Err((
+            secs * frac,
+            format!(
+                "qemu-img: error while writing at byte {avail}: No space left on device\ncopy failed: command '/usr/bin/qemu-img convert -p -n -O {} {} {volid}' failed: exit code 1",
+                d.format, svol
+            ),
+        ));
+    }
+    Ok((secs, needed))
+}
+
+/// A new, empty volume: what the storage plugin logs when it makes one.
+fn lay_out_new_volume(sto: &Storage, d: &DiskPlan, plan: &mut TaskPlan, at: f64) {
+    match sto.kind {
+        StorageType::LvmThin | StorageType::Lvm => {
+            plan.line(at, format!("  Logical volume \"{}\" created.", d.volname));
+        }
+        _ if sto.kind.is_file_based() => plan.line(
+            at,
+            format!(
+                "Formatting '{}/images/{}', fmt={} size={} preallocation=off",
+                sto.path.as_deref().unwrap_or(""),
+                d.volname,
+                d.format,
+                d.size
+            ),
+        ),
+        _ => {}
     }
 }

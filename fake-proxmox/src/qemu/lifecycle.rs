@@ -438,6 +438,7 @@ impl Site {
         let Some(vm) = self.vms.remove(&vmid) else {
             return;
         };
+        self.exec.destroy(&vm);
         for volid in vm.referenced_volumes() {
             self.free_volume(&vm.node, &volid);
         }

@@ -1,5 +1,6 @@
 //! What finished tasks do to the world, and how an aborted or failed task is undone.
 
+use crate::qemu::model::DiskPlan;
 use crate::tasks::model::Work;
 use crate::world::Site;
 
@@ -20,20 +21,8 @@ impl Site {
                 disks,
                 start_after,
             } => {
-                if let Some(vm) = self.vms.get_mut(vmid) {
-                    vm.config = config.iter().cloned().collect();
-                }
-                if let Err(e) = self.allocate_disks(node, *vmid, disks, now) {
-                    self.vms.remove(vmid);
-                    return Err(format!("unable to create VM {vmid} - {e}"));
-                }
-                if let Some(vm) = self.vms.get_mut(vmid) {
-                    vm.lock = None;
-                }
-                if *start_after {
-                    self.spawn_start(node, *vmid, user, now);
-                }
-                Ok(Vec::new())
+                let start = start_after.then_some(user);
+                self.finish_create(node, *vmid, config, disks, start, now)
             }
             Work::UpdateConfig { vmid, disks } => {
                 self.finish_update_config(node, *vmid, disks, now)
@@ -57,17 +46,12 @@ impl Site {
                 snapname,
                 ..
             } => {
-                let r = self.finish_clone(
-                    node,
-                    *src,
-                    *newid,
-                    &super::lifecycle::CloneOptions {
-                        target: target_storage.as_deref(),
-                        format: format.as_deref(),
-                        snapname: snapname.as_deref(),
-                    },
-                    now,
-                );
+                let opts = super::lifecycle::CloneOptions {
+                    target: target_storage.as_deref(),
+                    format: format.as_deref(),
+                    snapname: snapname.as_deref(),
+                };
+                let r = self.finish_clone(node, *src, *newid, &opts, now);
                 if r.is_err() {
                     self.vms.remove(newid);
                 }
@@ -77,14 +61,7 @@ impl Site {
                 vmid,
                 disk,
                 new_size,
-            } => {
-                let cur = self.vms.get(vmid).and_then(|v| v.config.get(disk)).cloned();
-                if cur.is_none() {
-                    return Err(format!("disk '{disk}' does not exist"));
-                }
-                self.apply_resize(node, *vmid, disk, *new_size)?;
-                Ok(Vec::new())
-            }
+            } => self.finish_resize(node, *vmid, disk, *new_size),
             Work::Download {
                 storage,
                 volname,
@@ -111,6 +88,51 @@ impl Site {
                 start,
             } => self.finish_rollback(node, *vmid, snapname, *start, now),
         }
+    }
+
+    /// A create's disks are allocated (or the placeholder VM goes with the error PVE
+    /// prefixes); then the lock is lifted and, with `start=1`, a start task follows as `user`.
+    fn finish_create(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        config: &[(String, String)],
+        disks: &[DiskPlan],
+        start_as: Option<&str>,
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.config = config.iter().cloned().collect();
+        }
+        if let Err(e) = self.allocate_disks(node, vmid, disks, now) {
+            self.vms.remove(&vmid);
+            return Err(format!("unable to create VM {vmid} - {e}"));
+        }
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.lock = None;
+        }
+        if let Some(user) = start_as {
+            self.spawn_start(node, vmid, user, now);
+        }
+        Ok(Vec::new())
+    }
+
+    fn finish_resize(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        new_size: u64,
+    ) -> Result<Vec<String>, String> {
+        if !self
+            .vms
+            .get(&vmid)
+            .is_some_and(|v| v.config.contains_key(disk))
+        {
+            return Err(format!("disk '{disk}' does not exist"));
+        }
+        self.apply_resize(node, vmid, disk, new_size)?;
+        Ok(Vec::new())
     }
 
     /// Undo what starting the task did (a create's placeholder config, a clone's target).

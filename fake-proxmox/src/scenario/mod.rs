@@ -252,9 +252,8 @@ impl Scenario {
     }
 
     fn validate(&self) -> Result<(), ScenarioError> {
-        let bad = |m: String| Err(ScenarioError::Invalid(m));
         if self.sites.is_empty() {
-            return bad("no sites".into());
+            return Err(ScenarioError::Invalid("no sites".into()));
         }
         let node_re = regex::Regex::new(r"^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$")
             .map_err(|e| ScenarioError::Invalid(e.to_string()))?;
@@ -262,130 +261,141 @@ impl Scenario {
         let mut nodes = BTreeSet::new();
         for s in &self.sites {
             if !sites.insert(s.name.clone()) {
-                return bad(format!("site '{}' defined twice", s.name));
-            }
-            if s.nodes.is_empty() {
-                return bad(format!("site '{}' has no nodes", s.name));
-            }
-            if s.boot_delay_secs.is_nan()
-                || s.boot_delay_secs < 0.0
-                || s.download_mib_s.is_nan()
-                || s.download_mib_s <= 0.0
-            {
-                return bad(format!(
-                    "site '{}': boot_delay_secs must be >= 0 and download_mib_s > 0",
+                return Err(ScenarioError::Invalid(format!(
+                    "site '{}' defined twice",
                     s.name
-                ));
+                )));
             }
-            for t in &s.tokens {
-                let Some((user, _)) = t.tokenid.split_once('!') else {
-                    return bad(format!(
-                        "site '{}': token id '{}' is not user@realm!name",
-                        s.name, t.tokenid
-                    ));
-                };
-                if !s.users.iter().any(|u| u.userid == user) {
-                    return bad(format!(
-                        "site '{}': token '{}' belongs to unknown user '{user}'",
-                        s.name, t.tokenid
-                    ));
-                }
-            }
-            for a in &s.acls {
-                if crate::access::model::role_privs(&a.role).is_none() {
-                    return bad(format!(
-                        "site '{}': unknown role '{}' (Administrator, PVEVMAdmin, PVEAuditor, PVEDatastoreUser, PVEVMUser, NoAccess)",
-                        s.name, a.role
-                    ));
-                }
-            }
+            validate_site(s).map_err(ScenarioError::Invalid)?;
             for n in &s.nodes {
                 if !node_re.is_match(&n.name) {
-                    return bad(format!("node name '{}' is not a valid pve-node", n.name));
+                    return Err(ScenarioError::Invalid(format!(
+                        "node name '{}' is not a valid pve-node",
+                        n.name
+                    )));
                 }
                 if !nodes.insert(n.name.clone()) {
-                    return bad(format!(
+                    return Err(ScenarioError::Invalid(format!(
                         "node '{}' defined twice (node names are unique over all sites)",
                         n.name
-                    ));
+                    )));
                 }
-                if n.threads == 0 || n.cores == 0 || n.sockets == 0 {
-                    return bad(format!(
-                        "node '{}': sockets, cores and threads must be >= 1",
-                        n.name
-                    ));
-                }
-                let mut st = BTreeSet::new();
-                for sto in &n.storages {
-                    if !st.insert(sto.name.clone()) {
-                        return bad(format!(
-                            "node '{}': storage '{}' defined twice",
-                            n.name, sto.name
-                        ));
-                    }
-                    for c in &sto.content {
-                        if !sto.kind.allowed_content().contains(c) {
-                            return bad(format!(
-                                "node '{}': storage '{}' ({}) does not support content type '{}'",
-                                n.name,
-                                sto.name,
-                                sto.kind.as_str(),
-                                c.as_str()
-                            ));
-                        }
-                    }
-                    if sto.speed_mib_s.is_nan() || sto.speed_mib_s <= 0.0 {
-                        return bad(format!(
-                            "node '{}': storage '{}': speed_mib_s must be > 0",
-                            n.name, sto.name
-                        ));
-                    }
-                    for v in &sto.volumes {
-                        if crate::storage::volid::parse_volname(sto.kind, &v.volname).is_none() {
-                            return bad(format!(
-                                "node '{}': storage '{}': invalid volume name '{}'",
-                                n.name, sto.name, v.volname
-                            ));
-                        }
-                    }
-                }
-                for b in &n.bridges {
-                    match (&b.dhcp_start, &b.dhcp_end) {
-                        (Some(a), Some(z)) => {
-                            let (Ok(a), Ok(z)) = (
-                                a.parse::<std::net::Ipv4Addr>(),
-                                z.parse::<std::net::Ipv4Addr>(),
-                            ) else {
-                                return bad(format!(
-                                    "node '{}': bridge '{}': dhcp_start/dhcp_end must be IPv4 addresses",
-                                    n.name, b.name
-                                ));
-                            };
-                            if u32::from(a) > u32::from(z) {
-                                return bad(format!(
-                                    "node '{}': bridge '{}': dhcp_start after dhcp_end",
-                                    n.name, b.name
-                                ));
-                            }
-                            if u32::from(z) - u32::from(a) >= 65_536 {
-                                return bad(format!(
-                                    "node '{}': bridge '{}': a DHCP pool holds at most 65536 addresses",
-                                    n.name, b.name
-                                ));
-                            }
-                        }
-                        (None, None) => {}
-                        _ => {
-                            return bad(format!(
-                                "node '{}': bridge '{}': give both dhcp_start and dhcp_end",
-                                n.name, b.name
-                            ));
-                        }
-                    }
-                }
+                validate_node(n).map_err(ScenarioError::Invalid)?;
             }
         }
         Ok(())
+    }
+}
+
+/// A site's own figures, tokens and ACLs.
+fn validate_site(s: &SiteSpec) -> Result<(), String> {
+    if s.nodes.is_empty() {
+        return Err(format!("site '{}' has no nodes", s.name));
+    }
+    if s.boot_delay_secs.is_nan()
+        || s.boot_delay_secs < 0.0
+        || s.download_mib_s.is_nan()
+        || s.download_mib_s <= 0.0
+    {
+        return Err(format!(
+            "site '{}': boot_delay_secs must be >= 0 and download_mib_s > 0",
+            s.name
+        ));
+    }
+    for t in &s.tokens {
+        let Some((user, _)) = t.tokenid.split_once('!') else {
+            return Err(format!(
+                "site '{}': token id '{}' is not user@realm!name",
+                s.name, t.tokenid
+            ));
+        };
+        if !s.users.iter().any(|u| u.userid == user) {
+            return Err(format!(
+                "site '{}': token '{}' belongs to unknown user '{user}'",
+                s.name, t.tokenid
+            ));
+        }
+    }
+    for a in &s.acls {
+        if crate::access::model::role_privs(&a.role).is_none() {
+            return Err(format!(
+                "site '{}': unknown role '{}' (Administrator, PVEVMAdmin, PVEAuditor, PVEDatastoreUser, PVEVMUser, NoAccess)",
+                s.name, a.role
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A node's CPU figures, storages and bridges.
+fn validate_node(n: &NodeSpec) -> Result<(), String> {
+    if n.threads == 0 || n.cores == 0 || n.sockets == 0 {
+        return Err(format!(
+            "node '{}': sockets, cores and threads must be >= 1",
+            n.name
+        ));
+    }
+    let mut st = BTreeSet::new();
+    for sto in &n.storages {
+        if !st.insert(sto.name.clone()) {
+            return Err(format!(
+                "node '{}': storage '{}' defined twice",
+                n.name, sto.name
+            ));
+        }
+        validate_storage(sto).map_err(|e| format!("node '{}': {e}", n.name))?;
+    }
+    for b in &n.bridges {
+        validate_bridge(b).map_err(|e| format!("node '{}': bridge '{}': {e}", n.name, b.name))?;
+    }
+    Ok(())
+}
+
+fn validate_storage(sto: &StorageSpec) -> Result<(), String> {
+    for c in &sto.content {
+        if !sto.kind.allowed_content().contains(c) {
+            return Err(format!(
+                "storage '{}' ({}) does not support content type '{}'",
+                sto.name,
+                sto.kind.as_str(),
+                c.as_str()
+            ));
+        }
+    }
+    if sto.speed_mib_s.is_nan() || sto.speed_mib_s <= 0.0 {
+        return Err(format!("storage '{}': speed_mib_s must be > 0", sto.name));
+    }
+    for v in &sto.volumes {
+        if crate::storage::volid::parse_volname(sto.kind, &v.volname).is_none() {
+            return Err(format!(
+                "storage '{}': invalid volume name '{}'",
+                sto.name, v.volname
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A bridge's DHCP pool: both ends or neither, IPv4, in order, at most 65536 addresses.
+fn validate_bridge(b: &BridgeSpec) -> Result<(), String> {
+    match (&b.dhcp_start, &b.dhcp_end) {
+        (Some(a), Some(z)) => {
+            let (Ok(a), Ok(z)) = (
+                a.parse::<std::net::Ipv4Addr>(),
+                z.parse::<std::net::Ipv4Addr>(),
+            ) else {
+                return Err("dhcp_start/dhcp_end must be IPv4 addresses".into());
+            };
+            if u32::from(a) > u32::from(z) {
+                return Err("dhcp_start after dhcp_end".into());
+            }
+            if u32::from(z) - u32::from(a) >= 65_536 {
+                return Err("a DHCP pool holds at most 65536 addresses".into());
+            }
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        _ => Err("give both dhcp_start and dhcp_end".into()),
     }
 }
 

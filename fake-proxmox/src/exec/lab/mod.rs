@@ -222,6 +222,12 @@ impl Executor for LabExecutor {
         })
     }
 
+    fn destroy(&self, vm: &Vm) {
+        if let Err(e) = self.host.remove(&argv::guest_name(&vm.node, vm.vmid)) {
+            tracing::warn!("removing the guest of VM {}: {e}", vm.vmid);
+        }
+    }
+
     fn refresh(&self, vm: &mut Vm, now: f64) {
         if vm.power == Power::Stopped {
             return;
