@@ -38,7 +38,8 @@ use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 
 pub use disks::{
-    CloudInitImage, Copied, CopyFailed, CopyJob, Disks, Placed, SimulatedDisks, StorageInfo, Vol,
+    CloudInitImage, Copied, CopyFailed, CopyJob, CopyLog, Disks, Placed, SimulatedDisks,
+    StorageInfo, Vol,
 };
 pub use files::{FileDisks, volume_path};
 pub use lab::LabExecutor;

@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 
 use super::op::VmOp;
-use crate::exec::{CopyJob, Vol};
+use crate::exec::{CopyJob, CopyLog, Vol};
 use crate::nodes::model::Node;
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, Storage, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::tasks::model::{CopyLog, TaskPlan, TransferStyle};
+use crate::tasks::model::{TaskPlan, TransferStyle};
 use crate::wire::PveError;
 use crate::world::Site;
 

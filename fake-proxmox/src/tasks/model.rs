@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::upid::Upid;
+use crate::exec::CopyLog;
 use crate::qemu::model::DiskPlan;
 use crate::world::Site;
 
@@ -111,14 +112,6 @@ pub enum Chunk {
 pub enum TransferStyle {
     QemuImg,
     Download,
-}
-
-/// What a disk copy that really ran printed (qemu-img's progress as PVE logs it, its
-/// errors), and whether it failed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CopyLog {
-    pub lines: Vec<String>,
-    pub failed: bool,
 }
 
 /// Put the copies that really ran in place of the task's laid-out `qemu-img` transfers, in

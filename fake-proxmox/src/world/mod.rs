@@ -80,7 +80,7 @@ pub struct Site {
     pub disks: Arc<dyn Disks>,
     /// The log lines of the disk copies the task being completed ran, in order (see
     /// `tasks::model`): they replace its laid-out transfers.
-    pub copy_logs: Vec<crate::tasks::model::CopyLog>,
+    pub copy_logs: Vec<crate::exec::CopyLog>,
 }
 
 impl Site {
