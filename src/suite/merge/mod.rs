@@ -263,8 +263,7 @@ fn join_json(
 
 /// Every shard's durations joined; a shard without one (it did not finish) is skipped.
 fn join_durations(dirs: &[PathBuf], name: &str, problems: &mut Vec<String>) -> Durations {
-    let mut all = Durations::default();
-    all.version = super::durations::VERSION;
+    let mut all = Durations::new(Default::default());
     for d in dirs {
         let path = d.join(name);
         if !path.exists() {
