@@ -17,12 +17,13 @@
 //!   position — whatever the number of scenarios (checked by property tests).
 //! - **By durations** (`--durations FILE` from a previous run). Longest processing time first:
 //!   units sorted by recorded duration, longest first (ties by key), each given to the shard
-//!   with the least work so far (ties to the lowest index). A scenario missing from the file
-//!   counts as the median of the recorded ones. Guarantee (Graham's bound for list
-//!   scheduling): the longest shard is at most `ideal + (1 − 1/N) × longest unit`, where
-//!   `ideal = total / N`; LPT is also within `4/3 − 1/(3N)` of the best possible split. No
-//!   bound on how many scenarios move when one is added: balance wins, and every run writes a
-//!   fresh durations file.
+//!   with the least work so far (ties to the lowest index). Units with a scenario the file does
+//!   not know come after all known ones, each counted as the median recorded duration.
+//!   Guarantees: the longest shard is at most `ideal + (1 − 1/N) × longest unit`, where
+//!   `ideal = total / N` (Graham's bound for list scheduling; with every unit known, LPT is
+//!   also within `4/3 − 1/(3N)` of the best possible split); adding a scenario (outside a
+//!   `@reuses-lab` run) moves no other scenario. Renaming or removing one can move any number:
+//!   balance wins, and every run writes a fresh durations file.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -168,7 +169,11 @@ pub fn assign(
         Some(d) => {
             let (weights, estimated) = unit_weights_ms(scenarios, &units, d);
             let load: Vec<f64> = weights.iter().map(|&w| w as f64 / 1000.0).collect();
-            let shards = by_durations(&units, &weights, n);
+            let known: Vec<bool> = units
+                .iter()
+                .map(|u| u.members.iter().all(|&m| d.contains_key(&scenarios[m].key)))
+                .collect();
+            let shards = by_durations(&units, &weights, &known, n);
             (Mode::Durations, shards, load, estimated)
         }
         None => {
@@ -221,12 +226,14 @@ fn by_count(units: &[Unit], n: usize) -> Vec<usize> {
     out
 }
 
-/// Durations mode: longest processing time first.
-fn by_durations(units: &[Unit], weights_ms: &[u64], n: usize) -> Vec<usize> {
+/// Durations mode: longest processing time first, the units the file knows (every member
+/// recorded) before the others, so a new scenario never moves a known one.
+fn by_durations(units: &[Unit], weights_ms: &[u64], known: &[bool], n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..units.len()).collect();
     order.sort_by(|&a, &b| {
-        weights_ms[b]
-            .cmp(&weights_ms[a])
+        known[b]
+            .cmp(&known[a])
+            .then_with(|| weights_ms[b].cmp(&weights_ms[a]))
             .then_with(|| units[a].key.cmp(&units[b].key))
     });
     let mut load = vec![0u64; n];

@@ -99,6 +99,51 @@ fn report_name(r: Option<&Rule>, s: &Scenario) -> String {
     }
 }
 
+/// Scenario key by (feature name, report name, line).
+type Keys = HashMap<(String, String, usize), String>;
+
+/// Every parsed scenario's key, and the selected ones in run order (a feature's scenarios,
+/// then its rules'), each with where it is and whether it shares a lab with its neighbours.
+/// Parse errors are left to cucumber, which reports them as failures.
+fn enumerate(
+    parsed: &[Result<Feature, cucumber::parser::Error>],
+    filter: &CliFilter,
+    runner: &RunnerFilter,
+) -> (Keys, Vec<(Spot, ScenarioRef)>) {
+    let mut keys = HashMap::new();
+    let mut selected = Vec::new();
+    for f in parsed.iter().flatten() {
+        let all: Vec<(Option<&Rule>, &Scenario)> = f
+            .scenarios
+            .iter()
+            .map(|s| (None, s))
+            .chain(
+                f.rules
+                    .iter()
+                    .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
+            )
+            .collect();
+        let names: Vec<(String, usize)> = all
+            .iter()
+            .map(|(r, s)| (report_name(*r, s), s.position.line))
+            .collect();
+        let feature_keys = shard::scenario_keys(&f.name, &names);
+        for (((r, s), (name, line)), key) in all.iter().zip(names).zip(feature_keys) {
+            keys.insert((f.name.clone(), name, line), key.clone());
+            if filter.selects(runner, f, *r, s) {
+                let together = f
+                    .tags
+                    .iter()
+                    .chain(r.iter().flat_map(|r| &r.tags))
+                    .chain(&s.tags)
+                    .any(|t| t == shard::TOGETHER_TAG);
+                selected.push((spot(f, s), ScenarioRef { key, together }));
+            }
+        }
+    }
+    (keys, selected)
+}
+
 /// This run's scenarios and where its reports go.
 pub struct Plan {
     spec: Option<ShardSpec>,
@@ -107,7 +152,7 @@ pub struct Plan {
     /// Their keys, in run order.
     running: Option<Vec<String>>,
     /// (feature name, report name, line) → scenario key, for every scenario parsed.
-    keys: HashMap<(String, String, usize), String>,
+    keys: Keys,
     /// Every selected scenario (all shards), in run order.
     pub selected: Vec<ScenarioRef>,
     /// One line for the log: what this shard runs and why.
@@ -129,38 +174,7 @@ impl Plan {
             .parse(features, parser_cli.clone())
             .collect()
             .await;
-        let mut keys = HashMap::new();
-        let mut selected: Vec<(Spot, ScenarioRef)> = Vec::new();
-        // Parse errors are left to cucumber, which reports them as failures.
-        for f in parsed.iter().flatten() {
-            let all: Vec<(Option<&Rule>, &Scenario)> = f
-                .scenarios
-                .iter()
-                .map(|s| (None, s))
-                .chain(
-                    f.rules
-                        .iter()
-                        .flat_map(|r| r.scenarios.iter().map(move |s| (Some(r), s))),
-                )
-                .collect();
-            let names: Vec<(String, usize)> = all
-                .iter()
-                .map(|(r, s)| (report_name(*r, s), s.position.line))
-                .collect();
-            let feature_keys = shard::scenario_keys(&f.name, &names);
-            for (((r, s), (name, line)), key) in all.iter().zip(names).zip(feature_keys) {
-                keys.insert((f.name.clone(), name, line), key.clone());
-                if filter.selects(runner, f, *r, s) {
-                    let together = f
-                        .tags
-                        .iter()
-                        .chain(r.iter().flat_map(|r| &r.tags))
-                        .chain(&s.tags)
-                        .any(|t| t == shard::TOGETHER_TAG);
-                    selected.push((spot(f, s), ScenarioRef { key, together }));
-                }
-            }
-        }
+        let (keys, selected) = enumerate(&parsed, filter, runner);
         let refs: Vec<ScenarioRef> = selected.iter().map(|(_, r)| r.clone()).collect();
         let Some(spec) = cli.shard else {
             return Ok(Self {

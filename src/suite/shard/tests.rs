@@ -255,6 +255,32 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Durations mode: a scenario the file does not know, added outside a `@reuses-lab` run,
+    /// moves no other scenario.
+    #[test]
+    fn durations_mode_adding_a_scenario_moves_none(
+        list in scenario_list(30),
+        secs in prop::collection::vec(0.5f64..600.0, 30),
+        pick in any::<prop::sample::Index>(),
+        fresh in "[A-Z]{1,8}",
+    ) {
+        let s = refs(&list);
+        let d: BTreeMap<String, f64> = s.iter().zip(&secs).map(|(r, &x)| (r.key.clone(), x)).collect();
+        let bounds = unit_boundaries(&s);
+        let p = bounds[pick.index(bounds.len())];
+        let mut added = s.clone();
+        added.insert(p, ScenarioRef { key: fresh.clone(), together: false });
+        for n in 1..=s.len() {
+            let before = unit_shards(&s, &assign(&s, n, Some(&d)));
+            let after = unit_shards(&added, &assign(&added, n, Some(&d)));
+            prop_assert_eq!(moved(&before, &after, &fresh), 0, "n={}", n);
+        }
+    }
+}
+
 #[test]
 fn every_shard_index_sees_the_same_assignment() {
     // The same inputs in every shard process: the members of 1..=N are disjoint and complete.
