@@ -15,8 +15,10 @@
 //!   runs the compiled-in [`examples`] against an embedded fake-proxmox.
 //! - [`cluster`] — seed 002's cluster provisioner: a CA and node certificates, node configs,
 //!   provisioning netbooted nodes over SSH on a vm-lab lab, and the Raft quorum check.
-//! - `main.rs` — the `provision-harness` CLI (`plan`, `deploy`, `status`, `destroy`, `rehearse`),
-//!   a thin layer over [`deployer`].
+//! - [`suite`] — running the Gherkin suites on many machines: which scenarios a shard runs
+//!   ([`suite::shard`]), their recorded durations, and one report merged from the shards'.
+//! - `main.rs` — the `provision-harness` CLI (`plan`, `deploy`, `status`, `destroy`, `rehearse`,
+//!   `report merge`), a thin layer over [`deployer`] and [`suite`].
 //!
 //! The two products never import each other; a whole-stack run chains them (the deployer makes
 //! the VMs, the provisioner brings the cluster up on them).
@@ -30,6 +32,7 @@
 pub mod cluster;
 pub mod deployer;
 pub mod mutants;
+pub mod suite;
 
 pub use deployer::{
     config, deploy, errors, examples, image, lifecycle, manifest, order, pipeline, plan, pve,

@@ -92,6 +92,24 @@ enum Command {
     },
     /// Plan + deploy the seed rollout, then the fixed one, against an embedded fake-proxmox.
     Rehearse(RehearseArgs),
+    /// Test reports of a sharded suite run.
+    #[command(subcommand)]
+    Report(ReportCommand),
+}
+
+#[derive(Subcommand)]
+enum ReportCommand {
+    /// Merge the shards' JUnit, cucumber JSON and durations files into one set and one HTML
+    /// summary; a shard's missing or unreadable report counts as a failed scenario.
+    /// Exits 4 when the merged run has a failed scenario.
+    Merge {
+        /// One directory per shard, holding that shard's reports.
+        #[arg(required = true, value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// Where the merged reports and summary.html go (created).
+        #[arg(long, default_value = "target/cucumber/merged")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -261,6 +279,7 @@ async fn run(command: Command) -> Result<u8, Failure> {
             run_lifecycle(&inputs, &state, Lifecycle::Destroy).await
         }
         Command::Rehearse(args) => run_rehearse(args).await,
+        Command::Report(ReportCommand::Merge { dirs, out }) => run_merge(&dirs, &out),
     }
 }
 
@@ -363,6 +382,33 @@ async fn run_rehearse(args: RehearseArgs) -> Result<u8, Failure> {
         });
     }
     Ok(0)
+}
+
+fn run_merge(dirs: &[PathBuf], out: &Path) -> Result<u8, Failure> {
+    use provision_harness::suite::merge::{MergeError, merge};
+    let merged = merge(dirs, out).map_err(|e| match e {
+        MergeError::Io { .. } => internal(e),
+        _ => bad(e),
+    })?;
+    for p in &merged.problems {
+        eprintln!("warning: {p}");
+    }
+    for s in &merged.shards {
+        println!(
+            "{}: {} scenarios, {} failed, {:.1} s",
+            s.label, s.scenarios, s.failed, s.seconds
+        );
+    }
+    println!(
+        "merged: {} scenarios, {} failed, {} skipped; {} files and {} in {}",
+        merged.scenarios,
+        merged.failed,
+        merged.skipped,
+        merged.written.len(),
+        provision_harness::suite::merge::SUMMARY_HTML,
+        out.display()
+    );
+    Ok(if merged.failed > 0 { EXIT_VM_FAILED } else { 0 })
 }
 
 fn print_rehearsal(report: &RehearseReport) {

@@ -10,15 +10,22 @@
 //! a second; `LAB_REBUILD=1` rebuilds the cluster for every such scenario instead.
 //! `LAB_BREAK_ON_FAILURE=1` keeps a failed scenario's lab running, prints how to enter it
 //! (`vm-lab shell/ssh/logs`), and waits for Ctrl-C before going on.
+//!
+//! `--shard I/N` (or `HARNESS_SHARD`) runs shard I of N, its reports in
+//! `target/cucumber/shard-I-of-N/`; `--durations FILE` balances the shards by a previous run's
+//! `lab.durations.json` (see `tests/support/shard.rs`).
 
 #[path = "lab/params.rs"]
 mod params;
+#[path = "support/shard.rs"]
+mod shard;
 #[path = "lab/steps/mod.rs"]
 mod steps;
 #[path = "lab/world.rs"]
 mod world;
 
 use std::fs;
+use std::sync::Arc;
 
 use cucumber::writer::Stats as _;
 use cucumber::{World as _, WriterExt as _, writer};
@@ -62,7 +69,18 @@ async fn main() {
     // A CI timeout's SIGTERM must not leave lab run directories (disks, snapshot images) behind.
     vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();
-    let out = root.join("target").join("cucumber");
+    let features = root.join("features").join("lab");
+    let mut cli = cucumber::cli::Opts::<_, _, _, shard::ShardCli>::parsed();
+    let filter = shard::CliFilter::take(&mut cli);
+    let every: shard::RunnerFilter = Arc::new(|_, _, _| true);
+    let plan = shard::Plan::new(&features, &cli.parser, &filter, &every, &cli.custom)
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("lab: {e:#}");
+            std::process::exit(2)
+        });
+    eprintln!("lab: {}", plan.description);
+    let out = plan.reports_dir(&root.join("target").join("cucumber"));
     fs::create_dir_all(&out).expect("target/cucumber must be creatable");
     let junit = fs::File::create(out.join("lab-junit.xml")).expect("JUnit report file");
     let json = fs::File::create(out.join("lab.json")).expect("cucumber JSON report file");
@@ -120,8 +138,13 @@ async fn main() {
                 .normalized(),
         )
         .fail_on_skipped()
-        .run(root.join("features").join("lab"))
+        .with_cli(cli)
+        .filter_run(features, plan.filter(filter, every))
         .await;
+    match plan.write_durations(&out.join("lab.json"), &out.join("lab.durations.json")) {
+        Ok(n) => eprintln!("lab: durations of {n} scenarios in {}", out.display()),
+        Err(e) => eprintln!("lab: no durations file written: {e:#}"),
+    }
     // Tear down the labs the last `@reuses-lab` and `@provisioned` scenarios left before exiting.
     drop(world::take_spare());
     drop(world::take_provisioned());

@@ -15,11 +15,14 @@ pub mod params;
 pub mod pve;
 pub mod resume;
 pub mod score;
+#[path = "../support/shard.rs"]
+pub mod shard;
 pub mod status;
 mod steps;
 pub mod world;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use cucumber::{StatsWriter as _, World as _, WriterExt as _, writer};
 use futures::FutureExt as _;
@@ -30,8 +33,15 @@ pub fn features_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("features/rollout")
 }
 
-/// `<target dir>/cucumber`: next to the build, wherever CARGO_TARGET_DIR points.
+/// This run's reports dir once [`run_all`] has set it (a shard's own subdirectory).
+static REPORTS: OnceLock<PathBuf> = OnceLock::new();
+
+/// `<target dir>/cucumber`: next to the build, wherever CARGO_TARGET_DIR points
+/// (`…/cucumber/shard-I-of-N` in a sharded run).
 pub fn reports_dir() -> PathBuf {
+    if let Some(d) = REPORTS.get() {
+        return d.clone();
+    }
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     tmp.parent().unwrap_or(tmp).join("cucumber")
 }
@@ -69,17 +79,39 @@ pub fn after_hook<'a>(
 }
 
 /// The runner as `cargo test --test rollout` uses it: concurrent scenarios, undefined or skipped
-/// steps fail, JUnit XML and cucumber JSON in `<target>/cucumber/`.
+/// steps fail, JUnit XML, cucumber JSON and durations in `<target>/cucumber/`; `--shard I/N`
+/// runs one shard of them (`tests/support/shard.rs`).
 pub async fn run_all() {
-    let reports = reports_dir();
+    let mut cli = cucumber::cli::Opts::<_, _, _, shard::ShardCli>::parsed();
+    let filter = shard::CliFilter::take(&mut cli);
+    let real = world::RealPve::from_env().is_some();
+    let include_wip = std::env::var("HARNESS_INCLUDE_WIP").is_ok_and(|v| v == "1");
+    let runner: shard::RunnerFilter = Arc::new(move |feat, rule, sc| {
+        let mut tags: Vec<String> = feat.tags.clone();
+        if let Some(r) = rule {
+            tags.extend(r.tags.iter().cloned());
+        }
+        tags.extend(sc.tags.iter().cloned());
+        if real {
+            return real_pve_selected(&tags);
+        }
+        include_wip || !tags.iter().any(|t| t == "wip")
+    });
+    let plan = shard::Plan::new(&features_dir(), &cli.parser, &filter, &runner, &cli.custom)
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("rollout: {e:#}");
+            std::process::exit(2)
+        });
+    eprintln!("rollout: {}", plan.description);
+    let reports = plan.reports_dir(&reports_dir());
+    let _ = REPORTS.set(reports.clone());
     std::fs::create_dir_all(&reports).expect("create the reports dir");
     // Start from an empty HTML dir, so the check at the end counts this run's timelines only.
     let html = reports.join("html");
     let _ = std::fs::remove_dir_all(&html);
     let junit = std::fs::File::create(reports.join("rollout.junit.xml")).expect("junit report");
     let json = std::fs::File::create(reports.join("rollout.cucumber.json")).expect("json report");
-    let real = world::RealPve::from_env().is_some();
-    let include_wip = std::env::var("HARNESS_INCLUDE_WIP").is_ok_and(|v| v == "1");
     let summary = RolloutWorld::cucumber()
         .max_concurrent_scenarios(8)
         .after(after_hook)
@@ -91,18 +123,13 @@ pub async fn run_all() {
                 .normalized(),
         )
         .fail_on_skipped()
-        .filter_run(features_dir(), move |feat, rule, sc| {
-            let mut tags: Vec<String> = feat.tags.clone();
-            if let Some(r) = rule {
-                tags.extend(r.tags.iter().cloned());
-            }
-            tags.extend(sc.tags.iter().cloned());
-            if real {
-                return real_pve_selected(&tags);
-            }
-            include_wip || !tags.iter().any(|t| t == "wip")
-        })
+        .with_cli(cli)
+        .filter_run(features_dir(), plan.filter(filter, runner))
         .await;
+    let durations = reports.join("rollout.durations.json");
+    if let Err(e) = plan.write_durations(&reports.join("rollout.cucumber.json"), &durations) {
+        eprintln!("rollout: no durations file written: {e:#}");
+    }
     // Exit on the summary ourselves: with a `discard_stats_writes()` in the writer chain,
     // `filter_run_and_exit` saw no failed step and exited 0 on a failing scenario.
     if summary.execution_has_failed() {
