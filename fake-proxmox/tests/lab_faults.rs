@@ -307,3 +307,44 @@ async fn kill(api: &Api, ctl: &fake_proxmox::ControlClient) {
         .await;
     assert!(r.body.contains("VM 100 is not running"), "{}", r.body);
 }
+
+#[tokio::test]
+async fn the_simulated_backend_has_no_guest_to_fault_and_bad_targets_are_refused() {
+    let f = common::start().await;
+    let api = f.api("site-1");
+    let ctl = f.ctl("site-1");
+    let st = create_vm(
+        &f,
+        &api,
+        NODE,
+        &[("vmid", "100"), ("net0", "virtio,bridge=vmbr0")],
+    )
+    .await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/start"), &[])
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+
+    let refused = ctl.guest_fault(NODE, 100, &GuestFault::Kill).await;
+    assert!(
+        matches!(&refused, Err(ControlError::Refused { status: 409, message })
+            if message.contains("the simulated backend runs no guest")),
+        "{refused:?}"
+    );
+    assert_eq!(current(&api).await["status"], "running");
+
+    let bad = GuestFault::LinkDown { net: "eth0".into() };
+    let refused = ctl.guest_fault(NODE, 100, &bad).await;
+    assert!(
+        matches!(&refused, Err(ControlError::Refused { status: 400, message })
+            if message.contains("not a NIC")),
+        "{refused:?}"
+    );
+    let missing = ctl.guest_fault(NODE, 101, &GuestFault::Pause).await;
+    assert!(
+        matches!(&missing, Err(ControlError::Refused { status: 404, .. })),
+        "{missing:?}"
+    );
+}
