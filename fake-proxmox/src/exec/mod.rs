@@ -20,6 +20,10 @@
 //! paths ([`Disks::path`]) a guest executor boots from. It is handed to
 //! `FakeProxmox::builder().disks(…)`.
 //!
+//! Faults on a real guest ([`GuestFault`]: QEMU killed or paused from outside, a NIC's link
+//! down or up, a disk's writes failing) go through [`Executor::fault`], which the control API's
+//! `…/qemu/{vmid}/fault` calls; the simulated executor refuses them (it runs no guest).
+//!
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`) and agent `exec`
 //! / file commands, because no route serves them (they answer 501).
 

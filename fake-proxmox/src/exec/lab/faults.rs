@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn targets_must_be_a_nic_or_a_disk_key() {
-        let f = |s: &str| parse(s).unwrap().target().map(|t| t.map(str::to_string));
+        let f = |s: &str| parse(s)?.target().map(|t| t.map(str::to_string));
         assert_eq!(
             f(r#"{"fault":"link_up","net":"net31"}"#),
             Ok(Some("net31".into()))
