@@ -1,7 +1,7 @@
 //! Faults on a real guest through the control API (`POST /_fake/…/qemu/{vmid}/fault`), each
 //! seen the way PVE shows it: one boot of the project's cloud image serves every case (a NIC's
-//! link down and up, a disk whose writes fail, a pause from outside PVE, QEMU killed). The
-//! simulated backend refuses them.
+//! link down and up, a disk whose writes fail, a pause from outside PVE, QEMU killed; then a
+//! second start whose disk takes writes again). The simulated backend refuses them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[allow(dead_code)]
@@ -182,6 +182,16 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
     pause_from_outside(&f, &api, &ctl).await;
     kill(&api, &ctl).await;
 
+    // Started again, the disk takes writes (the fault went with QEMU) and can fail again.
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/start"), &[])
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    wait_agent(&api, Duration::from_secs(300)).await;
+    let access = ctl.guest_access(NODE, 100, "root", &key).await.unwrap();
+    disk_writes_fail(&ctl, &access).await;
+
     f.fake.shutdown().await;
 }
 
@@ -244,6 +254,9 @@ async fn disk_writes_fail(ctl: &fake_proxmox::ControlClient, access: &GuestAcces
         disk: "scsi0".into(),
     };
     ctl.guest_fault(NODE, 100, &fault).await.unwrap();
+    ctl.guest_fault(NODE, 100, &fault)
+        .await
+        .expect("a disk already failing stays so");
     let (code, out) = ssh(access, write).await;
     assert_eq!(code, 0, "ssh");
     assert_ne!(out, "0", "the write after the fault fails in the guest");

@@ -86,17 +86,23 @@ pub fn is_cdrom(value: &str) -> bool {
 
 /// The overlay that fails every write of drive `drive-{disk}`.
 fn fail_writes(g: &Guest, vmid: u32, disk: &str) -> Result<(), String> {
-    let overlay = g.dir().join(format!("fault-{disk}.qcow2"));
-    if overlay.exists() {
-        return Ok(());
-    }
+    let node = format!("fault-{disk}");
     let blocks = g
         .qmp("query-block", None, QMP_TIMEOUT)
         .map_err(|e| qmp_failed(vmid, "query-block", &e))?;
-    let size = virtual_size(&blocks, &format!("drive-{disk}"))
+    let drive = block(&blocks, &format!("drive-{disk}"))
         .ok_or_else(|| format!("VM {vmid}: QEMU has no drive for {disk}"))?;
+    if drive.pointer("/inserted/node-name").and_then(Value::as_str) == Some(node.as_str()) {
+        // This QEMU's writes to the disk fail already.
+        return Ok(());
+    }
+    let size = drive
+        .pointer("/inserted/image/virtual-size")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("VM {vmid}: {disk} has no medium"))?;
+    // A file left by an earlier run of the guest is overwritten.
+    let overlay = g.dir().join(format!("{node}.qcow2"));
     create_overlay(&overlay, size)?;
-    let node = format!("fault-{disk}");
     g.qmp(
         "blockdev-add",
         Some(overlay_node(&node, &overlay)),
@@ -113,14 +119,12 @@ fn fail_writes(g: &Guest, vmid: u32, disk: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The `virtual-size` of `device` in a `query-block` answer.
-pub fn virtual_size(blocks: &Value, device: &str) -> Option<u64> {
+/// The entry of `device` in a `query-block` answer.
+pub fn block<'a>(blocks: &'a Value, device: &str) -> Option<&'a Value> {
     blocks
         .as_array()?
         .iter()
-        .find(|b| b.get("device").and_then(Value::as_str) == Some(device))?
-        .pointer("/inserted/image/virtual-size")?
-        .as_u64()
+        .find(|b| b.get("device").and_then(Value::as_str) == Some(device))
 }
 
 /// `blockdev-add`'s arguments: a qcow2 node without backing (the snapshot gives it the
@@ -219,13 +223,14 @@ mod tests {
     }
 
     #[test]
-    fn the_overlay_size_is_the_drives_and_its_file_fails_writes() {
+    fn the_drive_is_found_by_device_and_the_overlay_file_fails_writes() {
         let blocks = json!([
             {"device": "drive-ide2", "inserted": {"image": {"virtual-size": 4_194_304}}},
             {"device": "drive-scsi0", "inserted": {"image": {"virtual-size": 268_435_456}}},
         ]);
-        assert_eq!(virtual_size(&blocks, "drive-scsi0"), Some(268_435_456));
-        assert_eq!(virtual_size(&blocks, "drive-scsi1"), None);
+        let scsi0 = block(&blocks, "drive-scsi0").map(|b| &b["inserted"]["image"]["virtual-size"]);
+        assert_eq!(scsi0.and_then(Value::as_u64), Some(268_435_456));
+        assert!(block(&blocks, "drive-scsi1").is_none());
         let n = overlay_node("fault-scsi0", Path::new("/run/g/fault-scsi0.qcow2"));
         assert_eq!(n["backing"], Value::Null);
         let rule = &n["file"]["inject-error"][0];
