@@ -223,6 +223,23 @@ impl ControlClient {
         .await
     }
 
+    /// Do a fault to VM `vmid`'s real guest (lab backend): kill, pause, a NIC's link down
+    /// or up, a disk's writes failing.
+    pub async fn guest_fault(
+        &self,
+        node: &str,
+        vmid: u32,
+        fault: &crate::exec::GuestFault,
+    ) -> Result<(), ControlError> {
+        self.send::<Value>(
+            self.http
+                .post(self.url(&format!("/nodes/{node}/qemu/{vmid}/fault")))
+                .json(fault),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Remove a file from a storage (`volid` or volume name).
     pub async fn delete_volume(
         &self,

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::clock::ClockMode;
+use crate::exec::GuestFault;
 use crate::faults::FaultRule;
 use crate::nodes::model::ArmedFailure;
 use crate::scenario::Scenario;
@@ -48,6 +49,7 @@ pub fn router() -> Router<SiteCtx> {
             post(volume_add).delete(volume_delete),
         )
         .route("/nodes/{node}/qemu/{vmid}/guest", get(guest_access))
+        .route("/nodes/{node}/qemu/{vmid}/fault", post(guest_fault))
         .route("/journal", get(journal).delete(journal_clear))
         .route("/state", get(state))
 }
@@ -225,6 +227,35 @@ async fn guest_access(
         .access(vm, &q.user, &q.key)
         .map_err(|e| err(StatusCode::CONFLICT, e))?;
     ok(json!(access))
+}
+
+/// A fault on a VM's real guest (lab backend): QEMU killed or paused, a NIC's link down or
+/// up, a disk's writes failing. The API then shows it as PVE would (see `exec::lab::faults`);
+/// 409 when the VM has no running guest (or runs on the simulated backend).
+async fn guest_fault(
+    State(ctx): State<SiteCtx>,
+    Path((node, vmid)): Path<(String, u32)>,
+    Json(fault): Json<GuestFault>,
+) -> Res {
+    fault
+        .target()
+        .map_err(|e| err(StatusCode::BAD_REQUEST, e))?;
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    let site = inner
+        .world
+        .site_of_node_mut(&node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    site.vm_on(&node, vmid)
+        .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
+    let exec = site.exec.clone();
+    let vm = site
+        .vms
+        .get_mut(&vmid)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no VM {vmid}")))?;
+    exec.fault(vm, &fault)
+        .map_err(|e| err(StatusCode::CONFLICT, e))?;
+    ok(json!({}))
 }
 
 #[derive(Deserialize)]

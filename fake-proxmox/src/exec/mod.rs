@@ -20,6 +20,10 @@
 //! paths ([`Disks::path`]) a guest executor boots from. It is handed to
 //! `FakeProxmox::builder().disks(…)`.
 //!
+//! Faults on a real guest ([`GuestFault`]: QEMU killed or paused from outside, a NIC's link
+//! down or up, a disk's writes failing) go through [`Executor::fault`], which the control API's
+//! `…/qemu/{vmid}/fault` calls; the simulated executor refuses them (it runs no guest).
+//!
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`) and agent `exec`
 //! / file commands, because no route serves them (they answer 501).
 
@@ -126,6 +130,63 @@ pub trait Executor: Send + Sync + fmt::Debug {
             "VM {} runs on the simulated backend: there is no guest to reach",
             vm.vmid
         ))
+    }
+    /// A fault on the running guest (the control API's `…/qemu/{vmid}/fault`): what the
+    /// executor observes of it is recorded on `vm` (a pause), or left for `refresh` to find (a
+    /// killed QEMU). `Err` says why it cannot happen (the simulated executor runs no guest).
+    fn fault(&self, vm: &mut Vm, fault: &GuestFault) -> Result<(), String> {
+        let _ = fault;
+        Err(format!(
+            "the simulated backend runs no guest: VM {} has nothing to fault \
+             (the /_fake/faults rules apply to the API)",
+            vm.vmid
+        ))
+    }
+}
+
+/// A fault on a real guest, as the control API takes it (`{"fault": "link_down", "net":
+/// "net0"}`). None of them changes the VM's config: PVE would show the same config, only
+/// the guest notices.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GuestFault {
+    /// QEMU dies (SIGKILL, as a crash or the OOM killer): `status/current` shows `stopped`.
+    Kill,
+    /// The vCPUs stop from outside PVE (QMP `stop`): `paused`, the agent silent, until
+    /// `status/resume`.
+    Pause,
+    /// The cable of NIC `net` (`net0`) is pulled (QMP `set_link … off`); the config keeps no
+    /// `link_down=1`.
+    LinkDown { net: String },
+    /// The cable of NIC `net` is plugged back in.
+    LinkUp { net: String },
+    /// Every write to disk `disk` (`scsi0`) fails with an I/O error from now until QEMU
+    /// stops; reads still work and the volume keeps what was written before.
+    DiskWriteError { disk: String },
+}
+
+impl GuestFault {
+    /// The NIC (`netN`) or disk key the fault names, checked for its shape.
+    pub fn target(&self) -> Result<Option<&str>, String> {
+        match self {
+            GuestFault::Kill | GuestFault::Pause => Ok(None),
+            GuestFault::LinkDown { net } | GuestFault::LinkUp { net } => {
+                if crate::qemu::model::is_net_key(net) {
+                    Ok(Some(net))
+                } else {
+                    Err(format!("'{net}' is not a NIC (net0 … net31)"))
+                }
+            }
+            GuestFault::DiskWriteError { disk } => {
+                if crate::qemu::model::is_disk_key(disk) {
+                    Ok(Some(disk))
+                } else {
+                    Err(format!(
+                        "'{disk}' is not a disk (ideN, sataN, scsiN, virtioN)"
+                    ))
+                }
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! - `agent_ready` is a real `guest-ping` answered (kept fresh by the host's watcher, so the
 //!   call never waits on the guest); `agent` forwards the command to the real agent ([`agent`]).
 //! - `refresh` notices a guest that powered itself off (or a QEMU that died): `stopped`.
+//! - `fault` kills, pauses, pulls a NIC's cable or fails a disk's writes ([`faults`]).
 //! - Host access for the next step: [`LabExecutor::guest_ipv4`] (the agent's address on a
 //!   NIC), [`LabExecutor::ssh_command`] (system `ssh` run inside the lab's namespace) and
 //!   [`LabExecutor::serial_log`]; the namespace holds the node's and the gateway's addresses
@@ -32,6 +33,7 @@
 pub mod agent;
 pub mod argv;
 pub mod backend;
+pub mod faults;
 pub mod power;
 
 use std::fmt;
@@ -42,7 +44,7 @@ use std::time::Duration;
 use serde_json::Value;
 use vm_lab::guests::{BridgeSpec, DhcpPool, Guest, GuestHost};
 
-use super::{AgentCall, Executor, Host};
+use super::{AgentCall, Executor, GuestFault, Host};
 use crate::nodes::model::Bridge;
 use crate::qemu::model::{Power, Vm};
 
@@ -220,6 +222,10 @@ impl Executor for LabExecutor {
                 .serial_log(vm)
                 .map(|p| p.to_string_lossy().into_owned()),
         })
+    }
+
+    fn fault(&self, vm: &mut Vm, fault: &GuestFault) -> Result<(), String> {
+        self.inject(vm, fault)
     }
 
     fn destroy(&self, vm: &Vm) {
