@@ -220,7 +220,7 @@ async fn main() {
         .backend(Backend::Lab)
         .lab_options(LabOptions {
             state_dir: Some(scratch.path().join("state")),
-            memory_cap_mib: MEMORY_MIB,
+            memory_cap_mib: u64::from(MEMORY_MIB),
             shutdown_timeout: Duration::from_secs(30),
         })
         .start()
