@@ -49,14 +49,18 @@ impl Api {
         path: &str,
         form: &[(&str, &str)],
     ) -> (u16, Value) {
-        let r = self
+        // PVE takes GET and DELETE parameters in the query string, the others as a form.
+        let body = matches!(method, reqwest::Method::POST | reqwest::Method::PUT);
+        let req = self
             .http
             .request(method, format!("{}{path}", self.base))
-            .header("Authorization", format!("PVEAPIToken={TOKEN}"))
-            .form(form)
-            .send()
-            .await
-            .unwrap();
+            .header("Authorization", format!("PVEAPIToken={TOKEN}"));
+        let req = if body {
+            req.form(form)
+        } else {
+            req.query(form)
+        };
+        let r = req.send().await.unwrap();
         let status = r.status().as_u16();
         let body: Value = r.json().await.unwrap_or(Value::Null);
         (status, body)
