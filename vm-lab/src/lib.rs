@@ -24,6 +24,11 @@
 //! - [`accel`]: KVM only after a bounded probe boot; otherwise TCG (timeouts ×4).
 //! - [`machine`]: a node's verbs over QMP and the guest agent (`qapi` crate) and SSH.
 //! - [`lab`]: owns the namespace and the nodes; `Drop` tears everything down.
+//! - [`guests`]: a namespace that hosts guests described by their hardware rather than as
+//!   lab nodes (disks on their buses, NICs on named bridges with taps and a DHCP server,
+//!   blocking QMP and agent verbs): what fake-proxmox's lab backend runs PVE's VMs on.
+//! - [`image::cloud`]: the project's cloud image, a disk that boots through the firmware and
+//!   applies a NoCloud or config-drive cloud-init drive (a stand-in for a distribution's).
 //!
 //! # The guest
 //! Each node boots the netboot image: kernel `-append` (or the iPXE script for PXE nodes)
