@@ -26,8 +26,9 @@ fn names(list: &str) -> Vec<&str> {
         .collect()
 }
 
-#[when(expr = "the lab network is partitioned: {node} | {node}")]
-async fn partition(w: &mut LabWorld, a: LabNode, b: LabNode) -> Result<(), ClusterError> {
+/// Each side is a comma-separated list of nodes (`node03 | node01,node02`).
+#[when(expr = "the lab network is partitioned: {word} | {word}")]
+async fn partition(w: &mut LabWorld, a: String, b: String) -> Result<(), ClusterError> {
     w.b()?
         .lab
         .net_partition(&names(&a), &names(&b))
