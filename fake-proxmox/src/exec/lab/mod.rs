@@ -234,6 +234,10 @@ impl Executor for LabExecutor {
         }
     }
 
+    fn observes_guests(&self) -> bool {
+        true
+    }
+
     fn refresh(&self, vm: &mut Vm, now: f64) {
         if vm.power == Power::Stopped {
             return;
