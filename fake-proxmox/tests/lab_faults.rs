@@ -1,6 +1,6 @@
 //! Faults on a real guest through the control API (`POST /_fake/…/qemu/{vmid}/fault`), each
 //! seen the way PVE shows it: one boot of the project's cloud image serves every case (a NIC's
-//! link down and up, a disk whose writes fail, a pause from outside PVE, QEMU killed; then a
+//! link down and up, the node's link on its bridge down and up, a disk whose writes fail, a pause from outside PVE, QEMU killed; then a
 //! second start whose disk takes writes again). The simulated backend refuses them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{Api, Fake, create_vm, wait_task};
 use fake_proxmox::control::ControlError;
 use fake_proxmox::exec::lab::backend::LabOptions;
-use fake_proxmox::exec::{GuestAccess, GuestFault};
+use fake_proxmox::exec::{GuestAccess, GuestFault, NodeFault};
 use fake_proxmox::scenario::Backend;
 use fake_proxmox::{ClockMode, FakeProxmox};
 use serde_json::Value;
@@ -101,6 +101,29 @@ async fn current(api: &Api) -> Value {
         .clone()
 }
 
+/// Where a link fault is made: on the VM's NIC, or on the node's link on the NIC's bridge.
+#[derive(Clone, Copy, Debug)]
+enum LinkFault {
+    Nic,
+    NodeBridge,
+}
+
+async fn set_link(ctl: &fake_proxmox::ControlClient, how: LinkFault, down: bool) {
+    match how {
+        LinkFault::Nic => ctl.guest_fault(NODE, 100, &link(down)).await.unwrap(),
+        LinkFault::NodeBridge => {
+            let bridge = "vmbr0".to_string();
+            let fault = if down {
+                NodeFault::LinkDown { bridge }
+            } else {
+                NodeFault::LinkUp { bridge }
+            };
+            let reached = ctl.node_fault(NODE, &fault).await.unwrap();
+            assert_eq!(reached, vec![(100, "net0".to_string())], "{how:?}");
+        }
+    }
+}
+
 fn link(down: bool) -> GuestFault {
     let net = "net0".to_string();
     if down {
@@ -177,7 +200,20 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
     let access = ctl.guest_access(NODE, 100, "root", &key).await.unwrap();
     assert_eq!(access.address, ADDRESS);
 
-    link_down_and_up(&api, &ctl, &access).await;
+    link_down_and_up(&api, &ctl, &access, LinkFault::Nic).await;
+    link_down_and_up(&api, &ctl, &access, LinkFault::NodeBridge).await;
+    let unknown = ctl
+        .node_fault(
+            NODE,
+            &NodeFault::LinkDown {
+                bridge: "vmbr9".into(),
+            },
+        )
+        .await;
+    assert!(
+        matches!(&unknown, Err(ControlError::Refused { status: 409, message }) if message.contains("no bridge 'vmbr9'")),
+        "{unknown:?}"
+    );
     disk_writes_fail(&ctl, &access).await;
     pause_from_outside(&f, &api, &ctl).await;
     kill(&api, &ctl).await;
@@ -197,7 +233,12 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
 
 /// The guest loses its link (its ping to the gateway fails), the agent still answers over
 /// virtio-serial and the config is unchanged; link up: the ping works again.
-async fn link_down_and_up(api: &Api, ctl: &fake_proxmox::ControlClient, access: &GuestAccess) {
+async fn link_down_and_up(
+    api: &Api,
+    ctl: &fake_proxmox::ControlClient,
+    access: &GuestAccess,
+    how: LinkFault,
+) {
     let ping = format!("ping -c 1 -W 5 {GATEWAY} >/dev/null 2>&1; echo $?");
     assert_eq!(ssh(access, &ping).await, (0, "0".into()), "ping before");
     let config_before = api.get(&format!("/nodes/{NODE}/qemu/100/config")).await;
@@ -208,7 +249,7 @@ async fn link_down_and_up(api: &Api, ctl: &fake_proxmox::ControlClient, access: 
          echo $? > /tmp/down.rc) </dev/null >/dev/null 2>&1 &"
     );
     assert_eq!(ssh(access, &later).await.0, 0);
-    ctl.guest_fault(NODE, 100, &link(true)).await.unwrap();
+    set_link(ctl, how, true).await;
 
     let r = api
         .post(&format!("/nodes/{NODE}/qemu/100/agent/ping"), &[])
@@ -227,14 +268,18 @@ async fn link_down_and_up(api: &Api, ctl: &fake_proxmox::ControlClient, access: 
     assert!(!config.body.contains("link_down"), "{}", config.body);
 
     tokio::time::sleep(Duration::from_secs(16)).await;
-    ctl.guest_fault(NODE, 100, &link(false)).await.unwrap();
+    set_link(ctl, how, false).await;
     let start = Instant::now();
     let mut rc = ssh(access, "cat /tmp/down.rc").await;
     while rc.0 != 0 && start.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_secs(2)).await;
         rc = ssh(access, "cat /tmp/down.rc").await;
     }
-    assert_eq!(rc, (0, "1".into()), "the ping with the link down failed");
+    assert_eq!(
+        rc,
+        (0, "1".into()),
+        "{how:?}: the ping with the link down failed"
+    );
     assert_eq!(
         ssh(access, &ping).await,
         (0, "0".into()),

@@ -1,0 +1,107 @@
+//! `rehearse --backend lab`'s rollout, in process: the deployer makes seed 002's three
+//! PhotonCloud nodes through the PVE API of a lab-backed fake, each VM boots the project's
+//! cloud image as a real QEMU guest, takes an address from vmbr0's real DHCP server, and the
+//! address the deployer reports is the one the guest itself applied (its serial console says
+//! so). Nothing outlives the fake.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use fake_proxmox::{ClockMode, FakeProxmox};
+use provision_harness::deployer::plan::Verdict;
+use provision_harness::rehearse::{RehearseOptions, cloud_image_qcow2, lab_rollout, run_against};
+use vm_lab::namespace::{alive, pids_mentioning};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_photoncloud_nodes_deploy_onto_real_guests_with_the_addresses_they_applied() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let image = tokio::task::spawn_blocking(move || cloud_image_qcow2(&dir))
+        .await
+        .unwrap()
+        .expect("the cloud image builds");
+    let rollout = lab_rollout(&image).unwrap();
+    let options = RehearseOptions::lab();
+    let state = tmp.path().join("state");
+    let mut lab = options.lab.clone();
+    lab.state_dir = Some(state.clone());
+    let fake = FakeProxmox::builder()
+        .scenario(rollout.scenario.clone())
+        .tls(true)
+        .auth_failure_delay(false)
+        .clock(ClockMode::Scaled {
+            factor: options.clock_factor,
+        })
+        .lab_options(lab)
+        .start()
+        .await
+        .expect("the lab-backed fake starts");
+
+    let report = run_against(
+        &fake,
+        rollout.label,
+        rollout.manifests,
+        rollout.provider,
+        &options,
+    )
+    .await
+    .expect("the rollout runs");
+    assert_ne!(report.plan.verdict, Verdict::WouldFail, "{:?}", report.plan);
+    let deploy = &report.deploy;
+    assert!(deploy.all_ready(), "{deploy:#?}");
+    let names: BTreeSet<&str> = deploy.vms.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["node01", "node02", "node03"]));
+
+    let ctl = fake.control();
+    let key = tmp.path().join("unused-key");
+    let pool = (
+        Ipv4Addr::new(192, 168, 100, 100),
+        Ipv4Addr::new(192, 168, 100, 199),
+    );
+    let mut ips = BTreeSet::new();
+    for vm in &deploy.vms {
+        let ip: Ipv4Addr = vm
+            .ip
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{} has no IPv4 address: {vm:?}", vm.name));
+        assert!(
+            (pool.0..=pool.1).contains(&ip),
+            "{}: {ip} is not from vmbr0's DHCP pool",
+            vm.name
+        );
+        ips.insert(ip);
+        let vmid = vm.vmid.expect("a VMID");
+        let access = ctl
+            .guest_access(&vm.node, vmid, "admin", &key)
+            .await
+            .expect("the guest's access");
+        assert_eq!(access.address, ip.to_string(), "{}", vm.name);
+        let serial =
+            std::fs::read_to_string(access.serial_log.as_deref().expect("a serial log")).unwrap();
+        let ready = serial
+            .lines()
+            .find(|l| l.contains("CLOUDIMG-READY"))
+            .unwrap_or_else(|| panic!("{} never printed CLOUDIMG-READY:\n{serial}", vm.name));
+        assert!(
+            ready.contains(&format!("host={} ", vm.name)) && ready.contains(&format!("={ip}/")),
+            "{}: the guest applied its hostname and the reported address: {ready}",
+            vm.name
+        );
+    }
+    assert_eq!(ips.len(), 3, "three distinct addresses: {ips:?}");
+
+    let lab_pids = pids_mentioning(&state);
+    assert!(
+        lab_pids.iter().any(|p| alive(*p)),
+        "the guests are real processes"
+    );
+    fake.shutdown().await;
+    let end = Instant::now();
+    while !pids_mentioning(&state).is_empty() && end.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(pids_mentioning(&state), Vec::<u32>::new());
+}
