@@ -54,7 +54,7 @@ async fn the_photoncloud_nodes_deploy_onto_real_guests_with_the_addresses_they_a
     let names: BTreeSet<&str> = deploy.vms.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(names, BTreeSet::from(["node01", "node02", "node03"]));
 
-    let ctl = fake.control();
+    let ctl = fake.site("lab").expect("the lab site").control();
     let key = tmp.path().join("unused-key");
     let pool = (
         Ipv4Addr::new(192, 168, 100, 100),
