@@ -24,20 +24,28 @@ echo "CLOUDIMG-INIT"
 # it needs, round after round while loading makes new devices appear; then the disk and CD-ROM
 # drivers and the file systems every boot uses. Loading only what the VM has keeps the boot
 # short under TCG (a module costs a process and its init).
+# Both tables are read once into memory: busybox's `read` takes a system call per byte, which
+# under TCG costs more than every module load together.
+NL='
+'
+MODDEPS="$NL$(cat /etc/vmlab/modules.dep)$NL"
+MODALIASES=$(cat /etc/vmlab/modules.alias)
 LOADED=" "
-load() {
+insmod_once() {
   case "$LOADED" in *" $1 "*) return 0 ;; esac
-  [ -f "/lib/modules/$1.ko" ] || return 0
-  while read -r _m _deps; do
-    [ "$_m" = "$1:" ] || continue
-    for _d in $_deps; do
-      case "$LOADED" in *" $_d "*) ;; *) LOADED="$LOADED$_d "; insmod "/lib/modules/$_d.ko" 2>/dev/null ;; esac
-    done
-    break
-  done < /etc/vmlab/modules.dep
   LOADED="$LOADED$1 "
   insmod "/lib/modules/$1.ko" 2>/dev/null
   return 0
+}
+load() {
+  case "$LOADED" in *" $1 "*) return 0 ;; esac
+  [ -f "/lib/modules/$1.ko" ] || return 0
+  case "$MODDEPS" in
+    *"$NL$1: "*)
+      _rest=${MODDEPS#*"$NL$1: "}
+      for _d in ${_rest%%"$NL"*}; do insmod_once "$_d"; done ;;
+  esac
+  insmod_once "$1"
 }
 SEEN=" "
 coldplug() {
@@ -48,9 +56,12 @@ coldplug() {
       read -r _a < "$_f" 2>/dev/null || continue
       case "$SEEN" in *" $_a "*) continue ;; esac
       SEEN="$SEEN$_a "; _more=1
-      while read -r _pat _mod; do
-        case "$_a" in $_pat) load "$_mod" ;; esac
-      done < /etc/vmlab/modules.alias
+      # No pathname expansion of the patterns (case still matches them as globs).
+      _ifs=$IFS; IFS=$NL; set -f
+      for _l in $MODALIASES; do
+        case "$_a" in ${_l% *}) IFS=$_ifs; load "${_l##* }"; IFS=$NL ;; esac
+      done
+      IFS=$_ifs; set +f
     done
   done
 }
