@@ -23,7 +23,9 @@ async fn the_photoncloud_nodes_deploy_onto_real_guests_with_the_addresses_they_a
         .unwrap()
         .expect("the cloud image builds");
     let rollout = lab_rollout(&image).unwrap();
-    let options = RehearseOptions::lab();
+    let mut options = RehearseOptions::lab();
+    // A guest that has no address by then will not get one.
+    options.deploy.pipeline.ip_wait = Duration::from_secs(300);
     let state = tmp.path().join("state");
     let mut lab = options.lab.clone();
     lab.state_dir = Some(state.clone());
@@ -62,18 +64,24 @@ async fn the_photoncloud_nodes_deploy_onto_real_guests_with_the_addresses_they_a
     );
     let mut ips = BTreeSet::new();
     for vm in &deploy.vms {
+        let vmid = vm.vmid.expect("a VMID");
         let ip: Ipv4Addr = vm
             .ip
             .as_deref()
             .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("{} has no IPv4 address: {vm:?}", vm.name));
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} has no IPv4 address: {vm:?}\nits console:\n{}",
+                    vm.name,
+                    serial_log(&state, vmid)
+                )
+            });
         assert!(
             (pool.0..=pool.1).contains(&ip),
             "{}: {ip} is not from vmbr0's DHCP pool",
             vm.name
         );
         ips.insert(ip);
-        let vmid = vm.vmid.expect("a VMID");
         let access = ctl
             .guest_access(&vm.node, vmid, "admin", &key)
             .await
@@ -104,4 +112,25 @@ async fn the_photoncloud_nodes_deploy_onto_real_guests_with_the_addresses_they_a
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(pids_mentioning(&state), Vec::<u32>::new());
+}
+
+/// The console of VM `vmid`'s guest (lab run dirs are `<state>/lab/<host>/<node>-<vmid>/`).
+fn serial_log(state: &std::path::Path, vmid: u32) -> String {
+    let suffix = format!("-{vmid}");
+    let Ok(hosts) = std::fs::read_dir(state.join("lab")) else {
+        return "(no lab run directory)".into();
+    };
+    for host in hosts.flatten() {
+        for guest in std::fs::read_dir(host.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if guest.file_name().to_string_lossy().ends_with(&suffix) {
+                return std::fs::read_to_string(guest.path().join("serial.log"))
+                    .unwrap_or_else(|e| format!("(unreadable: {e})"));
+            }
+        }
+    }
+    "(no guest directory)".into()
 }

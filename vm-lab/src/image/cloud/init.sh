@@ -254,7 +254,8 @@ ci_apply_net() {
       gw) ip route add default via "$_v" dev "$_if" 2>/dev/null || ip route add default via "$_v" dev "$_if" onlink || ci_error "network: cannot route via $_v" ;;
       gw6) ip -6 route add default via "$_v" dev "$_if" 2>/dev/null ;;
       route) ip route add "$_v" via "$_via" dev "$_if" || ci_error "network: cannot route $_v via $_via" ;;
-      dhcp4) udhcpc -i "$_if" -b -t 5 -T 2 -A 5 -S -p "/run/udhcpc.$_if.pid" -x "hostname:$(hostname)" >/dev/null 2>&1 ;;
+      # -s: busybox-static's built-in default is Debian's /etc/udhcpc/default.script.
+      dhcp4) udhcpc -i "$_if" -s /usr/share/udhcpc/default.script -b -t 5 -T 2 -A 5 -S -p "/run/udhcpc.$_if.pid" -x "hostname:$(hostname)" >/dev/null 2>&1 ;;
     esac
   done < "$1"
 }
