@@ -1,6 +1,7 @@
 //! Faults on a real guest through the control API (`POST /_fake/…/qemu/{vmid}/fault`), each
 //! seen the way PVE shows it: one boot of the project's cloud image serves every case (a NIC's
-//! link down and up, the node's link on its bridge down and up, a disk whose writes fail, a pause from outside PVE, QEMU killed; then a
+//! link down and up, the node's link on its bridge down and up, a disk whose writes fail (and
+//! one with `werror=stop`, which stops the VM with `io-error`), a pause from outside PVE, QEMU killed; then a
 //! second start whose disk takes writes again). The simulated backend refuses them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -171,6 +172,7 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
             ("memory", "512"),
             ("scsihw", "virtio-scsi-pci"),
             ("scsi0", &import),
+            ("scsi1", "local-lvm:1,werror=stop"),
             ("ide2", "local-lvm:cloudinit"),
             ("boot", "order=scsi0"),
             ("net0", "virtio,bridge=vmbr0"),
@@ -216,6 +218,7 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
     );
     disk_writes_fail(&ctl, &access).await;
     pause_from_outside(&f, &api, &ctl).await;
+    io_error_stops_the_vm(&f, &api, &ctl, &access).await;
     kill(&api, &ctl).await;
 
     // Started again, the disk takes writes (the fault went with QEMU) and can fail again.
@@ -346,6 +349,53 @@ async fn pause_from_outside(f: &Fake, api: &Api, ctl: &fake_proxmox::ControlClie
     assert_eq!(st["exitstatus"], "OK", "{st}");
     assert_eq!(current(api).await["qmpstatus"], "running");
     wait_agent(api, Duration::from_secs(60)).await;
+}
+
+/// Waits (real time) until `qmpstatus` is `want`; the last `status/current`.
+async fn wait_qmpstatus(api: &Api, want: &str, within: Duration) -> Value {
+    let start = Instant::now();
+    loop {
+        let cur = current(api).await;
+        if cur["qmpstatus"] == want || start.elapsed() > within {
+            return cur;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A failing write to a disk with `werror=stop` stops the VM as QEMU does: `status` stays
+/// `running`, `qmpstatus` is `io-error`; `status/resume` retries the write, which fails and
+/// stops it again.
+async fn io_error_stops_the_vm(
+    f: &Fake,
+    api: &Api,
+    ctl: &fake_proxmox::ControlClient,
+    access: &GuestAccess,
+) {
+    let fault = GuestFault::DiskWriteError {
+        disk: "scsi1".into(),
+    };
+    ctl.guest_fault(NODE, 100, &fault).await.unwrap();
+    // The write stops the vCPUs: it starts after the SSH session has returned.
+    let later = "(sleep 2; dd if=/dev/zero of=/dev/sdb bs=512 count=1 conv=notrunc,fsync) \
+                 </dev/null >/dev/null 2>&1 &";
+    assert_eq!(ssh(access, later).await.0, 0);
+    let cur = wait_qmpstatus(api, "io-error", Duration::from_secs(60)).await;
+    assert_eq!(
+        (cur["status"].as_str(), cur["qmpstatus"].as_str()),
+        (Some("running"), Some("io-error")),
+        "{cur}"
+    );
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/resume"), &[])
+        .await;
+    let st = task(f, api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let cur = wait_qmpstatus(api, "io-error", Duration::from_secs(30)).await;
+    assert_eq!(
+        cur["qmpstatus"], "io-error",
+        "the retried write fails again: {cur}"
+    );
 }
 
 /// QEMU dies: `status/current` shows `stopped` with no pid, as PVE shows a crashed VM.

@@ -228,6 +228,13 @@ impl Executor for LabExecutor {
             None => gone(vm),
             Some(g) => {
                 vm.pid = Some(g.pid());
+                // QEMU's own run state where it differs from what PVE's verbs made: a drive
+                // error that stopped it, a `cont` that let it run on.
+                match (g.last_run_state().as_deref(), vm.power) {
+                    (Some("io-error"), Power::Running) => vm.power = Power::IoError,
+                    (Some("running"), Power::IoError) => vm.power = Power::Running,
+                    _ => {}
+                }
                 match (g.agent_answering(), vm.agent_ready_at) {
                     (true, None) => vm.agent_ready_at = Some(now),
                     (false, Some(_)) => vm.agent_ready_at = None,
