@@ -147,6 +147,9 @@ setup_data() {
     echo "cloudimg: data partition /dev/$_part grown to $((_new / 2048)) MiB"
   fi
   _type=$(fs_info "/dev/$_part" | cut -d' ' -f1)
+  # ext4 is a module in the generic kernel (built in the cloud one); crc32c is its soft
+  # dependency, so the alias tables do not bring it.
+  for _m in crc32c_generic crc32c_intel ext4; do load "$_m"; done
   if [ -z "$_type" ]; then
     # The image ships it as ext4; an empty one (wiped by hand, say) is made again.
     echo "cloudimg: /dev/$_part holds no file system: making it ext4"
