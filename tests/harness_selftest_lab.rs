@@ -75,6 +75,8 @@ struct ScenarioResult {
     name: String,
     /// The failed step's error, first line; `None` if the scenario passed.
     failure: Option<String>,
+    /// The failed step, as the feature file words it.
+    step: Option<String>,
 }
 
 #[derive(Default)]
@@ -93,10 +95,13 @@ impl SubsetRun {
 
 fn first_line(e: &cucumber::event::StepError) -> String {
     let text = e.to_string();
+    let text = text
+        .strip_prefix("Step panicked. Captured output: ")
+        .unwrap_or(&text);
     let line = text
         .lines()
         .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with("Step panicked"))
+        .find(|l| !l.is_empty())
         .unwrap_or("");
     let mut short: String = line.chars().take(200).collect();
     if short.len() < line.len() {
@@ -140,6 +145,7 @@ async fn run_subset(mutant: Option<Mutant>, reached: Option<Reached>) -> SubsetR
                     id: format!("{file}:{}", scenario.position.line),
                     name: scenario.name.clone(),
                     failure,
+                    step: None,
                 });
             // The lab goes where `tests/lab.rs` puts it: back to its snapshot's keeper, handed
             // on, or torn down.
@@ -176,9 +182,22 @@ async fn run_subset(mutant: Option<Mutant>, reached: Option<Reached>) -> SubsetR
                 .any(|t| t == TAG)
         });
     mutants::run_as(mutant, reached, run).await;
-    let results = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut results = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
     let report =
         String::from_utf8_lossy(&buf.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+    // Scenarios run one at a time and stop at their failed step: the report's failed steps (✘)
+    // are the failed scenarios', in order.
+    let failed_steps = report
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('✘'))
+        .map(str::trim);
+    for (r, step) in results
+        .iter_mut()
+        .filter(|r| r.failure.is_some())
+        .zip(failed_steps)
+    {
+        r.step = Some(step.to_owned());
+    }
     SubsetRun {
         results,
         report,
@@ -273,9 +292,12 @@ async fn score() -> Result<(), String> {
             ));
             for k in killers {
                 report.push_str(&format!(
-                    "    {} {} — {}\n",
+                    "    {} {}\n      at: {}\n      — {}\n",
                     k.id,
                     k.name,
+                    k.step
+                        .as_deref()
+                        .unwrap_or("(step not found in the report)"),
                     k.failure.as_deref().unwrap_or("")
                 ));
             }
