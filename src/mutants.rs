@@ -41,6 +41,9 @@ pub enum Mutant {
     CertsUnderWrongNames,
     /// etcd serves clients and peers over plain HTTP, with no certificate asked or offered.
     EtcdWithoutTls,
+    /// etcd serves TLS but asks clients for no certificate (no client CA, no client-cert-auth):
+    /// anyone who reaches the client port reads and writes the cluster.
+    ClientsWithoutCertificates,
 }
 
 impl Mutant {
@@ -59,15 +62,17 @@ impl Mutant {
             Mutant::SkipsFirstBootScript => "skips-first-boot-script",
             Mutant::CertsUnderWrongNames => "certs-under-wrong-names",
             Mutant::EtcdWithoutTls => "etcd-without-tls",
+            Mutant::ClientsWithoutCertificates => "clients-without-certificates",
         }
     }
 }
 
 /// The cluster provisioner's mutants, in the order the lab self-test runs them.
-pub const LAB: [Mutant; 3] = [
+pub const LAB: [Mutant; 4] = [
     Mutant::SkipsFirstBootScript,
     Mutant::CertsUnderWrongNames,
     Mutant::EtcdWithoutTls,
+    Mutant::ClientsWithoutCertificates,
 ];
 
 /// The mutation points a run went through, by mutant name: a mutant whose point a scenario never

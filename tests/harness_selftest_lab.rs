@@ -47,6 +47,9 @@ fn what(m: Mutant) -> &'static str {
             "installs the certificates as ca-cert.pem, cert.pem, key.pem (the seed's first names)"
         }
         Mutant::EtcdWithoutTls => "starts etcd over plain HTTP, no certificate asked or offered",
+        Mutant::ClientsWithoutCertificates => {
+            "starts etcd with TLS but without a client CA: clients need no certificate"
+        }
         _ => "a deployer mutant (not run here)",
     }
 }

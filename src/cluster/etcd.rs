@@ -75,7 +75,22 @@ pub fn etcd_args(cfg: &NodeConfig, timing: RaftTiming) -> Vec<String> {
     if mutants::active(Mutant::EtcdWithoutTls) {
         return without_tls(args);
     }
+    if mutants::active(Mutant::ClientsWithoutCertificates) {
+        return without_client_ca(args);
+    }
     args
+}
+
+/// The command line with no client CA and no `--client-cert-auth` (the mutant
+/// [`Mutant::ClientsWithoutCertificates`]). Both must go: etcd asks clients for a certificate
+/// whenever it has a trusted CA file, whatever `--client-cert-auth` says.
+fn without_client_ca(args: Vec<String>) -> Vec<String> {
+    args.into_iter()
+        .filter(|a| {
+            let flag = a.split('=').next();
+            flag != Some("--client-cert-auth") && flag != Some("--trusted-ca-file")
+        })
+        .collect()
 }
 
 /// The same command line over plain HTTP, every certificate flag dropped (the mutant
@@ -230,7 +245,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_etcd_without_tls_mutant_serves_plain_http_only_in_its_run() {
+    async fn the_tls_mutants_change_only_their_flags_and_only_in_their_run() {
         let plain = crate::mutants::run_as(Some(Mutant::EtcdWithoutTls), None, async {
             etcd_args(&cfg(), RaftTiming::default())
         })
@@ -246,6 +261,19 @@ mod tests {
         assert!(plain.contains(&"--name=node01".to_owned()));
         let real = etcd_args(&cfg(), RaftTiming::default());
         assert!(real.contains(&"--client-cert-auth=true".to_owned()));
+        let open = crate::mutants::run_as(Some(Mutant::ClientsWithoutCertificates), None, async {
+            etcd_args(&cfg(), RaftTiming::default())
+        })
+        .await;
+        let dropped: Vec<&String> = real.iter().filter(|a| !open.contains(a)).collect();
+        assert_eq!(
+            dropped,
+            [
+                "--client-cert-auth=true",
+                "--trusted-ca-file=/cluster/secrets/ca.crt"
+            ],
+            "{open:?}"
+        );
     }
 
     #[test]
