@@ -112,11 +112,19 @@ async fn the_photoncloud_nodes_deploy_onto_real_guests_with_the_addresses_they_a
             .await
             .expect("the guest's access");
         assert_eq!(access.address, ip.to_string(), "{}", vm.name);
-        let mut ssh = std::process::Command::new(&access.ssh[0]);
-        ssh.args(&access.ssh[1..]).arg("hostname; id -un");
-        let out = tokio::task::spawn_blocking(move || ssh.output().expect("ssh runs"))
-            .await
-            .unwrap();
+        // The SSH server starts a moment after the address is there (as on a real image).
+        let started = Instant::now();
+        let out = loop {
+            let mut ssh = std::process::Command::new(&access.ssh[0]);
+            ssh.args(&access.ssh[1..]).arg("hostname; id -un");
+            let out = tokio::task::spawn_blocking(move || ssh.output().expect("ssh runs"))
+                .await
+                .unwrap();
+            if out.status.success() || started.elapsed() > Duration::from_secs(60) {
+                break out;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
         assert_eq!(
             String::from_utf8_lossy(&out.stdout)
                 .split_whitespace()

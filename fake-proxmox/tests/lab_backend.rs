@@ -163,11 +163,7 @@ async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cl
     // In over SSH with the key given in `sshkeys`, as `ciuser`: cloud-init's hostname.
     let access = ctl.guest_access(NODE, 100, "harness", &key).await.unwrap();
     assert_eq!(access.address, ADDRESS);
-    let mut ssh = Command::new(&access.ssh[0]);
-    ssh.args(&access.ssh[1..]).arg("hostname; id -un");
-    let out = tokio::task::spawn_blocking(move || run(&mut ssh))
-        .await
-        .unwrap();
+    let out = ssh_retrying(&access.ssh, "hostname; id -un").await;
     assert_eq!(
         out.split_whitespace().collect::<Vec<_>>(),
         ["web-01", "harness"]
@@ -248,6 +244,29 @@ async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cl
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(pids_mentioning(&state), Vec::<u32>::new());
+}
+
+/// `script` over SSH, retried while the SSH server is not up yet (the agent reports the
+/// address as soon as cloud-init applied it; the server starts a moment later, as on a real
+/// cloud image); its stdout.
+async fn ssh_retrying(argv: &[String], script: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).arg(script);
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("run ssh"))
+            .await
+            .unwrap();
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "ssh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Files below `dir` whose name starts with `prefix`.

@@ -65,6 +65,29 @@ async fn task(f: &Fake, api: &Api, r: common::Resp) -> Value {
     wait_task(f, api, NODE, r.data().as_str().unwrap()).await
 }
 
+/// The guest's access once SSH works: the agent answers before cloud-init has applied the
+/// address and started the SSH server (as on a real cloud image), so both are waited for.
+async fn wait_ssh(ctl: &fake_proxmox::ControlClient, key: &Path, within: Duration) -> GuestAccess {
+    let start = Instant::now();
+    loop {
+        let last = match ctl.guest_access(NODE, 100, "root", key).await {
+            Ok(access) => {
+                let (code, out) = ssh(&access, "echo up").await;
+                if code == 0 && out == "up" {
+                    return access;
+                }
+                format!("ssh exited {code}: {out}")
+            }
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            start.elapsed() < within,
+            "no SSH into the guest within {within:?}: {last}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Polls `agent/ping` until it answers (real time: the guest boots under TCG).
 async fn wait_agent(api: &Api, within: Duration) {
     let start = Instant::now();
@@ -199,7 +222,7 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
     assert_eq!(st["exitstatus"], "OK", "{st}");
     wait_agent(&api, Duration::from_secs(300)).await;
     // root takes the `sshkeys` too (the image has no sudo): ping and raw disk writes need it.
-    let access = ctl.guest_access(NODE, 100, "root", &key).await.unwrap();
+    let access = wait_ssh(&ctl, &key, Duration::from_secs(120)).await;
     assert_eq!(access.address, ADDRESS);
 
     link_down_and_up(&api, &ctl, &access, LinkFault::Nic).await;
@@ -228,7 +251,7 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
     let st = task(&f, &api, r).await;
     assert_eq!(st["exitstatus"], "OK", "{st}");
     wait_agent(&api, Duration::from_secs(300)).await;
-    let access = ctl.guest_access(NODE, 100, "root", &key).await.unwrap();
+    let access = wait_ssh(&ctl, &key, Duration::from_secs(120)).await;
     disk_writes_fail(&ctl, &access).await;
 
     f.fake.shutdown().await;

@@ -16,6 +16,9 @@ pub struct StartCheck {
     pub error: Option<String>,
 }
 
+/// The planned part of a power task on a node with real guests (see `power_duration`).
+const REAL_POWER_TASK_SECS: f64 = 0.05;
+
 impl Site {
     /// The checks `vm_start` makes before `vm_start_nolock` applies pending changes.
     fn start_precheck(&self, node: &str, vmid: u32) -> Result<&crate::qemu::model::Vm, String> {
@@ -106,9 +109,24 @@ impl Site {
         err: Option<String>,
         now: f64,
     ) -> String {
-        plan.duration = if err.is_some() { 0.1 } else { dur };
+        plan.duration = if err.is_some() {
+            0.1
+        } else {
+            self.power_duration(&plan.node, dur)
+        };
         plan.planned_error = err;
         self.start_task(plan, now)
+    }
+
+    /// How long a power task on `node` runs before its effect: `simulated` on a simulated
+    /// node; on a node whose executor runs real guests, only a moment, because the effect
+    /// itself (QEMU starting, the guest powering off) then takes its real time inside the task.
+    fn power_duration(&self, node: &str, simulated: f64) -> f64 {
+        if self.exec_on(node).observes_guests() {
+            REAL_POWER_TASK_SECS
+        } else {
+            simulated
+        }
     }
 
     /// `POST …/status/start`
@@ -129,7 +147,11 @@ impl Site {
         for l in check.lines {
             plan.line(0.05, l);
         }
-        plan.duration = if check.error.is_some() { 0.2 } else { 1.0 };
+        plan.duration = if check.error.is_some() {
+            0.2
+        } else {
+            self.power_duration(node, 1.0)
+        };
         plan.planned_error = check.error;
         self.start_task(plan, now)
     }

@@ -1,8 +1,8 @@
 #!/bin/busybox sh
-# The cloud image's init (PID 1 of its initramfs): finds its own disk and mounts the data
-# partition at /data, reads the cloud-init drive (NoCloud "cidata" or config-drive "config-2")
-# with /lib/cloudimg/reader.sh, applies it, starts the guest agent, acpid and dropbear, and
-# prints CLOUDIMG-READY on the console — after CLOUDINIT-ERROR lines when the drive is missing
+# The cloud image's init (PID 1 of its initramfs): loads the drivers the VM needs, starts the
+# guest agent and acpid, finds its own disk and mounts the data partition at /data, reads the
+# cloud-init drive (NoCloud "cidata" or config-drive "config-2") with /lib/cloudimg/reader.sh,
+# applies it, starts dropbear, and prints CLOUDIMG-READY on the console — after CLOUDINIT-ERROR lines when the drive is missing
 # or malformed (the agent and SSH server start regardless, so the failure can be looked at).
 /bin/busybox mkdir -p /usr/bin /usr/sbin /sbin /proc /sys /dev /run /tmp /var /mnt
 /bin/busybox --install -s
@@ -81,6 +81,24 @@ for _d in /sys/bus/pci/devices/*; do
   read -r _v < "$_d/vendor"; read -r _i < "$_d/device"
   echo "CLOUDIMG-UNSUPPORTED: $_k ${_v#0x}:${_i#0x} (PCI ${_d##*/}) has no driver in this image ($(uname -r))"
 done
+
+# --- early services ---------------------------------------------------------------------------
+# As on a real cloud image, the guest agent and the power button do not wait for cloud-init
+# (systemd starts qemu-guest-agent once its port appears): the agent answers while the drive
+# is still being applied, and reports the addresses once they are there.
+# Guest agent on its virtio-serial port, only when the VM has one (PVE: agent=1).
+QGA_DEV=
+for _p in /sys/class/virtio-ports/*; do
+  [ "$(cat "$_p/name" 2>/dev/null)" = "org.qemu.guest_agent.0" ] && QGA_DEV="/dev/${_p##*/}"
+done
+if [ -n "$QGA_DEV" ]; then
+  mkdir -p /run/qga
+  qemu-ga -m virtio-serial -p "$QGA_DEV" -t /run/qga >/run/qemu-ga.log 2>&1 &
+else
+  echo "cloudimg: no guest agent port (the VM has no agent channel)"
+fi
+# ACPI power button (PVE's shutdown without the agent, QMP system_powerdown): power off.
+acpid -c /etc/acpi >/dev/null 2>&1
 
 . /lib/cloudimg/reader.sh
 CI=/run/cloudinit
@@ -322,19 +340,6 @@ fi
 [ -n "$IID" ] && [ "$DATA" != none ] && echo "$IID" > /data/.cloudimg/instance-id
 
 # --- services -------------------------------------------------------------------------------
-# Guest agent on its virtio-serial port, only when the VM has one (PVE: agent=1).
-QGA_DEV=
-for _p in /sys/class/virtio-ports/*; do
-  [ "$(cat "$_p/name" 2>/dev/null)" = "org.qemu.guest_agent.0" ] && QGA_DEV="/dev/${_p##*/}"
-done
-if [ -n "$QGA_DEV" ]; then
-  mkdir -p /run/qga
-  qemu-ga -m virtio-serial -p "$QGA_DEV" -t /run/qga >/run/qemu-ga.log 2>&1 &
-else
-  echo "cloudimg: no guest agent port (the VM has no agent channel)"
-fi
-# ACPI power button (PVE's shutdown without the agent, QMP system_powerdown): power off.
-acpid -c /etc/acpi >/dev/null 2>&1
 # Traffic shaping for network faults (tc, run over SSH): loaded before the SSH server starts.
 for _m in sch_prio cls_u32 sch_netem; do load "$_m"; done
 mkdir -p /etc/dropbear
