@@ -1,4 +1,4 @@
-@fake @full
+@full
 Feature: The seed's full rollout: 30 manifests over two sites, planned first
   Seed 000 reviews 30 VM manifests and calls the rollout "deployment ready". The plan reads the
   same manifests and the live API (GETs only) and tells the truth first: three manifests cannot be
@@ -6,6 +6,7 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
   fixed copy of the rollout (examples/sankofa-fixed: an RBD storage for the disks, sizes that fit,
   the image as an import volume) deploys all green, in the seed's phase order.
 
+  @fake
   Scenario: the plan of the rollout as written names every problem with true figures
     Given a Proxmox test cluster with the seed's two sites
     And the deployer authenticates with the API token "root@pam!harness"
@@ -29,6 +30,7 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And the plan has an error about "ml110-01"
     And no mutating request reached Proxmox
 
+  @fake
   Scenario: the rollout as written - what fits is deployed, the VMs on CephFS fail fast naming the storage
     Given a Proxmox test cluster with the seed's two sites
     And the deployer authenticates with the API token "root@pam!harness"
@@ -41,6 +43,7 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And the status lists the 3 unreadable manifests
     And the journal shows exactly 7 "POST" "/nodes/*/qemu"
 
+  @fake
   Scenario: the fixed rollout is all green, in the seed's phase order
     Given a Proxmox test cluster with the scenario "examples/sankofa-fixed/scenario.yaml"
     And the deployer authenticates with the API token "root@pam!harness"

@@ -15,7 +15,9 @@ use super::adapter::{self, Action, Creds, Deployer, RunRequest, SiteTarget};
 use super::journal::{Entry, Journal};
 use super::manifest::VmManifest;
 use super::pve::Observer;
+use super::recorder::Recorder;
 use super::status::Status;
+use super::target::TargetMap;
 
 /// The seed's API token (the fake's default scenario holds it).
 pub const HARNESS_TOKEN_ID: &str = "root@pam!harness";
@@ -24,36 +26,7 @@ pub const ROOT_PASSWORD: &str = "harness";
 /// Simulated seconds per real second: the fake's boot delays and imports take milliseconds.
 pub const CLOCK_FACTOR: f64 = 100.0;
 
-/// A real PVE test cluster named by the environment (see README `features`).
-#[derive(Debug, Clone)]
-pub struct RealPve {
-    pub url: String,
-    pub fingerprint: Option<String>,
-    pub insecure: bool,
-    pub node: String,
-    pub creds: Creds,
-}
-
-impl RealPve {
-    pub fn from_env() -> Option<RealPve> {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let url = get("HARNESS_PVE_URL")?;
-        let creds = match (get("HARNESS_PVE_TOKEN_ID"), get("HARNESS_PVE_TOKEN_SECRET")) {
-            (Some(id), Some(secret)) => Creds::Token { id, secret },
-            _ => Creds::Password {
-                username: get("HARNESS_PVE_USERNAME").unwrap_or_else(|| "root@pam".into()),
-                password: get("HARNESS_PVE_PASSWORD").unwrap_or_default(),
-            },
-        };
-        Some(RealPve {
-            url,
-            fingerprint: get("HARNESS_PVE_FINGERPRINT"),
-            insecure: get("HARNESS_PVE_INSECURE").is_some_and(|v| v == "1" || v == "true"),
-            node: get("HARNESS_PVE_NODE").unwrap_or_else(|| "pve".into()),
-            creds,
-        })
-    }
-}
+pub use super::target::RealPve;
 
 pub enum Target {
     /// The fake is configured but not started yet (steps may still change its scenario).
@@ -107,6 +80,10 @@ pub struct RolloutWorld {
     pub clock: ClockMode,
     /// The mutation points the built-in deployer reached in this scenario (the self-test).
     pub reached: provision_harness::mutants::Reached,
+    /// Real-target mode: this scenario's names on the target (see `target.rs`).
+    pub map: Option<TargetMap>,
+    /// Real-target mode: the recording proxy the deployer talks through (see `recorder.rs`).
+    pub recorder: Option<Recorder>,
 }
 
 impl std::fmt::Debug for RolloutWorld {
@@ -143,7 +120,8 @@ impl RolloutWorld {
             .context("scenario temp dir")?;
         std::fs::create_dir_all(dir.path().join("manifests"))?;
         std::fs::create_dir_all(dir.path().join("state"))?;
-        let real = RealPve::from_env();
+        let real = RealPve::current();
+        let map = real.as_ref().map(RealPve::next_scenario);
         let creds = match &real {
             Some(r) => r.creds.clone(),
             None => Creds::Token {
@@ -170,6 +148,8 @@ impl RolloutWorld {
             setup_uploads: Vec::new(),
             plan: None,
             reached: Default::default(),
+            map,
+            recorder: None,
         })
     }
 
@@ -269,22 +249,45 @@ impl RolloutWorld {
                     insecure: false,
                 })
                 .collect()),
-            Some(Target::Real(r)) => Ok(["site-1", "site-2"]
-                .iter()
-                .map(|name| SiteTarget {
-                    name: name.to_string(),
-                    url: r.url.clone(),
-                    node: r.node.clone(),
-                    fingerprint: r.fingerprint.clone(),
-                    insecure: r.insecure,
-                })
-                .collect()),
+            Some(Target::Real(r)) => {
+                let r = r.clone();
+                let record = std::env::var("HARNESS_PVE_RECORD").map_or(true, |v| v != "0");
+                if record && self.recorder.is_none() {
+                    let tls = match (&r.fingerprint, r.insecure) {
+                        (Some(fp), _) => provision_harness::pve::TlsMode::Pinned(
+                            provision_harness::pve::tls::parse_fingerprint(fp)
+                                .map_err(|e| anyhow!("HARNESS_PVE_FINGERPRINT: {e}"))?,
+                        ),
+                        (None, true) => provision_harness::pve::TlsMode::Insecure,
+                        (None, false) => provision_harness::pve::TlsMode::Verify,
+                    };
+                    self.recorder = Some(Recorder::start(&r.url, &tls).await?);
+                }
+                let (url, fingerprint, insecure) = match &self.recorder {
+                    Some(rec) => (rec.url().to_string(), Some(rec.fingerprint().to_string()), false),
+                    None => (r.url.clone(), r.fingerprint.clone(), r.insecure),
+                };
+                Ok(["site-1", "site-2"]
+                    .iter()
+                    .map(|name| SiteTarget {
+                        name: name.to_string(),
+                        url: url.clone(),
+                        node: r.node.clone(),
+                        fingerprint: fingerprint.clone(),
+                        insecure,
+                    })
+                    .collect())
+            }
             _ => bail!("no cluster"),
         }
     }
 
     /// An API client for checks made outside the deployer (as root, with the harness token).
     pub async fn observer(&mut self, node: &str) -> anyhow::Result<Observer> {
+        if let Some(Target::Real(r)) = &self.target {
+            // Straight to the target: the harness's own checks are not the deployer's requests.
+            return Observer::new(&r.url, self.creds.clone());
+        }
         let sites = self.sites().await?;
         let real = self.is_real();
         let site = if real {
@@ -307,9 +310,63 @@ impl RolloutWorld {
 
     /// The node a manifest's node stands for on the target (the real cluster has its own).
     pub fn real_node(&self, node: &str) -> String {
-        match &self.target {
-            Some(Target::Real(r)) => r.node.clone(),
-            _ => node.to_string(),
+        match &self.map {
+            Some(m) => m.node(node),
+            None => node.to_string(),
+        }
+    }
+
+    /// The name the target holds the scenario's VM `name` under (prefixed on a real target).
+    pub fn target_name(&self, name: &str) -> String {
+        match &self.map {
+            Some(m) => m.vm_name(name),
+            None => name.to_string(),
+        }
+    }
+
+    /// A request path pattern as the target sees it (the seed's nodes mapped).
+    pub fn target_path(&self, path: &str) -> String {
+        match &self.map {
+            Some(m) => m.path(path),
+            None => path.to_string(),
+        }
+    }
+
+    /// A request the scenario names, as the target sees it.
+    pub fn target_request(&self, r: &super::params::Request) -> super::params::Request {
+        super::params::Request {
+            method: r.method.clone(),
+            path: self.target_path(&r.path),
+        }
+    }
+
+    /// The harness's token id as the target has it.
+    pub fn target_token_id(&self, id: &str) -> String {
+        match &self.map {
+            Some(m) => m.token_id(id),
+            None => id.to_string(),
+        }
+    }
+
+    /// The harness's `root@pam` as the target's user (the one `HARNESS_PVE_USERNAME` names).
+    pub fn target_user(&self, user: &str) -> String {
+        match self.map.as_ref().and_then(|m| m.password.as_ref()) {
+            Some((real, _)) if user == "root@pam" => real.clone(),
+            _ => user.to_string(),
+        }
+    }
+
+    /// A text the scenario expects (error message, create parameter) as the target has it.
+    pub fn target_text(&self, text: &str) -> String {
+        match &self.map {
+            Some(m) => {
+                let mut names: Vec<String> = self.manifests.keys().cloned().collect();
+                if let Some(p) = &self.peer {
+                    names.extend(p.manifests.keys().cloned());
+                }
+                m.text(text, &names)
+            }
+            None => text.to_string(),
         }
     }
 
@@ -335,7 +392,11 @@ impl RolloutWorld {
         }
         for m in manifests.values() {
             let mut m = m.clone();
-            m.node = self.real_node(&m.node);
+            if let Some(map) = &self.map {
+                m.name = map.vm_name(&m.name);
+                m.node = map.node(&m.node);
+                m.storage = map.storage(&m.storage);
+            }
             std::fs::write(dir.join(format!("{}.yaml", m.name)), m.to_yaml())?;
         }
         Ok(())
@@ -379,9 +440,20 @@ impl RolloutWorld {
     /// The journal's current end (0 against a real PVE: there is no journal).
     pub async fn journal_mark(&mut self) -> anyhow::Result<u64> {
         if self.is_real() {
-            return Ok(0);
+            return Ok(self.recorder.as_ref().map_or(0, Recorder::last_seq));
         }
         Ok(self.journal().await?.last_seq())
+    }
+
+    /// A status with the scenario's VM names (a real target holds them prefixed), so the steps
+    /// look VMs up by the names the scenario gave them.
+    pub fn scenario_status(&self, mut status: Status) -> Status {
+        if let Some(m) = &self.map {
+            for vm in &mut status.vms {
+                vm.name = m.scenario_name(&vm.name);
+            }
+        }
+        status
     }
 
     /// Runs the deployer to completion and records the run.
@@ -393,6 +465,7 @@ impl RolloutWorld {
             .run(req)
             .await
             .with_context(|| format!("{} ({})", self.deployer.describe(), action.as_str()))?;
+        let status = self.scenario_status(status);
         let last = self.journal_mark().await?;
         self.runs.push(Run {
             first_seq: first,
@@ -423,6 +496,7 @@ impl RolloutWorld {
             .await
             .map_err(|_| anyhow!("the background run did not finish within {within:?}"))?
             .context("the background run panicked")??;
+        let status = self.scenario_status(status);
         let last = self.journal_mark().await?;
         self.runs.push(Run {
             first_seq: first,
@@ -459,6 +533,11 @@ impl RolloutWorld {
 
     /// The request journal of every site, in order.
     pub async fn journal(&mut self) -> anyhow::Result<Journal> {
+        if self.is_real() {
+            return self.recorder.as_ref().map(Recorder::journal).ok_or_else(|| {
+                anyhow!("no recording of the deployer's requests (HARNESS_PVE_RECORD=0, or the deployer has not run)")
+            });
+        }
         let fake = self.fake().await?;
         let mut all: Vec<Entry> = Vec::new();
         for site in fake.sites() {

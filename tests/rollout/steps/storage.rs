@@ -55,6 +55,7 @@ async fn one_vm(
     gib: u32,
 ) -> anyhow::Result<()> {
     let node = w.real_node(&node);
+    let name = w.target_name(&name);
     let obs = w.observer(&node).await?;
     let vms = obs.vms().await?;
     let named: Vec<_> = vms.iter().filter(|v| v.name == name).collect();
@@ -77,6 +78,7 @@ async fn one_vm(
 
 #[then(expr = "the fake/cluster holds no VM named {vm}")]
 async fn no_vm(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
+    let name = w.target_name(&name);
     for node in ["ml110-01", "r630-01"] {
         let node = w.real_node(node);
         let obs = w.observer(&node).await?;

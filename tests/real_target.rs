@@ -1,0 +1,322 @@
+//! `cargo test --test real_target`: the rollout features in real-target mode against a black box.
+//!
+//! A separate `fake-proxmox serve` process (one site, node `pve1`, its own credentials:
+//! `tests/data/blackbox-cluster.yaml`) stands in for a user's PVE test cluster. The suite reaches
+//! it only through its URL, an API token, a password and the certificate fingerprint it prints —
+//! exactly what `HARNESS_PVE_URL` and friends give it for a real cluster — so every scenario not
+//! tagged `@fake` must pass without the fake's control API, and any scenario that secretly
+//! depends on the fake fails here. Scenarios run in parallel (4 at once) on the one node, so a
+//! name collision between them fails too.
+//!
+//! Then an interrupted run: the `provision-harness` CLI deploys two VMs named with a run prefix
+//! and is never asked to destroy them; `provision-harness cleanup --prefix` must remove both
+//! (disks included) and leave a VM of another prefix alone.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "rollout/mod.rs"]
+mod rollout;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail, ensure};
+use rollout::adapter::{Action, Creds, External, RunRequest, SiteTarget};
+use rollout::pve::Observer;
+use rollout::target::{RealPve, set_real_target};
+
+const TOKEN_ID: &str = "root@pam!ci-rollout";
+const TOKEN_SECRET: &str = "7d0c6c1e-5b8a-4f3e-9a21-3e4f5a6b7c8d";
+const PASSWORD: &str = "blackbox-Passw0rd";
+const NODE: &str = "pve1";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `fake-proxmox` binary next to this test's sibling binaries, built if it is not there
+/// (`cargo test -p provision-harness` builds only this package's binaries).
+fn fake_binary() -> anyhow::Result<PathBuf> {
+    let dir = Path::new(env!("CARGO_BIN_EXE_provision-harness"))
+        .parent()
+        .context("binary dir")?
+        .to_path_buf();
+    let bin = dir.join("fake-proxmox");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "fake-proxmox", "--bin", "fake-proxmox"])
+            .current_dir(repo());
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().context("cargo build -p fake-proxmox")?;
+        ensure!(st.success(), "building fake-proxmox failed: {st}");
+    }
+    Ok(bin)
+}
+
+/// The black-box server: its process and what it printed.
+struct Server {
+    child: Child,
+    url: String,
+    fingerprint: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server() -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let mut child = Command::new(fake_binary()?)
+        .args(["serve", "--scenario"])
+        .arg(repo().join("tests/data/blackbox-cluster.yaml"))
+        // A real cluster's boots and imports take minutes; 100× keeps the suite short.
+        .args(["--clock", "scaled:100", "--no-auth-delay", "--state-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting fake-proxmox serve")?;
+    let stdout = child.stdout.take().context("serve's stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let line = lines
+        .next()
+        .ok_or_else(|| anyhow!("fake-proxmox serve exited before it was ready"))??;
+    // `ready site=… url=… fingerprint=…`
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("no {k}= in {line:?}"))
+    };
+    let server = Server {
+        url: field("url")?,
+        fingerprint: field("fingerprint")?,
+        child,
+        _dir: dir,
+    };
+    // Keep reading its stdout so the pipe never fills.
+    std::thread::spawn(move || for _ in lines {});
+    Ok(server)
+}
+
+fn target(s: &Server) -> RealPve {
+    let mut t = RealPve::new(
+        s.url.clone(),
+        Some(s.fingerprint.clone()),
+        false,
+        NODE.into(),
+        Some((TOKEN_ID.into(), TOKEN_SECRET.into())),
+        Some(("root@pam".into(), PASSWORD.into())),
+    );
+    t.parallel = 4;
+    t
+}
+
+/// An interrupted run's leftovers are removed by `provision-harness cleanup --prefix`.
+async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let t = target(s);
+    let prefix = t.run_prefix.clone();
+    let other = format!("{}-", rollout::target::new_run_prefix().trim_end_matches('-'));
+    ensure!(other != prefix, "two runs drew the same prefix {prefix}");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir_all(&manifests)?;
+    let names = [
+        format!("{prefix}s01-web"),
+        format!("{prefix}s02-db"),
+        format!("{other}s01-web"),
+    ];
+    for n in &names {
+        let m = rollout::manifest::VmManifest::standard(n, NODE, "target");
+        std::fs::write(manifests.join(format!("{n}.yaml")), m.to_yaml())?;
+    }
+    let req = RunRequest {
+        action: Action::Deploy,
+        sites: vec![SiteTarget {
+            name: "target".into(),
+            url: s.url.clone(),
+            node: NODE.into(),
+            fingerprint: Some(s.fingerprint.clone()),
+            insecure: false,
+        }],
+        creds: Creds::Token {
+            id: TOKEN_ID.into(),
+            secret: TOKEN_SECRET.into(),
+        },
+        manifests_dir: manifests.clone(),
+        state_dir: dir.path().to_path_buf(),
+        concurrency: 3,
+        reached: None,
+    };
+    let config = dir.path().join("provider.yaml");
+    std::fs::write(&config, External::provider_yaml(&req))?;
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_provision-harness"))
+            .args(args)
+            .arg("--provider-config")
+            .arg(&config)
+            .output()
+            .context("provision-harness")
+    };
+    // The run: three VMs made, then "interrupted" (no destroy).
+    let state = dir.path().join("state.json");
+    let deploy = Command::new(env!("CARGO_BIN_EXE_provision-harness"))
+        .args(["deploy", "--json", "--provider-config"])
+        .arg(&config)
+        .arg("--manifests")
+        .arg(&manifests)
+        .arg("--state")
+        .arg(&state)
+        .output()?;
+    ensure!(
+        deploy.status.success(),
+        "deploy: {}\n{}",
+        String::from_utf8_lossy(&deploy.stdout),
+        String::from_utf8_lossy(&deploy.stderr)
+    );
+    let obs = Observer::new(
+        &s.url,
+        Creds::Token {
+            id: TOKEN_ID.into(),
+            secret: TOKEN_SECRET.into(),
+        },
+    )?;
+    let before = obs.vms().await?;
+    let ours: Vec<_> = before
+        .iter()
+        .filter(|v| v.name.starts_with(&prefix))
+        .cloned()
+        .collect();
+    ensure!(ours.len() == 2, "expected 2 VMs named {prefix}*: {before:?}");
+
+    // A prefix too loose to be a run's is refused before anything is touched.
+    let loose = cli(&["cleanup", "--prefix", "ph-"])?;
+    ensure!(
+        loose.status.code() == Some(5),
+        "cleanup --prefix ph- should be refused (exit 5), got {:?}: {}",
+        loose.status.code(),
+        String::from_utf8_lossy(&loose.stderr)
+    );
+    let dry = cli(&["cleanup", "--dry-run", "--json", "--prefix", &prefix])?;
+    let listed: serde_json::Value = serde_json::from_slice(&dry.stdout)
+        .with_context(|| format!("dry run: {}", String::from_utf8_lossy(&dry.stderr)))?;
+    ensure!(
+        listed["vms"].as_array().map(Vec::len) == Some(2)
+            && listed["vms"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|v| v["outcome"] == "would remove"),
+        "dry run: {listed}"
+    );
+    ensure!(
+        obs.vms().await?.len() == before.len(),
+        "the dry run removed something"
+    );
+    let run = cli(&["cleanup", "--prefix", &prefix])?;
+    let out = String::from_utf8_lossy(&run.stdout);
+    ensure!(
+        run.status.success(),
+        "cleanup: {out}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let after = obs.vms().await?;
+    let left: Vec<_> = after
+        .iter()
+        .filter(|v| v.name.starts_with(&prefix))
+        .collect();
+    ensure!(left.is_empty(), "cleanup left {left:?}\n{out}");
+    ensure!(
+        after.iter().any(|v| v.name == names[2]),
+        "cleanup removed the other run's VM {}: {after:?}",
+        names[2]
+    );
+    let vols = obs.image_volumes(NODE).await?;
+    for v in &ours {
+        let tag = format!(":vm-{}-", v.vmid);
+        ensure!(
+            !vols.iter().any(|x| x.contains(&tag)),
+            "disks of {} ({}) are left: {vols:?}",
+            v.name,
+            v.vmid
+        );
+    }
+    // Clean up the other "run" too, so the server ends empty.
+    let rest = cli(&["cleanup", "--prefix", &other])?;
+    ensure!(rest.status.success(), "cleanup of {other}");
+    println!("interrupted run: cleanup --prefix {prefix} removed {ours:?}:\n{out}");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let started = Instant::now();
+    let server = match start_server() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("real_target: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    rollout::set_reports_base(
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("cucumber-real-target"),
+    );
+    set_real_target(target(&server));
+    let outcome = rollout::run_suite().await;
+    let suite = started.elapsed();
+    let cleanup = interrupted_run_is_cleaned_up(&server).await;
+    let mut code = outcome.code;
+    if let Err(e) = &cleanup {
+        eprintln!("real_target: the interrupted-run cleanup test failed: {e:#}");
+        code = code.max(1);
+    }
+    // Everything the suite made was removed by its own cleanup.
+    if code == 0
+        && let Err(e) = nothing_left(&server).await
+    {
+        eprintln!("real_target: {e:#}");
+        code = 1;
+    }
+    println!(
+        "real_target: suite {:.1} s, with the cleanup test {:.1} s",
+        suite.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(server);
+    if code != 0 {
+        std::process::exit(code);
+    }
+}
+
+async fn nothing_left(s: &Server) -> anyhow::Result<()> {
+    let obs = Observer::new(
+        &s.url,
+        Creds::Token {
+            id: TOKEN_ID.into(),
+            secret: TOKEN_SECRET.into(),
+        },
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let vms = obs.vms().await?;
+        if vms.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the black-box cluster still holds VMs after the run: {vms:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
