@@ -322,7 +322,11 @@ async fn run_cleanup(inputs: &Inputs, prefix: &str, dry_run: bool) -> Result<u8,
         }
         println!("{} VM(s) named {}*", report.vms.len(), report.prefix);
     }
-    Ok(if report.failed() > 0 { EXIT_VM_FAILED } else { 0 })
+    Ok(if report.failed() > 0 {
+        EXIT_VM_FAILED
+    } else {
+        0
+    })
 }
 
 async fn run_plan(inputs: &Inputs, cpu_overcommit: f64) -> Result<u8, Failure> {

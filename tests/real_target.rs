@@ -117,7 +117,12 @@ fn target(s: &Server) -> RealPve {
         Some((TOKEN_ID.into(), TOKEN_SECRET.into())),
         Some(("root@pam".into(), PASSWORD.into())),
     );
-    t.parallel = 4;
+    // 4 at once on one node (HARNESS_PVE_PARALLEL=1 records cassettes that replay on a fresh
+    // fake: each scenario then starts on an empty cluster).
+    t.parallel = std::env::var("HARNESS_PVE_PARALLEL")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4);
     t
 }
 
@@ -126,7 +131,10 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let t = target(s);
     let prefix = t.run_prefix.clone();
-    let other = format!("{}-", rollout::target::new_run_prefix().trim_end_matches('-'));
+    let other = format!(
+        "{}-",
+        rollout::target::new_run_prefix().trim_end_matches('-')
+    );
     ensure!(other != prefix, "two runs drew the same prefix {prefix}");
     let manifests = dir.path().join("manifests");
     std::fs::create_dir_all(&manifests)?;
@@ -196,7 +204,10 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
         .filter(|v| v.name.starts_with(&prefix))
         .cloned()
         .collect();
-    ensure!(ours.len() == 2, "expected 2 VMs named {prefix}*: {before:?}");
+    ensure!(
+        ours.len() == 2,
+        "expected 2 VMs named {prefix}*: {before:?}"
+    );
 
     // A prefix too loose to be a run's is refused before anything is touched.
     let loose = cli(&["cleanup", "--prefix", "ph-"])?;

@@ -113,11 +113,22 @@ fn shape(v: &Value, depth: usize) -> String {
     }
 }
 
+/// How many object keys an answer has, all levels (the shape's size).
+fn keys(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => m.len() + m.values().map(keys).sum::<usize>(),
+        Value::Array(a) => a.iter().map(keys).sum(),
+        _ => 0,
+    }
+}
+
 struct Client {
     http: reqwest::Client,
     base: String,
     creds: Creds,
     ticket: Option<(String, String)>,
+    /// The cassette's task ids → the replay's (a UPID names its start time and process).
+    upids: Vec<(String, String)>,
 }
 
 impl Client {
@@ -145,7 +156,12 @@ impl Client {
     /// Sends the recorded request with the kind of credentials the cassette names.
     async fn replay(&mut self, x: &Value) -> Result<(u16, String, Value), String> {
         let method = x["method"].as_str().unwrap_or("GET");
-        let path = x["path"].as_str().unwrap_or("/");
+        let mut path = x["path"].as_str().unwrap_or("/").to_string();
+        for (recorded, replayed) in &self.upids {
+            path = path.replace(recorded, replayed);
+            path = path.replace(&recorded.replace(':', "%3A"), replayed);
+        }
+        let path = path.as_str();
         let auth = x["auth"].as_str().unwrap_or("no credentials");
         let mut params: Vec<(String, String)> = x["params"]
             .as_object()
@@ -198,7 +214,15 @@ impl Client {
             .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
             .unwrap_or_default();
         let body = resp.text().await.unwrap_or_default();
-        let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        let json: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        if let (Some(recorded), Some(replayed)) =
+            (x["response"]["data"].as_str(), json["data"].as_str())
+            && recorded.starts_with("UPID:")
+            && replayed.starts_with("UPID:")
+        {
+            self.upids
+                .push((recorded.to_string(), replayed.to_string()));
+        }
         if path == "/access/ticket" && status == 200 {
             self.ticket = Some((
                 json["data"]["ticket"].as_str().unwrap_or_default().into(),
@@ -210,6 +234,30 @@ impl Client {
         }
         Ok((status, reason, json))
     }
+}
+
+/// What differs between the recorded answer and the fake's: status, error text, answer shape.
+fn compare(x: &Value, status: u16, reason: &str, json: &Value) -> Vec<String> {
+    let want_status = x["status"].as_u64().unwrap_or(0) as u16;
+    if status != want_status {
+        return vec![format!(
+            "status {want_status} on the cluster, {status} on the fake ({:?} vs {reason:?})",
+            x["reason"].as_str().unwrap_or_default()
+        )];
+    }
+    let mut out = Vec::new();
+    let want_reason = x["reason"].as_str().unwrap_or_default().trim();
+    if status >= 400 && want_reason != reason.trim() {
+        out.push(format!(
+            "error text {want_reason:?} on the cluster, {:?} on the fake",
+            reason.trim()
+        ));
+    }
+    let (a, b) = (shape(&x["response"], 3), shape(json, 3));
+    if status < 400 && a != b {
+        out.push(format!("answer shape {a} on the cluster, {b} on the fake"));
+    }
+    out
 }
 
 /// Replays one cassette on a fresh fake; every difference it finds.
@@ -255,6 +303,7 @@ async fn replay(
         base: format!("{}/api2/json", site.url()),
         creds: creds.clone(),
         ticket: None,
+        upids: Vec::new(),
     };
     let started = Instant::now();
     let mut out = Vec::new();
@@ -276,34 +325,25 @@ async fn replay(
             request: request.clone(),
             what,
         };
-        let (status, reason, json) = match client.replay(x).await {
-            Ok(r) => r,
-            Err(e) => {
-                out.push(diff(format!("the fake did not answer: {e}")));
-                continue;
+        // A read is sent again while it differs (for up to 3 s): a task or a boot may take a
+        // little longer on the replay than it did on the cluster, and a read changes nothing.
+        let retry_until = Instant::now() + Duration::from_secs(3);
+        let found = loop {
+            let (found, behind) = match client.replay(x).await {
+                Ok((status, reason, json)) => (
+                    compare(x, status, &reason, &json),
+                    // Fewer keys than recorded: the replay has not got as far (a task still
+                    // running has no exitstatus yet); more keys: it is ahead, waiting won't help.
+                    keys(&json) < keys(&x["response"]) || status != x["status"],
+                ),
+                Err(e) => (vec![format!("the fake did not answer: {e}")], true),
+            };
+            if found.is_empty() || !behind || x["method"] != "GET" || Instant::now() > retry_until {
+                break found;
             }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let want_status = x["status"].as_u64().unwrap_or(0) as u16;
-        if status != want_status {
-            out.push(diff(format!(
-                "status {want_status} on the cluster, {status} on the fake ({:?} vs {reason:?})",
-                x["reason"].as_str().unwrap_or_default()
-            )));
-            continue;
-        }
-        let want_reason = x["reason"].as_str().unwrap_or_default().trim();
-        if status >= 400 && want_reason != reason.trim() {
-            out.push(diff(format!(
-                "error text {want_reason:?} on the cluster, {:?} on the fake",
-                reason.trim()
-            )));
-        }
-        let (a, b) = (shape(&x["response"], 3), shape(&json, 3));
-        if status < 400 && a != b {
-            out.push(diff(format!(
-                "answer shape {a} on the cluster, {b} on the fake"
-            )));
-        }
+        out.extend(found.into_iter().map(diff));
     }
     fake.shutdown().await;
     out

@@ -111,7 +111,10 @@ pub fn after_hook<'a>(
                         "real target: removed {} VM(s) left after \"{}\": {:?}",
                         r.vms.len(),
                         sc.name,
-                        r.vms.iter().map(|v| format!("{} {} {}", v.vmid, v.name, v.outcome)).collect::<Vec<_>>()
+                        r.vms
+                            .iter()
+                            .map(|v| format!("{} {} {}", v.vmid, v.name, v.outcome))
+                            .collect::<Vec<_>>()
                     ),
                     Ok(_) => {}
                     Err(e) => eprintln!("real target: cleanup of {}* failed: {e:#}", map.prefix),
@@ -171,15 +174,14 @@ pub async fn run_suite() -> SuiteOutcome {
         }
         include_wip || !tags.iter().any(|t| t == "wip")
     });
-    let plan = match shard::Plan::new(&features_dir(), &cli.parser, &filter, &runner, &cli.custom)
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("rollout: {e:#}");
-            return fail(2);
-        }
-    };
+    let plan =
+        match shard::Plan::new(&features_dir(), &cli.parser, &filter, &runner, &cli.custom).await {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("rollout: {e:#}");
+                return fail(2);
+            }
+        };
     eprintln!("rollout: {}", plan.description);
     if let Some(t) = &real_target {
         println!(
@@ -200,6 +202,10 @@ pub async fn run_suite() -> SuiteOutcome {
     // Start from an empty HTML dir, so the check at the end counts this run's timelines only.
     let html = reports.join("html");
     let _ = std::fs::remove_dir_all(&html);
+    if real {
+        // This run's cassettes only.
+        let _ = std::fs::remove_dir_all(reports.join("cassettes"));
+    }
     let junit = std::fs::File::create(reports.join("rollout.junit.xml")).expect("junit report");
     let json = std::fs::File::create(reports.join("rollout.cucumber.json")).expect("json report");
     let summary = RolloutWorld::cucumber()

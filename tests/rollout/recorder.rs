@@ -284,7 +284,7 @@ async fn forward(State(inner): State<Arc<Inner>>, req: axum::extract::Request) -
                 method: parts.method.as_str().to_string(),
                 path: api_path,
                 params,
-                auth: auth_of(&parts.headers, status),
+                auth: auth_of(&parts.headers, refused_credentials(status, &reason)),
                 status,
                 status_text: reason.clone(),
             },
@@ -304,18 +304,26 @@ async fn forward(State(inner): State<Arc<Inner>>, req: axum::extract::Request) -
     out
 }
 
+/// A 401 that refused the credentials themselves (a write refused for a missing CSRF token was
+/// made with a valid ticket).
+pub fn refused_credentials(status: u16, reason: &str) -> bool {
+    status == 401 && !reason.to_ascii_lowercase().contains("csrf")
+}
+
 /// How a request authenticated, read from its headers the way PVE reads them (a ticket in the
 /// `PVEAuthCookie` cookie, an API token in `Authorization: PVEAPIToken=…`), and whether the
-/// target accepted it.
-pub fn auth_of(headers: &HeaderMap, status: u16) -> AuthKind {
-    let refused = status == 401;
+/// target refused those credentials.
+pub fn auth_of(headers: &HeaderMap, refused: bool) -> AuthKind {
     if let Some(token) = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("PVEAPIToken"))
     {
         let token = token.trim_start_matches(['=', ' ']);
-        let tokenid = token.split_once('=').map_or(token, |(id, _)| id).to_string();
+        let tokenid = token
+            .split_once('=')
+            .map_or(token, |(id, _)| id)
+            .to_string();
         return if refused {
             AuthKind::InvalidToken { tokenid }
         } else {
@@ -394,14 +402,16 @@ pub fn check_rules() -> Result<(), String> {
     let mut h = HeaderMap::new();
     h.insert(
         "authorization",
-        "PVEAPIToken=root@pam!ci=1234-5678".parse().map_err(|_| "h")?,
+        "PVEAPIToken=root@pam!ci=1234-5678"
+            .parse()
+            .map_err(|_| "h")?,
     );
-    if auth_of(&h, 200)
+    if auth_of(&h, false)
         != (AuthKind::ApiToken {
             tokenid: "root@pam!ci".into(),
         })
     {
-        return Err(format!("token header read as {:?}", auth_of(&h, 200)));
+        return Err(format!("token header read as {:?}", auth_of(&h, false)));
     }
     let mut c = HeaderMap::new();
     c.insert(
@@ -410,20 +420,27 @@ pub fn check_rules() -> Result<(), String> {
             .parse()
             .map_err(|_| "c")?,
     );
-    if auth_of(&c, 200)
+    if auth_of(&c, false)
         != (AuthKind::Ticket {
             userid: "root@pam".into(),
         })
     {
-        return Err(format!("ticket cookie read as {:?}", auth_of(&c, 200)));
+        return Err(format!("ticket cookie read as {:?}", auth_of(&c, false)));
     }
     let mut t = HeaderMap::new();
     t.insert(
         "cookie",
-        "PVEAuthCookie=root@pam!harness=abc".parse().map_err(|_| "t")?,
+        "PVEAuthCookie=root@pam!harness=abc"
+            .parse()
+            .map_err(|_| "t")?,
     );
-    if !matches!(auth_of(&t, 401), AuthKind::TokenInCookie { .. }) {
-        return Err(format!("token cookie read as {:?}", auth_of(&t, 401)));
+    if !matches!(auth_of(&t, true), AuthKind::TokenInCookie { .. }) {
+        return Err(format!("token cookie read as {:?}", auth_of(&t, true)));
+    }
+    if refused_credentials(401, "Permission denied - invalid csrf token")
+        || !refused_credentials(401, "Authentication failed!")
+    {
+        return Err("a CSRF refusal was read as refused credentials, or the reverse".into());
     }
     let r = redact(&json!({"data": {"ticket": "PVE:x", "CSRFPreventionToken": "y", "a": 1}}));
     if r["data"]["ticket"] != "<redacted>" || r["data"]["a"] != 1 {

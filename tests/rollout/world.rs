@@ -264,7 +264,11 @@ impl RolloutWorld {
                     self.recorder = Some(Recorder::start(&r.url, &tls).await?);
                 }
                 let (url, fingerprint, insecure) = match &self.recorder {
-                    Some(rec) => (rec.url().to_string(), Some(rec.fingerprint().to_string()), false),
+                    Some(rec) => (
+                        rec.url().to_string(),
+                        Some(rec.fingerprint().to_string()),
+                        false,
+                    ),
                     None => (r.url.clone(), r.fingerprint.clone(), r.insecure),
                 };
                 Ok(["site-1", "site-2"]
@@ -282,28 +286,23 @@ impl RolloutWorld {
         }
     }
 
-    /// An API client for checks made outside the deployer (as root, with the harness token).
+    /// An API client for checks made outside the deployer (as root: the harness token on the
+    /// fake, the target's own credentials on a real cluster).
     pub async fn observer(&mut self, node: &str) -> anyhow::Result<Observer> {
         if let Some(Target::Real(r)) = &self.target {
-            // Straight to the target: the harness's own checks are not the deployer's requests.
-            return Observer::new(&r.url, self.creds.clone());
+            // Straight to the target with its own credentials: the harness's checks are not the
+            // deployer's requests (whose credentials a scenario may have made wrong).
+            return Observer::new(&r.url, r.creds.clone());
         }
         let sites = self.sites().await?;
-        let real = self.is_real();
-        let site = if real {
-            sites.first().cloned()
-        } else {
-            let name = site_of_node(node).unwrap_or("site-1");
-            sites.iter().find(|s| s.name == name).cloned()
-        }
-        .ok_or_else(|| anyhow!("no site for node {node}"))?;
-        let creds = if real {
-            self.creds.clone()
-        } else {
-            Creds::Token {
-                id: HARNESS_TOKEN_ID.into(),
-                secret: HARNESS_TOKEN_SECRET.into(),
-            }
+        let name = site_of_node(node).unwrap_or("site-1");
+        let site = sites
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| anyhow!("no site for node {node}"))?;
+        let creds = Creds::Token {
+            id: HARNESS_TOKEN_ID.into(),
+            secret: HARNESS_TOKEN_SECRET.into(),
         };
         Observer::new(&site.url, creds)
     }

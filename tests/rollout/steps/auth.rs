@@ -43,11 +43,7 @@ fn token_secret(w: &mut RolloutWorld, id: String, secret: String) {
 }
 
 #[given(regex = r#"^the deployer authenticates as "([^"]+)" with the password "([^"]+)"$"#)]
-fn password_creds(
-    w: &mut RolloutWorld,
-    username: String,
-    password: String,
-) -> anyhow::Result<()> {
+fn password_creds(w: &mut RolloutWorld, username: String, password: String) -> anyhow::Result<()> {
     let (username, password) = match &w.map {
         Some(m) => m.login(&username, &password)?,
         None => (username, password),
