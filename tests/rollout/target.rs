@@ -20,6 +20,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::adapter::Creds;
+use super::params::Request;
+use super::status::Status;
+use super::world::RolloutWorld;
 use super::world::{HARNESS_TOKEN_ID, ROOT_PASSWORD};
 
 /// The seed's nodes; both stand for the one real node.
@@ -369,5 +372,81 @@ impl RealPve {
             "provision-harness cleanup --provider-config <a config naming {}> --prefix {}",
             self.url, self.run_prefix
         )
+    }
+}
+
+/// The mapping as World verbs: each is the identity on the suite's own fakes.
+impl RolloutWorld {
+    /// The node a manifest's node stands for on the target (the real cluster has its own).
+    pub fn real_node(&self, node: &str) -> String {
+        match &self.map {
+            Some(m) => m.node(node),
+            None => node.to_string(),
+        }
+    }
+
+    /// The name the target holds the scenario's VM `name` under (prefixed on a real target).
+    pub fn target_name(&self, name: &str) -> String {
+        match &self.map {
+            Some(m) => m.vm_name(name),
+            None => name.to_string(),
+        }
+    }
+
+    /// A request path pattern as the target sees it (the seed's nodes mapped).
+    pub fn target_path(&self, path: &str) -> String {
+        match &self.map {
+            Some(m) => m.path(path),
+            None => path.to_string(),
+        }
+    }
+
+    /// A request the scenario names, as the target sees it.
+    pub fn target_request(&self, r: &Request) -> Request {
+        Request {
+            method: r.method.clone(),
+            path: self.target_path(&r.path),
+        }
+    }
+
+    /// The harness's token id as the target has it.
+    pub fn target_token_id(&self, id: &str) -> String {
+        match &self.map {
+            Some(m) => m.token_id(id),
+            None => id.to_string(),
+        }
+    }
+
+    /// The harness's `root@pam` as the target's user (the one `HARNESS_PVE_USERNAME` names).
+    pub fn target_user(&self, user: &str) -> String {
+        match self.map.as_ref().and_then(|m| m.password.as_ref()) {
+            Some((real, _)) if user == "root@pam" => real.clone(),
+            _ => user.to_string(),
+        }
+    }
+
+    /// A text the scenario expects (error message, create parameter) as the target has it.
+    pub fn target_text(&self, text: &str) -> String {
+        match &self.map {
+            Some(m) => {
+                let mut names: Vec<String> = self.manifests.keys().cloned().collect();
+                if let Some(p) = &self.peer {
+                    names.extend(p.manifests.keys().cloned());
+                }
+                m.text(text, &names)
+            }
+            None => text.to_string(),
+        }
+    }
+
+    /// A status with the scenario's VM names (a real target holds them prefixed), so the steps
+    /// look VMs up by the names the scenario gave them.
+    pub fn scenario_status(&self, mut status: Status) -> Status {
+        if let Some(m) = &self.map {
+            for vm in &mut status.vms {
+                vm.name = m.scenario_name(&vm.name);
+            }
+        }
+        status
     }
 }

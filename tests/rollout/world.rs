@@ -32,7 +32,7 @@ pub enum Target {
     /// The fake is configured but not started yet (steps may still change its scenario).
     Pending(Box<Scenario>),
     Fake(FakeProxmox),
-    Real(RealPve),
+    Real(Box<RealPve>),
 }
 
 /// A deployer run: the journal window it covers and what it reported.
@@ -130,7 +130,7 @@ impl RolloutWorld {
             },
         };
         Ok(Self {
-            target: real.map(Target::Real),
+            target: real.map(|r| Target::Real(Box::new(r))),
             deployer: adapter::from_env(),
             dir,
             creds,
@@ -307,68 +307,6 @@ impl RolloutWorld {
         Observer::new(&site.url, creds)
     }
 
-    /// The node a manifest's node stands for on the target (the real cluster has its own).
-    pub fn real_node(&self, node: &str) -> String {
-        match &self.map {
-            Some(m) => m.node(node),
-            None => node.to_string(),
-        }
-    }
-
-    /// The name the target holds the scenario's VM `name` under (prefixed on a real target).
-    pub fn target_name(&self, name: &str) -> String {
-        match &self.map {
-            Some(m) => m.vm_name(name),
-            None => name.to_string(),
-        }
-    }
-
-    /// A request path pattern as the target sees it (the seed's nodes mapped).
-    pub fn target_path(&self, path: &str) -> String {
-        match &self.map {
-            Some(m) => m.path(path),
-            None => path.to_string(),
-        }
-    }
-
-    /// A request the scenario names, as the target sees it.
-    pub fn target_request(&self, r: &super::params::Request) -> super::params::Request {
-        super::params::Request {
-            method: r.method.clone(),
-            path: self.target_path(&r.path),
-        }
-    }
-
-    /// The harness's token id as the target has it.
-    pub fn target_token_id(&self, id: &str) -> String {
-        match &self.map {
-            Some(m) => m.token_id(id),
-            None => id.to_string(),
-        }
-    }
-
-    /// The harness's `root@pam` as the target's user (the one `HARNESS_PVE_USERNAME` names).
-    pub fn target_user(&self, user: &str) -> String {
-        match self.map.as_ref().and_then(|m| m.password.as_ref()) {
-            Some((real, _)) if user == "root@pam" => real.clone(),
-            _ => user.to_string(),
-        }
-    }
-
-    /// A text the scenario expects (error message, create parameter) as the target has it.
-    pub fn target_text(&self, text: &str) -> String {
-        match &self.map {
-            Some(m) => {
-                let mut names: Vec<String> = self.manifests.keys().cloned().collect();
-                if let Some(p) = &self.peer {
-                    names.extend(p.manifests.keys().cloned());
-                }
-                m.text(text, &names)
-            }
-            None => text.to_string(),
-        }
-    }
-
     pub fn manifests_dir(&self) -> PathBuf {
         self.dir.path().join("manifests")
     }
@@ -442,17 +380,6 @@ impl RolloutWorld {
             return Ok(self.recorder.as_ref().map_or(0, Recorder::last_seq));
         }
         Ok(self.journal().await?.last_seq())
-    }
-
-    /// A status with the scenario's VM names (a real target holds them prefixed), so the steps
-    /// look VMs up by the names the scenario gave them.
-    pub fn scenario_status(&self, mut status: Status) -> Status {
-        if let Some(m) = &self.map {
-            for vm in &mut status.vms {
-                vm.name = m.scenario_name(&vm.name);
-            }
-        }
-        status
     }
 
     /// Runs the deployer to completion and records the run.
