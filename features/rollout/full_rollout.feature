@@ -30,6 +30,20 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And the plan has an error about "ml110-01"
     And no mutating request reached Proxmox
 
+  Scenario: the plan reads the cluster's own figures and creates nothing
+    Given a Proxmox test cluster with the seed's two sites
+    And the deployer authenticates with the API token "root@pam!harness"
+    And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
+    And a VM manifest "sentry-03" on node "r630-01" at "site-2"
+    And a VM manifest "rpc-node-01" on node "r630-01" at "site-2" with:
+      | storage | ceph-fs |
+    When the deployer plans the rollout
+    Then the plan's verdict is "would-fail"
+    And the plan shows the figures the cluster reports for node "r630-01"
+    And the plan shows 2 new VMs asking for 4 cores and 8 GiB on node "r630-01"
+    And the plan has an error about "ceph-fs"
+    And no mutating request reached Proxmox
+
   @fake
   Scenario: the rollout as written - what fits is deployed, the VMs on CephFS fail fast naming the storage
     Given a Proxmox test cluster with the seed's two sites

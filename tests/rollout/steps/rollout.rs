@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::rows;
 use crate::rollout::adapter::Action;
-use crate::rollout::params::VmName;
+use crate::rollout::params::{NodeName, VmName};
 use crate::rollout::status::Status;
 use crate::rollout::world::RolloutWorld;
 
@@ -187,6 +187,7 @@ fn storage_figures(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
 
 #[then(regex = r#"^the plan has an error about "([^"]+)"$"#)]
 fn error_about(w: &mut RolloutWorld, subject: String) -> anyhow::Result<()> {
+    let subject = w.target_text(&subject);
     let p = plan(w)?;
     let hit = p["findings"].as_array().is_some_and(|a| {
         a.iter().any(|f| {
@@ -443,4 +444,94 @@ async fn ends(w: &mut RolloutWorld, name: VmName, outcome: String) -> anyhow::Re
             w.verify_nothing_left(&vm, &dir).await
         }
     }
+}
+
+/// The plan's figures for `node` (every site's entry: on a real target both of the seed's sites
+/// are the one cluster).
+fn plan_nodes<'a>(p: &'a Value, node: &str) -> Vec<&'a Value> {
+    p["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["node"] == node)
+        .collect()
+}
+
+/// The capacity the plan used is what the node itself reports (`GET /nodes/{node}/status`:
+/// CPU threads, memory), and each storage's "holds VM disks" is its `images` content.
+#[then(expr = "the plan shows the figures the cluster reports for node {node}")]
+async fn plan_matches_cluster(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
+    let node = w.real_node(&node);
+    let p = plan(w)?.clone();
+    let obs = w.observer(&node).await?;
+    let status = obs.get(&format!("/nodes/{node}/status")).await?;
+    let threads = status["cpuinfo"]["cpus"].as_u64();
+    let memory_mib = status["memory"]["total"].as_u64().map(|b| b >> 20);
+    let entries = plan_nodes(&p, &node);
+    ensure!(
+        !entries.is_empty(),
+        "the plan has no figures for node {node}:\n{p}"
+    );
+    for n in entries {
+        ensure!(
+            n["cpu_threads"].as_u64() == threads && n["memory_total_mib"].as_u64() == memory_mib,
+            "node {node}: the plan says {} CPU threads and {} MiB, the node reports {threads:?} and {memory_mib:?}",
+            n["cpu_threads"],
+            n["memory_total_mib"]
+        );
+    }
+    let storages = obs.get(&format!("/nodes/{node}/storage")).await?;
+    for s in p["storages"].as_array().into_iter().flatten() {
+        if s["node"] != node.as_str() {
+            continue;
+        }
+        let name = s["storage"].as_str().unwrap_or_default();
+        let real = storages
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["storage"] == name)
+            .ok_or_else(|| anyhow!("the plan lists storage {name}, node {node} has none"))?;
+        let images = real["content"]
+            .as_str()
+            .unwrap_or_default()
+            .split(',')
+            .any(|c| c == "images");
+        ensure!(
+            s["holds_vm_disks"].as_bool() == Some(images),
+            "{node}/{name}: the plan says holds VM disks = {}, its content is {}",
+            s["holds_vm_disks"],
+            real["content"]
+        );
+    }
+    Ok(())
+}
+
+#[then(expr = "the plan shows {int} new VMs asking for {int} cores and {int} GiB on node {node}")]
+fn plan_new_vms(
+    w: &mut RolloutWorld,
+    vms: u64,
+    cores: u64,
+    gib: u64,
+    node: NodeName,
+) -> anyhow::Result<()> {
+    let node = w.real_node(&node);
+    let p = plan(w)?;
+    let sum = |k: &str| -> u64 {
+        plan_nodes(p, &node)
+            .iter()
+            .filter_map(|n| n[k].as_u64())
+            .sum()
+    };
+    let got = (
+        sum("new_vms"),
+        sum("requested_cores"),
+        sum("requested_memory_mib") / 1024,
+    );
+    ensure!(
+        got == (vms, cores, gib),
+        "node {node}: the plan counts new VMs/cores/memory GiB = {got:?}, expected {:?}",
+        (vms, cores, gib)
+    );
+    Ok(())
 }
