@@ -285,6 +285,16 @@ async fn main() {
             .join("cucumber-real-target"),
     );
     set_real_target(target(&server));
+    // Ctrl-C exits from inside the suite (after removing the run's VMs): stop the server too.
+    let pid = i32::try_from(server.child.id())
+        .ok()
+        .filter(|p| *p > 0)
+        .map(nix::unistd::Pid::from_raw);
+    rollout::before_interrupted_exit(move || {
+        if let Some(pid) = pid {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    });
     let outcome = rollout::run_suite().await;
     let suite = started.elapsed();
     let cleanup = interrupted_run_is_cleaned_up(&server).await;

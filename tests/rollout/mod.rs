@@ -128,6 +128,15 @@ pub fn after_hook<'a>(
     .boxed_local()
 }
 
+/// What a runner must still do when Ctrl-C ends a real-target run (exit runs no destructors).
+static BEFORE_INTERRUPTED_EXIT: OnceLock<Box<dyn Fn() + Send + Sync>> = OnceLock::new();
+
+/// Registers `f` to run when Ctrl-C ends a real-target run, after its cleanup (e.g. stop a
+/// server the runner started).
+pub fn before_interrupted_exit(f: impl Fn() + Send + Sync + 'static) {
+    let _ = BEFORE_INTERRUPTED_EXIT.set(Box::new(f));
+}
+
 /// How a run ended: the process exit code the runner would use (0 passed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SuiteOutcome {
@@ -193,6 +202,29 @@ pub async fn run_suite() -> SuiteOutcome {
             t.cleanup_command()
         );
     }
+    // Ctrl-C: remove what the run made so far before exiting (the cleanup command is the remedy
+    // when even this does not run: SIGKILL, a lost machine).
+    let on_interrupt = real_target.clone().map(|t| {
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!(
+                    "real target: interrupted; removing every VM named {}*",
+                    t.run_prefix
+                );
+                match t.sweep(&t.run_prefix).await {
+                    Ok(r) => eprintln!("real target: removed {} VM(s)", r.vms.len()),
+                    Err(e) => eprintln!(
+                        "real target: cleanup failed ({e:#}); run: {}",
+                        t.cleanup_command()
+                    ),
+                }
+                if let Some(f) = BEFORE_INTERRUPTED_EXIT.get() {
+                    f();
+                }
+                std::process::exit(130);
+            }
+        })
+    });
     let reports = plan.reports_dir(&reports_dir());
     let _ = REPORTS.set(reports.clone());
     if let Err(e) = std::fs::create_dir_all(&reports) {
@@ -225,6 +257,9 @@ pub async fn run_suite() -> SuiteOutcome {
     let durations = reports.join("rollout.durations.json");
     if let Err(e) = plan.write_durations(&reports.join("rollout.cucumber.json"), &durations) {
         eprintln!("rollout: no durations file written: {e:#}");
+    }
+    if let Some(h) = on_interrupt {
+        h.abort();
     }
     if let Some(t) = &real_target {
         let skipped = fake_only.lock().map(|s| s.clone()).unwrap_or_default();
