@@ -71,6 +71,18 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And within the blockchain phase the groups were created in order: validators, sentries, rpc, services
     And "email-server" was created after "dns-primary" was running
 
+  Scenario: the fixed rollout, scaled down to what a test cluster holds, is all green in the seed's phase order
+    Given a Proxmox test cluster with the seed's two sites
+    And the deployer authenticates with the API token "root@pam!harness"
+    And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
+    And the manifests of "examples/sankofa-fixed" scaled down to 1 vCPU, 512Mi and 10Gi on local-lvm
+    And the deployer runs with a concurrency of 8
+    When the deployer runs
+    Then all 30 VMs are ready with VMIDs distinct on each site and an IP address
+    And the VMs were created in the seed's phase order: critical, high, medium, blockchain, test
+    And within the blockchain phase the groups were created in order: validators, sentries, rpc, services
+    And "email-server" was created after "dns-primary" was running
+
   Scenario Outline: the seed's <group> as written: <name> on <storage> ends <outcome>
     Given a Proxmox test cluster with the seed's two sites
     And the deployer authenticates with the API token "root@pam!harness"

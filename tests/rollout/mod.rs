@@ -90,7 +90,7 @@ pub fn after_hook<'a>(
             _ => None,
         };
         if let Some(real) = real {
-            if !w.manifests.is_empty()
+            if (!w.manifests.is_empty() || !w.raw_manifests.is_empty())
                 && let Err(e) = w.run(adapter::Action::Destroy).await
             {
                 eprintln!("real target: destroy after \"{}\" failed: {e:#}", sc.name);

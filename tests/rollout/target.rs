@@ -30,6 +30,8 @@ pub const SEED_NODES: [&str; 2] = ["ml110-01", "r630-01"];
 /// The seed's storage for VM disks, and its storage that holds no VM disks.
 pub const SEED_IMAGES_STORAGE: &str = "local-lvm";
 pub const SEED_NOIMAGES_STORAGE: &str = "ceph-fs";
+/// The fixed rollout's storage for VM disks (examples/sankofa-fixed).
+pub const FIXED_IMAGES_STORAGE: &str = "ceph-rbd";
 
 /// A real PVE test cluster (see README, "Targeting a real PVE test cluster").
 #[derive(Debug, Clone)]
@@ -188,7 +190,7 @@ impl TargetMap {
 
     pub fn storage(&self, storage: &str) -> String {
         match storage {
-            SEED_IMAGES_STORAGE => self.images_storage.clone(),
+            SEED_IMAGES_STORAGE | FIXED_IMAGES_STORAGE => self.images_storage.clone(),
             SEED_NOIMAGES_STORAGE => self.noimages_storage.clone(),
             other => other.to_string(),
         }
@@ -222,7 +224,13 @@ impl TargetMap {
             }
             let mapped = if SEED_NODES.contains(&word.as_str()) {
                 self.node(word)
-            } else if word == SEED_IMAGES_STORAGE || word == SEED_NOIMAGES_STORAGE {
+            } else if [
+                SEED_IMAGES_STORAGE,
+                SEED_NOIMAGES_STORAGE,
+                FIXED_IMAGES_STORAGE,
+            ]
+            .contains(&word.as_str())
+            {
                 self.storage(word)
             } else if vm_names.iter().any(|n| n == word) {
                 self.vm_name(word)
@@ -242,6 +250,48 @@ impl TargetMap {
         }
         flush(&mut word, &mut out);
         out
+    }
+
+    /// A manifest file copied as it is (the seed's rollout) with the target's names: VM and
+    /// metadata name prefixed, node and storage mapped, `dependsOn` entries prefixed. A file
+    /// that is not YAML stays as it is (the deployer must still find it unreadable).
+    pub fn manifest_text(&self, text: &str) -> String {
+        use serde_norway::Value;
+        let Ok(mut doc) = serde_norway::from_str::<Value>(text) else {
+            return text.to_string();
+        };
+        let prefix = |v: &mut Value| {
+            if let Some(s) = v.as_str() {
+                *v = Value::String(self.vm_name(s));
+            }
+        };
+        if let Some(v) = doc.get_mut("metadata").and_then(|m| m.get_mut("name")) {
+            prefix(v);
+        }
+        if let Some(spec) = doc.get_mut("spec") {
+            if let Some(fp) = spec.get_mut("forProvider") {
+                if let Some(v) = fp.get_mut("name") {
+                    prefix(v);
+                }
+                if let Some(v) = fp.get_mut("node")
+                    && let Some(n) = v.as_str()
+                {
+                    *v = Value::String(self.node(n));
+                }
+                if let Some(v) = fp.get_mut("storage")
+                    && let Some(n) = v.as_str()
+                {
+                    *v = Value::String(self.storage(n));
+                }
+            }
+            if let Some(Value::Sequence(deps)) = spec
+                .get_mut("deployment")
+                .and_then(|d| d.get_mut("dependsOn"))
+            {
+                deps.iter_mut().for_each(prefix);
+            }
+        }
+        serde_norway::to_string(&doc).unwrap_or_else(|_| text.to_string())
     }
 
     /// The harness's token id as the target has it.

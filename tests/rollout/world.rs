@@ -325,7 +325,10 @@ impl RolloutWorld {
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::write(file, text)?;
+            match &self.map {
+                Some(map) => std::fs::write(file, map.manifest_text(text))?,
+                None => std::fs::write(file, text)?,
+            }
         }
         for m in manifests.values() {
             let mut m = m.clone();

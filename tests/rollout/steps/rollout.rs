@@ -30,6 +30,37 @@ fn cluster_scenario(w: &mut RolloutWorld, path: String) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The manifests of `dir`, each asking for 1 vCPU, 512 MiB and a 10 GiB disk on local-lvm: the
+/// rollout's names, phases, groups and dependencies at a size a test cluster holds 30 times.
+#[given(
+    regex = r#"^the manifests of "([^"]+)" scaled down to 1 vCPU, 512Mi and 10Gi on local-lvm$"#
+)]
+fn manifests_scaled(w: &mut RolloutWorld, dir: String) -> anyhow::Result<()> {
+    manifests_of(w, dir)?;
+    for text in w.raw_manifests.values_mut() {
+        let Ok(mut doc) = serde_norway::from_str::<serde_norway::Value>(text) else {
+            continue;
+        };
+        let Some(fp) = doc
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("forProvider"))
+            .and_then(|f| f.as_mapping_mut())
+        else {
+            continue;
+        };
+        for (k, v) in [
+            ("cpu", serde_norway::Value::from(1)),
+            ("memory", "512Mi".into()),
+            ("disk", "10Gi".into()),
+            ("storage", "local-lvm".into()),
+        ] {
+            fp.insert(k.into(), v);
+        }
+        *text = serde_norway::to_string(&doc)?;
+    }
+    Ok(())
+}
+
 /// Copies the ProxmoxVM manifests under `<dir>/production` as they are (unreadable ones too).
 #[given(regex = r#"^the manifests of "([^"]+)"$"#)]
 fn manifests_of(w: &mut RolloutWorld, dir: String) -> anyhow::Result<()> {
@@ -417,6 +448,7 @@ async fn after_running(w: &mut RolloutWorld, later: String, first: String) -> an
         .map(|e| e.seq)
         .ok_or_else(|| anyhow!("{first} ({vmid}) was never started"))?;
     let created = creates(w).await?;
+    let later = w.target_name(&later);
     let at = created
         .iter()
         .find(|(_, n)| *n == later)
