@@ -362,6 +362,21 @@ pub fn check_mapping() -> Result<(), String> {
             return Err(format!("mapping: got {got:?}, expected {want:?}"));
         }
     }
+    let raw = "metadata:\n  name: email-server\nspec:\n  forProvider:\n    name: email-server\n    node: r630-01\n    storage: ceph-rbd\n  deployment:\n    dependsOn: [dns-primary]\n";
+    let doc: serde_norway::Value =
+        serde_norway::from_str(&m.manifest_text(raw)).map_err(|e| e.to_string())?;
+    let fp = &doc["spec"]["forProvider"];
+    let ok = doc["metadata"]["name"].as_str() == Some("ph-abcdef-s03-email-server")
+        && fp["name"].as_str() == Some("ph-abcdef-s03-email-server")
+        && fp["node"].as_str() == Some("pve1")
+        && fp["storage"].as_str() == Some("fast")
+        && doc["spec"]["deployment"]["dependsOn"][0].as_str() == Some("ph-abcdef-s03-dns-primary");
+    if !ok {
+        return Err(format!("manifest mapping: {}", m.manifest_text(raw)));
+    }
+    if m.manifest_text("kind: [unclosed") != "kind: [unclosed" {
+        return Err("an unreadable manifest was changed".into());
+    }
     Ok(())
 }
 
