@@ -8,9 +8,10 @@
 //! depends on the fake fails here. Scenarios run in parallel (4 at once) on the one node, so a
 //! name collision between them fails too.
 //!
-//! Then an interrupted run: the `provision-harness` CLI deploys two VMs named with a run prefix
-//! and is never asked to destroy them; `provision-harness cleanup --prefix` must remove both
-//! (disks included) and leave a VM of another prefix alone.
+//! Then an interrupted run: the `provision-harness` CLI starts deploying two VMs named with a run
+//! prefix and is killed (SIGKILL) as soon as the first exists, mid-create; `provision-harness
+//! cleanup --prefix` must remove what it left (waiting for a create still holding its VM's lock,
+//! disks included) and leave a VM of another prefix alone.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -136,16 +137,19 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
         rollout::target::new_run_prefix().trim_end_matches('-')
     );
     ensure!(other != prefix, "two runs drew the same prefix {prefix}");
+    // Two manifest sets: another run's VM, deployed to the end, and this run's two VMs.
+    let theirs = dir.path().join("theirs");
     let manifests = dir.path().join("manifests");
+    std::fs::create_dir_all(&theirs)?;
     std::fs::create_dir_all(&manifests)?;
-    let names = [
-        format!("{prefix}s01-web"),
-        format!("{prefix}s02-db"),
-        format!("{other}s01-web"),
-    ];
-    for n in &names {
+    let other_vm = format!("{other}s01-web");
+    let write = |d: &Path, n: &str| {
         let m = rollout::manifest::VmManifest::standard(n, NODE, "target");
-        std::fs::write(manifests.join(format!("{n}.yaml")), m.to_yaml())?;
+        std::fs::write(d.join(format!("{n}.yaml")), m.to_yaml())
+    };
+    write(&theirs, &other_vm)?;
+    for n in [format!("{prefix}s01-web"), format!("{prefix}s02-db")] {
+        write(&manifests, &n)?;
     }
     let req = RunRequest {
         action: Action::Deploy,
@@ -175,22 +179,20 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
             .output()
             .context("provision-harness")
     };
-    // The run: three VMs made, then "interrupted" (no destroy).
-    let state = dir.path().join("state.json");
-    let deploy = Command::new(env!("CARGO_BIN_EXE_provision-harness"))
-        .args(["deploy", "--json", "--provider-config"])
-        .arg(&config)
-        .arg("--manifests")
-        .arg(&manifests)
-        .arg("--state")
-        .arg(&state)
-        .output()?;
-    ensure!(
-        deploy.status.success(),
-        "deploy: {}\n{}",
-        String::from_utf8_lossy(&deploy.stdout),
-        String::from_utf8_lossy(&deploy.stderr)
-    );
+    let deploy = |m: &Path, state: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_provision-harness"));
+        c.args(["deploy", "--json", "--provider-config"])
+            .arg(&config)
+            .arg("--manifests")
+            .arg(m)
+            .arg("--state")
+            .arg(dir.path().join(state))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    let done = deploy(&theirs, "theirs.json").status()?;
+    ensure!(done.success(), "the other run's deploy: {done}");
     let obs = Observer::new(
         &s.url,
         Creds::Token {
@@ -198,16 +200,30 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
             secret: TOKEN_SECRET.into(),
         },
     )?;
+    // This run is killed (SIGKILL) as soon as its first VM exists: mid-create, as a cancelled
+    // CI job leaves it.
+    let mut run = deploy(&manifests, "ours.json").spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let vms = obs.vms().await?;
+        if vms.iter().any(|v| v.name.starts_with(&prefix)) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the interrupted run created nothing within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.kill()?;
+    run.wait()?;
     let before = obs.vms().await?;
     let ours: Vec<_> = before
         .iter()
         .filter(|v| v.name.starts_with(&prefix))
         .cloned()
         .collect();
-    ensure!(
-        ours.len() == 2,
-        "expected 2 VMs named {prefix}*: {before:?}"
-    );
+    ensure!(!ours.is_empty(), "no VM named {prefix}*: {before:?}");
 
     // A prefix too loose to be a run's is refused before anything is touched.
     let loose = cli(&["cleanup", "--prefix", "ph-"])?;
@@ -221,7 +237,7 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
     let listed: serde_json::Value = serde_json::from_slice(&dry.stdout)
         .with_context(|| format!("dry run: {}", String::from_utf8_lossy(&dry.stderr)))?;
     ensure!(
-        listed["vms"].as_array().map(Vec::len) == Some(2)
+        listed["vms"].as_array().map(Vec::len) == Some(ours.len())
             && listed["vms"]
                 .as_array()
                 .into_iter()
@@ -247,9 +263,8 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
         .collect();
     ensure!(left.is_empty(), "cleanup left {left:?}\n{out}");
     ensure!(
-        after.iter().any(|v| v.name == names[2]),
-        "cleanup removed the other run's VM {}: {after:?}",
-        names[2]
+        after.iter().any(|v| v.name == other_vm),
+        "cleanup removed the other run's VM {other_vm}: {after:?}"
     );
     let vols = obs.image_volumes(NODE).await?;
     for v in &ours {

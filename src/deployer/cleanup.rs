@@ -135,7 +135,11 @@ pub async fn cleanup(
             let outcome = if options.dry_run {
                 "would remove".to_string()
             } else {
-                match remove(&ctx, node, vmid, r.status.as_deref(), options).await {
+                let seen = Seen {
+                    status: r.status.clone().unwrap_or_default(),
+                    locked: r.lock.is_some(),
+                };
+                match remove(&ctx, node, vmid, seen, options).await {
                     Ok(()) => "removed".to_string(),
                     Err(e) => format!("failed: {e}"),
                 }
@@ -153,11 +157,17 @@ pub async fn cleanup(
     Ok(report)
 }
 
+/// A VM as the resource list showed it.
+struct Seen {
+    status: String,
+    locked: bool,
+}
+
 async fn remove(
     ctx: &SiteCtx,
     node: &str,
     vmid: u32,
-    status: Option<&str>,
+    seen: Seen,
     options: &CleanupOptions,
 ) -> Result<(), String> {
     let task = |r: Result<String, PveError>| async move {
@@ -173,7 +183,18 @@ async fn remove(
             Err(exit)
         }
     };
-    if status != Some("stopped") {
+    // An interrupted run may leave a create or an import still running: PVE refuses to stop or
+    // delete a VM while its lock is held, so wait for the task that holds it to end.
+    let status = if seen.locked {
+        match wait_unlocked(ctx, vmid, options).await? {
+            Some(status) => status,
+            // The task that held the lock removed the VM (a failed create cleans up after itself).
+            None => return Ok(()),
+        }
+    } else {
+        seen.status
+    };
+    if status != "stopped" {
         task(ctx.client.stop_vm(node, vmid).await)
             .await
             .map_err(|e| format!("stopping VM {vmid}: {e}"))?;
@@ -181,6 +202,37 @@ async fn remove(
     task(ctx.client.destroy_vm(node, vmid).await)
         .await
         .map_err(|e| format!("deleting VM {vmid}: {e}"))
+}
+
+/// Polls the cluster's resources until VM `vmid` holds no lock: its status then, or `None` if
+/// it is gone.
+async fn wait_unlocked(
+    ctx: &SiteCtx,
+    vmid: u32,
+    options: &CleanupOptions,
+) -> Result<Option<String>, String> {
+    let deadline = std::time::Instant::now() + options.task_wait.timeout;
+    loop {
+        let vms = ctx
+            .client
+            .vm_resources()
+            .await
+            .map_err(|e| format!("listing VMs: {e}"))?;
+        let Some(vm) = vms.iter().find(|r| r.vmid == Some(u64::from(vmid))) else {
+            return Ok(None);
+        };
+        if vm.lock.is_none() {
+            return Ok(Some(vm.status.clone().unwrap_or_default()));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "VM {vmid} is still locked ({}) after {:?}",
+                vm.lock.as_deref().unwrap_or("?"),
+                options.task_wait.timeout
+            ));
+        }
+        tokio::time::sleep(options.task_wait.poll).await;
+    }
 }
 
 #[cfg(test)]
