@@ -8,6 +8,9 @@
 //! depends on the fake fails here. Scenarios run in parallel (4 at once) on the one node, so a
 //! name collision between them fails too.
 //!
+//! `HARNESS_BLACKBOX_IMAGE=fake-proxmox:dev` runs the same against the container image instead
+//! (`.ci/run` does both).
+//!
 //! Then an interrupted run: the `provision-harness` CLI starts deploying two VMs named with a run
 //! prefix and is killed (SIGKILL) as soon as the first exists, mid-create; `provision-harness
 //! cleanup --prefix` must remove what it left (waiting for a create still holding its VM's lock,
@@ -59,28 +62,84 @@ fn fake_binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// The black-box server: its process and what it printed.
+/// The black-box server and what it printed.
 struct Server {
-    child: Child,
     url: String,
     fingerprint: String,
+    run: Running,
     _dir: tempfile::TempDir,
+}
+
+/// How the server runs: a `fake-proxmox serve` child process, or a container of the image.
+enum Running {
+    Process(Child),
+    Container(String),
+}
+
+impl Running {
+    /// What stops it, callable from anywhere (the Ctrl-C path exits without destructors).
+    fn stopper(&self) -> Box<dyn Fn() + Send + Sync> {
+        match self {
+            Running::Process(child) => {
+                let pid = i32::try_from(child.id())
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .map(nix::unistd::Pid::from_raw);
+                Box::new(move || {
+                    if let Some(pid) = pid {
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    }
+                })
+            }
+            Running::Container(id) => {
+                let id = id.clone();
+                Box::new(move || {
+                    let _ = Command::new("docker")
+                        .args(["rm", "-f", &id])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                })
+            }
+        }
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.run.stopper()();
+        if let Running::Process(child) = &mut self.run {
+            let _ = child.wait();
+        }
     }
 }
 
+/// `ready site=… url=… fingerprint=…`: the named field.
+fn ready_field(line: &str, k: &str) -> anyhow::Result<String> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{k}=")))
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no {k}= in {line:?}"))
+}
+
+/// The server arguments after `serve`: the black-box cluster, a clock 100× (a real cluster's
+/// boots and imports take minutes), no 3 s delay on a refused login.
+const SERVE_ARGS: [&str; 4] = ["--clock", "scaled:100", "--no-auth-delay", "--scenario"];
+
 fn start_server() -> anyhow::Result<Server> {
+    match std::env::var("HARNESS_BLACKBOX_IMAGE") {
+        Ok(image) if !image.trim().is_empty() => start_container(image.trim()),
+        _ => start_process(),
+    }
+}
+
+fn start_process() -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
     let mut child = Command::new(fake_binary()?)
-        .args(["serve", "--scenario"])
+        .arg("serve")
+        .args(SERVE_ARGS)
         .arg(repo().join("tests/data/blackbox-cluster.yaml"))
-        // A real cluster's boots and imports take minutes; 100× keeps the suite short.
-        .args(["--clock", "scaled:100", "--no-auth-delay", "--state-dir"])
+        .arg("--state-dir")
         .arg(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -91,22 +150,69 @@ fn start_server() -> anyhow::Result<Server> {
     let line = lines
         .next()
         .ok_or_else(|| anyhow!("fake-proxmox serve exited before it was ready"))??;
-    // `ready site=… url=… fingerprint=…`
-    let field = |k: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{k}=")))
-            .map(str::to_string)
-            .ok_or_else(|| anyhow!("no {k}= in {line:?}"))
-    };
     let server = Server {
-        url: field("url")?,
-        fingerprint: field("fingerprint")?,
-        child,
+        url: ready_field(&line, "url")?,
+        fingerprint: ready_field(&line, "fingerprint")?,
+        run: Running::Process(child),
         _dir: dir,
     };
     // Keep reading its stdout so the pipe never fills.
     std::thread::spawn(move || for _ in lines {});
     Ok(server)
+}
+
+/// The container image (`HARNESS_BLACKBOX_IMAGE`, e.g. `fake-proxmox:dev` as `.ci/run` builds
+/// it), its port published on a free loopback port.
+fn start_container(image: &str) -> anyhow::Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let scenario = dir.path().join("scenario.yaml");
+    std::fs::copy(repo().join("tests/data/blackbox-cluster.yaml"), &scenario)?;
+    let out = Command::new("docker")
+        .args(["run", "-d", "--rm", "-p", "127.0.0.1::8006", "-v"])
+        .arg(format!("{}:/scenario.yaml:ro", scenario.display()))
+        .arg(image)
+        .args(["--listen", "pve-test=0.0.0.0:8006"])
+        .args(SERVE_ARGS)
+        .arg("/scenario.yaml")
+        .output()
+        .context("docker run")?;
+    ensure!(
+        out.status.success(),
+        "docker run {image}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let run = Running::Container(id.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let logs = Command::new("docker").args(["logs", &id]).output()?;
+        let text = String::from_utf8_lossy(&logs.stdout).into_owned();
+        if let Some(l) = text.lines().find(|l| l.starts_with("ready ")) {
+            break l.to_string();
+        }
+        if Instant::now() > deadline {
+            run.stopper()();
+            bail!(
+                "the container printed no ready line in 30 s: {text}{}",
+                String::from_utf8_lossy(&logs.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let port = Command::new("docker")
+        .args(["port", &id, "8006/tcp"])
+        .output()?;
+    let published = String::from_utf8_lossy(&port.stdout);
+    let Some(addr) = published.lines().find(|l| l.starts_with("127.0.0.1:")) else {
+        run.stopper()();
+        bail!("docker port {id}: {published}");
+    };
+    Ok(Server {
+        url: format!("https://{}", addr.trim()),
+        fingerprint: ready_field(&line, "fingerprint")?,
+        run,
+        _dir: dir,
+    })
 }
 
 fn target(s: &Server) -> RealPve {
@@ -217,7 +323,24 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
     }
     run.kill()?;
     run.wait()?;
-    let before = obs.vms().await?;
+    // Requests the killed run had already sent may still make a VM: wait until the list is
+    // stable (two looks 300 ms apart agree).
+    let named = |vms: &[rollout::pve::VmSeen]| -> Vec<u32> {
+        vms.iter()
+            .filter(|v| v.name.starts_with(&prefix))
+            .map(|v| v.vmid)
+            .collect()
+    };
+    let mut before = obs.vms().await?;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let again = obs.vms().await?;
+        let stable = named(&again) == named(&before);
+        before = again;
+        if stable {
+            break;
+        }
+    }
     let ours: Vec<_> = before
         .iter()
         .filter(|v| v.name.starts_with(&prefix))
@@ -297,19 +420,15 @@ async fn main() {
         Path::new(env!("CARGO_TARGET_TMPDIR"))
             .parent()
             .unwrap_or(Path::new("."))
-            .join("cucumber-real-target"),
+            .join(match server.run {
+                Running::Process(_) => "cucumber-real-target",
+                Running::Container(_) => "cucumber-real-target-container",
+            }),
     );
     set_real_target(target(&server));
     // Ctrl-C exits from inside the suite (after removing the run's VMs): stop the server too.
-    let pid = i32::try_from(server.child.id())
-        .ok()
-        .filter(|p| *p > 0)
-        .map(nix::unistd::Pid::from_raw);
-    rollout::before_interrupted_exit(move || {
-        if let Some(pid) = pid {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        }
-    });
+    let stop = server.run.stopper();
+    rollout::before_interrupted_exit(stop);
     let outcome = rollout::run_suite().await;
     let suite = started.elapsed();
     let cleanup = interrupted_run_is_cleaned_up(&server).await;
