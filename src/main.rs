@@ -148,8 +148,13 @@ struct DeployArgs {
 
 #[derive(Args)]
 struct RehearseArgs {
+    /// What runs the VMs: `simulated` (the seed's 30 VMs and the fixed rollout, as rows in the
+    /// fake) or `lab` (seed 002's three PhotonCloud nodes as real QEMU guests booting the
+    /// project's cloud image; needs QEMU).
+    #[arg(long, value_enum, default_value = "simulated")]
+    backend: RehearseBackend,
     /// A fake-proxmox scenario YAML to use instead of the seed's two sites.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "backend")]
     scenario: Option<PathBuf>,
     /// Only the seed rollout, not the fixed one.
     #[arg(long)]
@@ -167,6 +172,12 @@ struct RehearseArgs {
     /// Do not write the HTML report.
     #[arg(long, conflicts_with = "html")]
     no_html: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RehearseBackend {
+    Simulated,
+    Lab,
 }
 
 /// `status` and `destroy`: read or remove what the state file says this rollout made.
@@ -397,13 +408,23 @@ async fn run_rehearse(args: RehearseArgs) -> Result<u8, Failure> {
         Some(p) => Some(fake_proxmox::Scenario::from_yaml_file(p).map_err(bad)?),
         None => None,
     };
-    let options = RehearseOptions {
-        concurrency: args.concurrency,
-        ..RehearseOptions::default()
-    };
-    let report = rehearse(scenario, !args.seed_only, &options)
-        .await
-        .map_err(internal)?;
+    let report = match args.backend {
+        RehearseBackend::Simulated => {
+            let options = RehearseOptions {
+                concurrency: args.concurrency,
+                ..RehearseOptions::default()
+            };
+            rehearse(scenario, !args.seed_only, &options).await
+        }
+        RehearseBackend::Lab => {
+            let options = RehearseOptions {
+                concurrency: args.concurrency,
+                ..RehearseOptions::lab()
+            };
+            provision_harness::rehearse::rehearse_lab(&options).await
+        }
+    }
+    .map_err(internal)?;
     if !args.no_html {
         let timelines: Vec<_> = report.runs.iter().map(|r| r.timeline.clone()).collect();
         provision_harness::report_html::write_page(&args.html, "rehearse", &timelines)

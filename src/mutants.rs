@@ -1,5 +1,6 @@
-//! Deliberately broken variants of this deployer ("mutants"), for the harness self-test: each is a
-//! bug a real deployer has had or could have, and at least one rollout scenario must fail with it.
+//! Deliberately broken variants of this deployer and of the cluster provisioner ("mutants"), for
+//! the harness self-tests: each is a bug a real one has had or could have, and at least one rollout
+//! scenario (deployer) or `@lab` scenario (cluster provisioner, see [`LAB`]) must fail with it.
 //! A mutant is active only inside [`run_as`] (a tokio task-local), so a normal run, and every
 //! other run in the same process, is untouched; the hooks are one-line checks of [`active`] at the
 //! place the bug would be.
@@ -31,6 +32,18 @@ pub enum Mutant {
     WrongIp,
     /// The manifest's `20Gi` resized as 20 GB (19073 MiB).
     DisksInGb,
+    // The cluster provisioner's (`src/cluster/`, seed 002), killed by `@lab` scenarios:
+    /// S5 installs everything but the first-boot script: the node boots from its disk and
+    /// nothing starts the service.
+    SkipsFirstBootScript,
+    /// S5 installs the certificates under the seed's first names (`ca-cert.pem`, `cert.pem`,
+    /// `key.pem`), not the ones `cluster-config.json` names.
+    CertsUnderWrongNames,
+    /// etcd serves clients and peers over plain HTTP, with no certificate asked or offered.
+    EtcdWithoutTls,
+    /// etcd serves TLS but asks clients for no certificate (no client CA, no client-cert-auth):
+    /// anyone who reaches the client port reads and writes the cluster.
+    ClientsWithoutCertificates,
 }
 
 impl Mutant {
@@ -46,9 +59,21 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => "destroy-without-purge",
             Mutant::WrongIp => "wrong-ip",
             Mutant::DisksInGb => "disks-in-gb",
+            Mutant::SkipsFirstBootScript => "skips-first-boot-script",
+            Mutant::CertsUnderWrongNames => "certs-under-wrong-names",
+            Mutant::EtcdWithoutTls => "etcd-without-tls",
+            Mutant::ClientsWithoutCertificates => "clients-without-certificates",
         }
     }
 }
+
+/// The cluster provisioner's mutants, in the order the lab self-test runs them.
+pub const LAB: [Mutant; 4] = [
+    Mutant::SkipsFirstBootScript,
+    Mutant::CertsUnderWrongNames,
+    Mutant::EtcdWithoutTls,
+    Mutant::ClientsWithoutCertificates,
+];
 
 /// The mutation points a run went through, by mutant name: a mutant whose point a scenario never
 /// reaches behaves there exactly as the deployer does, so the self-test runs each mutant only on

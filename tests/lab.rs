@@ -116,7 +116,10 @@ async fn main() {
                 if !passed && std::env::var_os("LAB_BREAK_ON_FAILURE").is_some() {
                     break_on_failure(&name, &b.lab).await;
                 }
-                if w.holds_snapshot {
+                if w.holds_boot_snapshot {
+                    // The next direct boot restores the booted lab, whatever this one did.
+                    world::keep_booted(b);
+                } else if w.holds_snapshot {
                     // The next @provisioned scenario restores its snapshot, whatever this one did.
                     world::keep_provisioned(b);
                 } else if w.reuses_lab && passed {
@@ -148,6 +151,7 @@ async fn main() {
     // Tear down the labs the last `@reuses-lab` and `@provisioned` scenarios left before exiting.
     drop(world::take_spare());
     drop(world::take_provisioned());
+    drop(world::take_booted());
     // A plain closing line for CI's log reader (cucumber's own summary is above).
     println!(
         "lab steps: {} passed, {} failed, {} skipped",

@@ -48,7 +48,8 @@
 //! The qemu and agent models decide *whether* something happens to a guest (privileges,
 //! locks, pending changes, PVE's errors, the task's plan); everything that *runs* a guest
 //! goes through the site's [`exec::Executor`]: start (also from a RAM state), stop,
-//! shutdown, reboot, reset, suspend, resume, whether the guest agent answers and what it
+//! shutdown (a reboot is a shutdown and a start), reset, suspend, resume, whether the guest
+//! agent answers and what it
 //! answers. The executor writes the
 //! run state it produced on the VM (`power`, `pid`, `started_at`, `agent_ready_at`), which
 //! is all the routes read. [`exec::Simulated`] is the default (no process; seeded pids, a

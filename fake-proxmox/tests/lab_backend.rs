@@ -22,6 +22,7 @@ use vm_lab::namespace::{alive, pids_mentioning};
 
 const NODE: &str = "ml110-01";
 const ADDRESS: &str = "192.168.11.50";
+const NEW_ADDRESS: &str = "192.168.11.51";
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run a host tool");
@@ -176,13 +177,29 @@ async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cl
     assert!(serial.contains("CLOUDIMG-READY"), "{serial}");
     let guest_dir = serial_log.parent().unwrap().to_path_buf();
 
-    // Reboot through the API: the same VM comes back with its address.
+    // A new address while it runs, then a reboot through the API: as on PVE, the reboot is a
+    // new QEMU from the config with pending changes applied and a regenerated cloud-init
+    // drive, so the guest comes back with the new address.
+    let r = api
+        .send(
+            "PUT",
+            &format!("/nodes/{NODE}/qemu/100/config"),
+            &[("ipconfig0", &format!("ip={NEW_ADDRESS}/24,gw=192.168.11.1"))],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
     let r = api
         .post(&format!("/nodes/{NODE}/qemu/100/status/reboot"), &[])
         .await;
     let st = task(&f, &api, r).await;
     assert_eq!(st["exitstatus"], "OK", "{st}");
-    wait_agent_address(&api, 100, ADDRESS, Duration::from_secs(300)).await;
+    let cur = api
+        .get(&format!("/nodes/{NODE}/qemu/100/status/current"))
+        .await;
+    let new_pid = u32::try_from(cur.data()["pid"].as_u64().unwrap()).unwrap();
+    assert_ne!(new_pid, pid, "a reboot runs a new QEMU");
+    assert!(!alive(pid), "the QEMU before the reboot is gone");
+    wait_agent_address(&api, 100, NEW_ADDRESS, Duration::from_secs(300)).await;
 
     // Stop: QEMU is gone and the API says so.
     let cur = api
@@ -252,4 +269,77 @@ fn files_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// One node of a simulated cluster on the lab backend (`backend: lab` on the node): its VMs
+/// run as real QEMU processes with real volume files, its neighbour's stay rows in a table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_can_run_on_the_lab_backend_while_its_site_stays_simulated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mut scenario = fake_proxmox::scenario::Scenario::embedded_default();
+    let site = &mut scenario.sites[0];
+    let mut lab_node = site.nodes[0].clone();
+    lab_node.name = "ml110-02".into();
+    lab_node.backend = Some(Backend::Lab);
+    site.nodes.push(lab_node);
+    let fake = FakeProxmox::builder()
+        .auth_failure_delay(false)
+        .clock(ClockMode::Stepped)
+        .scenario(scenario)
+        .lab_options(LabOptions {
+            state_dir: Some(state.clone()),
+            memory_cap_mib: 128,
+            shutdown_timeout: Duration::from_secs(5),
+        })
+        .start()
+        .await
+        .expect("the fake starts with one lab node");
+    let f = Fake { fake };
+    let api = f.api("site-1");
+    let mut pids = Vec::new();
+    for (node, vmid) in [(NODE, "100"), ("ml110-02", "101")] {
+        let st = create_vm(
+            &f,
+            &api,
+            node,
+            &[
+                ("vmid", vmid),
+                ("memory", "512"),
+                ("scsihw", "virtio-scsi-pci"),
+                ("scsi0", "local-lvm:1"),
+                ("net0", "virtio,bridge=vmbr0"),
+            ],
+        )
+        .await;
+        assert_eq!(st["exitstatus"], "OK", "{node}: {st}");
+        let r = api
+            .post(&format!("/nodes/{node}/qemu/{vmid}/status/start"), &[])
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let st = wait_task(&f, &api, node, r.data().as_str().unwrap()).await;
+        assert_eq!(st["exitstatus"], "OK", "{node}: {st}");
+        let cur = api
+            .get(&format!("/nodes/{node}/qemu/{vmid}/status/current"))
+            .await;
+        assert_eq!(cur.data()["status"], "running", "{node}: {}", cur.body);
+        pids.push(u32::try_from(cur.data()["pid"].as_u64().unwrap()).unwrap());
+    }
+    let lab_pids = pids_mentioning(&state);
+    assert!(
+        lab_pids.contains(&pids[1]) && alive(pids[1]),
+        "VM 101 on the lab node is a real QEMU (pid {}; lab processes {lab_pids:?})",
+        pids[1]
+    );
+    assert!(
+        !lab_pids.contains(&pids[0]),
+        "VM 100 on the simulated node runs no process of the lab"
+    );
+    let disks = state.join("disks");
+    assert!(
+        !files_named(&disks, "vm-101-").is_empty(),
+        "real volume file"
+    );
+    assert_eq!(files_named(&disks, "vm-100-"), Vec::<PathBuf>::new());
+    f.fake.shutdown().await;
 }

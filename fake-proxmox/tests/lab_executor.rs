@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fake_proxmox::exec::lab::{BridgeNets, LabExecutor, VolumePath, bridge_spec};
+use fake_proxmox::exec::lab::{LabExecutor, VolumePath};
 use fake_proxmox::exec::{AgentCall, AgentCommand, Executor, Host};
 use fake_proxmox::nodes::model::Bridge;
 use fake_proxmox::qemu::model::{Power, Vm};
@@ -40,8 +40,8 @@ fn volumes(dir: &Path) -> VolumePath {
     })
 }
 
-fn vmbr0() -> BridgeNets {
-    let b = Bridge {
+fn vmbr0() -> Bridge {
+    Bridge {
         name: "vmbr0".into(),
         cidr: Some("192.168.11.10/24".into()),
         gateway: Some("192.168.11.1".into()),
@@ -50,8 +50,8 @@ fn vmbr0() -> BridgeNets {
             "192.168.11.100".parse().unwrap(),
             "192.168.11.199".parse().unwrap(),
         )),
-    };
-    Arc::new(move |_node: &str, name: &str| (name == b.name).then(|| bridge_spec(&b)))
+        link_cut: false,
+    }
 }
 
 fn blank_disk(dir: &Path, storage: &str, volname: &str) -> PathBuf {
@@ -89,14 +89,15 @@ fn a_pve_config_runs_as_real_qemu_with_pves_power_semantics() {
         ..HostOptions::default()
     })
     .unwrap();
-    let exec = LabExecutor::new(host, volumes(&store))
-        .with_bridges(vmbr0())
-        .with_shutdown_timeout(Duration::from_secs(2));
+    let exec =
+        LabExecutor::new(host, volumes(&store)).with_shutdown_timeout(Duration::from_secs(2));
     let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let bridges = [vmbr0()];
     let mut h = Host {
         rng: &mut rng,
         boot_delay_secs: 25.0,
         now: 100.0,
+        bridges: &bridges,
     };
 
     let mut v = vm(
@@ -241,6 +242,7 @@ fn memory_beyond_the_lab_budget_fails_the_start_task() {
         rng: &mut rng,
         boot_delay_secs: 25.0,
         now: 0.0,
+        bridges: &[],
     };
     let mut v = vm(100, &[("memory", "512")]);
     let e = exec.start(&mut v, &mut h).unwrap_err();
@@ -276,7 +278,6 @@ async fn through_the_api_a_vm_starts_as_a_real_qemu_and_stops() {
     })
     .unwrap();
     let exec = LabExecutor::new(host, blank_volumes(&tmp.path().join("store")))
-        .with_bridges(vmbr0())
         .with_shutdown_timeout(Duration::from_secs(1));
     let exec = Arc::new(exec);
     let fake = fake_proxmox::FakeProxmox::builder()

@@ -1,6 +1,7 @@
 //! Faults on a real guest through the control API (`POST /_fake/…/qemu/{vmid}/fault`), each
 //! seen the way PVE shows it: one boot of the project's cloud image serves every case (a NIC's
-//! link down and up, a disk whose writes fail, a pause from outside PVE, QEMU killed; then a
+//! link down and up, the node's link on its bridge down and up, a disk whose writes fail (and
+//! one with `werror=stop`, which stops the VM with `io-error`), a pause from outside PVE, QEMU killed; then a
 //! second start whose disk takes writes again). The simulated backend refuses them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{Api, Fake, create_vm, wait_task};
 use fake_proxmox::control::ControlError;
 use fake_proxmox::exec::lab::backend::LabOptions;
-use fake_proxmox::exec::{GuestAccess, GuestFault};
+use fake_proxmox::exec::{GuestAccess, GuestFault, NodeFault};
 use fake_proxmox::scenario::Backend;
 use fake_proxmox::{ClockMode, FakeProxmox};
 use serde_json::Value;
@@ -101,6 +102,29 @@ async fn current(api: &Api) -> Value {
         .clone()
 }
 
+/// Where a link fault is made: on the VM's NIC, or on the node's link on the NIC's bridge.
+#[derive(Clone, Copy, Debug)]
+enum LinkFault {
+    Nic,
+    NodeBridge,
+}
+
+async fn set_link(ctl: &fake_proxmox::ControlClient, how: LinkFault, down: bool) {
+    match how {
+        LinkFault::Nic => ctl.guest_fault(NODE, 100, &link(down)).await.unwrap(),
+        LinkFault::NodeBridge => {
+            let bridge = "vmbr0".to_string();
+            let fault = if down {
+                NodeFault::LinkDown { bridge }
+            } else {
+                NodeFault::LinkUp { bridge }
+            };
+            let reached = ctl.node_fault(NODE, &fault).await.unwrap();
+            assert_eq!(reached, vec![(100, "net0".to_string())], "{how:?}");
+        }
+    }
+}
+
 fn link(down: bool) -> GuestFault {
     let net = "net0".to_string();
     if down {
@@ -148,6 +172,7 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
             ("memory", "512"),
             ("scsihw", "virtio-scsi-pci"),
             ("scsi0", &import),
+            ("scsi1", "local-lvm:1,werror=stop"),
             ("ide2", "local-lvm:cloudinit"),
             ("boot", "order=scsi0"),
             ("net0", "virtio,bridge=vmbr0"),
@@ -177,9 +202,23 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
     let access = ctl.guest_access(NODE, 100, "root", &key).await.unwrap();
     assert_eq!(access.address, ADDRESS);
 
-    link_down_and_up(&api, &ctl, &access).await;
+    link_down_and_up(&api, &ctl, &access, LinkFault::Nic).await;
+    link_down_and_up(&api, &ctl, &access, LinkFault::NodeBridge).await;
+    let unknown = ctl
+        .node_fault(
+            NODE,
+            &NodeFault::LinkDown {
+                bridge: "vmbr9".into(),
+            },
+        )
+        .await;
+    assert!(
+        matches!(&unknown, Err(ControlError::Refused { status: 409, message }) if message.contains("no bridge 'vmbr9'")),
+        "{unknown:?}"
+    );
     disk_writes_fail(&ctl, &access).await;
     pause_from_outside(&f, &api, &ctl).await;
+    io_error_stops_the_vm(&f, &api, &ctl, &access).await;
     kill(&api, &ctl).await;
 
     // Started again, the disk takes writes (the fault went with QEMU) and can fail again.
@@ -197,7 +236,12 @@ async fn faults_on_a_real_guest_show_as_pve_shows_them() {
 
 /// The guest loses its link (its ping to the gateway fails), the agent still answers over
 /// virtio-serial and the config is unchanged; link up: the ping works again.
-async fn link_down_and_up(api: &Api, ctl: &fake_proxmox::ControlClient, access: &GuestAccess) {
+async fn link_down_and_up(
+    api: &Api,
+    ctl: &fake_proxmox::ControlClient,
+    access: &GuestAccess,
+    how: LinkFault,
+) {
     let ping = format!("ping -c 1 -W 5 {GATEWAY} >/dev/null 2>&1; echo $?");
     assert_eq!(ssh(access, &ping).await, (0, "0".into()), "ping before");
     let config_before = api.get(&format!("/nodes/{NODE}/qemu/100/config")).await;
@@ -208,7 +252,7 @@ async fn link_down_and_up(api: &Api, ctl: &fake_proxmox::ControlClient, access: 
          echo $? > /tmp/down.rc) </dev/null >/dev/null 2>&1 &"
     );
     assert_eq!(ssh(access, &later).await.0, 0);
-    ctl.guest_fault(NODE, 100, &link(true)).await.unwrap();
+    set_link(ctl, how, true).await;
 
     let r = api
         .post(&format!("/nodes/{NODE}/qemu/100/agent/ping"), &[])
@@ -227,14 +271,18 @@ async fn link_down_and_up(api: &Api, ctl: &fake_proxmox::ControlClient, access: 
     assert!(!config.body.contains("link_down"), "{}", config.body);
 
     tokio::time::sleep(Duration::from_secs(16)).await;
-    ctl.guest_fault(NODE, 100, &link(false)).await.unwrap();
+    set_link(ctl, how, false).await;
     let start = Instant::now();
     let mut rc = ssh(access, "cat /tmp/down.rc").await;
     while rc.0 != 0 && start.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_secs(2)).await;
         rc = ssh(access, "cat /tmp/down.rc").await;
     }
-    assert_eq!(rc, (0, "1".into()), "the ping with the link down failed");
+    assert_eq!(
+        rc,
+        (0, "1".into()),
+        "{how:?}: the ping with the link down failed"
+    );
     assert_eq!(
         ssh(access, &ping).await,
         (0, "0".into()),
@@ -301,6 +349,53 @@ async fn pause_from_outside(f: &Fake, api: &Api, ctl: &fake_proxmox::ControlClie
     assert_eq!(st["exitstatus"], "OK", "{st}");
     assert_eq!(current(api).await["qmpstatus"], "running");
     wait_agent(api, Duration::from_secs(60)).await;
+}
+
+/// Waits (real time) until `qmpstatus` is `want`; the last `status/current`.
+async fn wait_qmpstatus(api: &Api, want: &str, within: Duration) -> Value {
+    let start = Instant::now();
+    loop {
+        let cur = current(api).await;
+        if cur["qmpstatus"] == want || start.elapsed() > within {
+            return cur;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A failing write to a disk with `werror=stop` stops the VM as QEMU does: `status` stays
+/// `running`, `qmpstatus` is `io-error`; `status/resume` retries the write, which fails and
+/// stops it again.
+async fn io_error_stops_the_vm(
+    f: &Fake,
+    api: &Api,
+    ctl: &fake_proxmox::ControlClient,
+    access: &GuestAccess,
+) {
+    let fault = GuestFault::DiskWriteError {
+        disk: "scsi1".into(),
+    };
+    ctl.guest_fault(NODE, 100, &fault).await.unwrap();
+    // The write stops the vCPUs: it starts after the SSH session has returned.
+    let later = "(sleep 2; dd if=/dev/zero of=/dev/sdb bs=512 count=1 conv=notrunc,fsync) \
+                 </dev/null >/dev/null 2>&1 &";
+    assert_eq!(ssh(access, later).await.0, 0);
+    let cur = wait_qmpstatus(api, "io-error", Duration::from_secs(60)).await;
+    assert_eq!(
+        (cur["status"].as_str(), cur["qmpstatus"].as_str()),
+        (Some("running"), Some("io-error")),
+        "{cur}"
+    );
+    let r = api
+        .post(&format!("/nodes/{NODE}/qemu/100/status/resume"), &[])
+        .await;
+    let st = task(f, api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let cur = wait_qmpstatus(api, "io-error", Duration::from_secs(30)).await;
+    assert_eq!(
+        cur["qmpstatus"], "io-error",
+        "the retried write fails again: {cur}"
+    );
 }
 
 /// QEMU dies: `status/current` shows `stopped` with no pid, as PVE shows a crashed VM.

@@ -6,6 +6,9 @@ Feature: Seed 002 (T036) — a 3-node cluster brought up in QEMU VMs, S1 to S6
   onto each node's disk over SSH with a first boot from that disk; and an etcd (Raft) cluster
   with mutual TLS validated as the seed's S6 asks.
 
+  # Tagged kills-lab-mutants: the lab self-test (tests/harness_selftest_lab.rs) runs it against
+  # each broken variant of the provisioner, and it must fail with every one of them.
+  @kills-lab-mutants
   Scenario: Netboot to a validated 3-member cluster that keeps its data across a full restart
     # S1 VM infrastructure
     Given the seed's lab of 3 nodes booted by direct kernel netboot
@@ -24,6 +27,7 @@ Feature: Seed 002 (T036) — a 3-node cluster brought up in QEMU VMs, S1 to S6
     When the nodes are provisioned over SSH and restarted from netboot with their disks
     Then every node's first boot started etcd from its disk
     # S6 validation
+    And every member speaks only TLS on its client and peer ports and asks clients for a certificate
     And the cluster has 3 started members and one leader
     And every member reports healthy
     And every node's Prometheus metrics endpoint reports a leader

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use super::config::NodeConfig;
 use super::error::ClusterError;
 use super::topology::GuestLayout;
+use crate::mutants::{self, Mutant};
 
 /// Raft timing. etcd's defaults (100 ms / 1000 ms) assume a real machine; three TCG guests on two
 /// host cores stall long enough to trigger needless elections, so the lab default is slower.
@@ -36,7 +37,7 @@ pub fn etcd_args(cfg: &NodeConfig, timing: RaftTiming) -> Vec<String> {
         .collect::<Vec<_>>()
         .join(",");
     let state = if cfg.bootstrap { "new" } else { "existing" };
-    vec![
+    let args = vec![
         format!("--name={}", cfg.node_id),
         format!("--data-dir={}", cfg.data_dir),
         format!("--initial-cluster={initial_cluster}"),
@@ -70,7 +71,45 @@ pub fn etcd_args(cfg: &NodeConfig, timing: RaftTiming) -> Vec<String> {
         format!("--heartbeat-interval={}", timing.heartbeat_ms),
         format!("--election-timeout={}", timing.election_ms),
         "--logger=zap".into(),
-    ]
+    ];
+    if mutants::active(Mutant::EtcdWithoutTls) {
+        return without_tls(args);
+    }
+    if mutants::active(Mutant::ClientsWithoutCertificates) {
+        return without_client_ca(args);
+    }
+    args
+}
+
+/// The command line with no client CA and no `--client-cert-auth` (the mutant
+/// [`Mutant::ClientsWithoutCertificates`]). Both must go: etcd asks clients for a certificate
+/// whenever it has a trusted CA file, whatever `--client-cert-auth` says.
+fn without_client_ca(args: Vec<String>) -> Vec<String> {
+    args.into_iter()
+        .filter(|a| {
+            let flag = a.split('=').next();
+            flag != Some("--client-cert-auth") && flag != Some("--trusted-ca-file")
+        })
+        .collect()
+}
+
+/// The same command line over plain HTTP, every certificate flag dropped (the mutant
+/// [`Mutant::EtcdWithoutTls`]): a cluster that forms and serves, unencrypted and open to anyone.
+fn without_tls(args: Vec<String>) -> Vec<String> {
+    const TLS_FLAGS: [&str; 8] = [
+        "--client-cert-auth",
+        "--trusted-ca-file",
+        "--cert-file",
+        "--key-file",
+        "--peer-client-cert-auth",
+        "--peer-trusted-ca-file",
+        "--peer-cert-file",
+        "--peer-key-file",
+    ];
+    args.into_iter()
+        .filter(|a| !TLS_FLAGS.iter().any(|f| a.split('=').next() == Some(*f)))
+        .map(|a| a.replace("https://", "http://"))
+        .collect()
 }
 
 /// An `etcdctl` command line run on a node against its own member, over TLS with the node's
@@ -203,6 +242,38 @@ mod tests {
         assert!(has(
             "--listen-metrics-urls=http://192.168.100.11:2381,http://127.0.0.1:2381"
         ));
+    }
+
+    #[tokio::test]
+    async fn the_tls_mutants_change_only_their_flags_and_only_in_their_run() {
+        let plain = crate::mutants::run_as(Some(Mutant::EtcdWithoutTls), None, async {
+            etcd_args(&cfg(), RaftTiming::default())
+        })
+        .await;
+        assert!(plain.iter().all(|a| !a.contains("https://")), "{plain:?}");
+        assert!(
+            plain
+                .iter()
+                .all(|a| !a.contains("-file=") && !a.contains("cert-auth")),
+            "{plain:?}"
+        );
+        assert!(plain.contains(&"--listen-peer-urls=http://192.168.100.11:2380".to_owned()));
+        assert!(plain.contains(&"--name=node01".to_owned()));
+        let real = etcd_args(&cfg(), RaftTiming::default());
+        assert!(real.contains(&"--client-cert-auth=true".to_owned()));
+        let open = crate::mutants::run_as(Some(Mutant::ClientsWithoutCertificates), None, async {
+            etcd_args(&cfg(), RaftTiming::default())
+        })
+        .await;
+        let dropped: Vec<&String> = real.iter().filter(|a| !open.contains(a)).collect();
+        assert_eq!(
+            dropped,
+            [
+                "--client-cert-auth=true",
+                "--trusted-ca-file=/cluster/secrets/ca.crt"
+            ],
+            "{open:?}"
+        );
     }
 
     #[test]

@@ -330,7 +330,46 @@ impl Bringup {
     }
 
     /// Waits until the node's boot hook reports the service started on this boot (or fails).
+    /// vm-lab's init runs the hook before it prints `VMLAB-READY`, and the first-boot script
+    /// reports before it returns: a node ready without a report has no first-boot script that
+    /// ran (no disk labelled [`DISK_LABEL`], or no executable script on it), which fails at once
+    /// rather than after the whole boot timeout.
     pub async fn wait_service_started(&self, node: &str) -> Result<(), ClusterError> {
+        let n = self.lab.node(node).map_err(lab_err)?;
+        let ready = async {
+            n.wait_for_serial(vm_lab::qemu_args::READY_MARKER, n.timeouts().boot)
+                .await?;
+            // The console is one stream; a short grace only guards against a slow flush.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok::<_, vm_lab::Error>(())
+        };
+        tokio::select! {
+            biased;
+            r = self.wait_reported(node) => r,
+            r = ready => {
+                let log = n.serial_log();
+                let this_boot = log.rsplit("VMLAB-INIT").next().unwrap_or("");
+                let reported = [BOOT_MARKER, BOOT_FAILED_MARKER].iter().any(|m| this_boot.contains(m));
+                if r.is_ok() && !reported {
+                    return Err(ClusterError::Remote {
+                        node: node.to_owned(),
+                        step: "first boot from disk".into(),
+                        code: 0,
+                        detail: format!(
+                            "the node booted (VMLAB-READY) and no first-boot script reported: \
+                             no disk labelled {DISK_LABEL}, or no executable {} on it",
+                            self.layout.boot_script()
+                        ),
+                    });
+                }
+                // Reported, or the wait itself failed: the report (or its timeout) says which.
+                self.wait_reported(node).await
+            }
+        }
+    }
+
+    /// The first-boot script's report on this boot: started, or failed with its reason.
+    async fn wait_reported(&self, node: &str) -> Result<(), ClusterError> {
         let n = self.lab.node(node).map_err(lab_err)?;
         let timeout = n.timeouts().boot;
         let ok = n.wait_for_serial(BOOT_MARKER, timeout);

@@ -12,9 +12,10 @@ use std::time::Duration;
 use super::config::{self, HOSTS_FILE, NodeConfig, SECRETS_DIR, StagedCluster};
 use super::error::ClusterError;
 use super::etcd::{self, RaftTiming, sh_quote};
-use super::tls::{CERT_MODE, KEY_MODE};
+use super::tls::{CERT_MODE, KEY_MODE, TlsFileNames};
 use super::topology::GuestLayout;
 use super::transport::NodeShell;
+use crate::mutants::{self, Mutant};
 
 /// The file-system label the boot hook looks for.
 pub const DISK_LABEL: &str = "cluster";
@@ -193,11 +194,19 @@ pub fn install_files(
         (&cfg.tls.key_file, KEY_MODE),
     ] {
         let base = path.rsplit('/').next().unwrap_or(path);
+        let remote = if mutants::active(Mutant::CertsUnderWrongNames) {
+            seed_original_name(path, base)
+        } else {
+            path.clone()
+        };
         files.push(InstallFile {
-            remote: path.clone(),
+            remote,
             contents: read(dir.join(SECRETS_DIR).join(base))?,
             mode,
         });
+    }
+    if mutants::active(Mutant::SkipsFirstBootScript) {
+        return Ok(files);
     }
     files.push(InstallFile {
         remote: layout.boot_script(),
@@ -205,6 +214,21 @@ pub fn install_files(
         mode: 0o755,
     });
     Ok(files)
+}
+
+/// `path` with its file name `base` replaced by the seed's first name for it (the mutant
+/// [`Mutant::CertsUnderWrongNames`]): `ca.crt` → `ca-cert.pem`, `*.key` → `key.pem`, other
+/// certificates → `cert.pem`.
+fn seed_original_name(path: &str, base: &str) -> String {
+    let seed = TlsFileNames::seed_original();
+    let name = if base == TlsFileNames::for_node("").ca {
+        seed.ca
+    } else if base.ends_with(".key") {
+        seed.key
+    } else {
+        seed.cert
+    };
+    format!("{}{name}", path.strip_suffix(base).unwrap_or(""))
 }
 
 /// Provisions one node: checks its staged config, prepares its disk, installs every file and
@@ -366,6 +390,41 @@ mod tests {
         let boot = String::from_utf8(files[5].1.clone()).unwrap();
         assert!(boot.contains("--name=node02"), "{boot}");
         assert!(boot.contains(BOOT_MARKER));
+    }
+
+    /// The remote paths a provisioning run installed on `node`.
+    async fn installed(mutant: Option<crate::mutants::Mutant>) -> Vec<String> {
+        let (_d, s) = staged(StageOptions::default());
+        let node = FakeNode::new("node01");
+        crate::mutants::run_as(mutant, None, async {
+            provision_node(&s, &node, &ProvisionOptions::default())
+                .await
+                .unwrap()
+        })
+        .await;
+        let files = node.files.lock().unwrap();
+        files.iter().map(|(p, _, _)| p.clone()).collect()
+    }
+
+    #[tokio::test]
+    async fn lab_mutants_change_only_what_they_name_and_only_in_their_run() {
+        let real = installed(None).await;
+        assert!(real.contains(&"/cluster/boot.sh".to_owned()), "{real:?}");
+        let no_boot = installed(Some(Mutant::SkipsFirstBootScript)).await;
+        assert_eq!(no_boot, real[..real.len() - 1], "{no_boot:?}");
+        let misnamed = installed(Some(Mutant::CertsUnderWrongNames)).await;
+        assert_eq!(
+            misnamed[2..5],
+            [
+                "/cluster/secrets/ca-cert.pem",
+                "/cluster/secrets/cert.pem",
+                "/cluster/secrets/key.pem"
+            ],
+            "{misnamed:?}"
+        );
+        assert_eq!(misnamed[..2], real[..2]);
+        assert_eq!(misnamed[5..], real[5..]);
+        assert_eq!(installed(None).await, real);
     }
 
     #[tokio::test]

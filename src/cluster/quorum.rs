@@ -187,6 +187,73 @@ impl<'a, S: NodeShell> Node<'a, S> {
         })
     }
 
+    /// Checks that the member speaks only TLS on its client and peer ports and asks clients for
+    /// a certificate: with the node's certificate it answers `endpoint status`; plain HTTP to
+    /// either port (`/version`, which both serve) gets no answer, and a TLS client without a
+    /// certificate is refused. Waits up to `timeout` for the member to serve (it does once the
+    /// cluster has quorum); plain HTTP answered or a client without a certificate served fails
+    /// at once, as no wait makes that right.
+    pub async fn check_tls_only(
+        &self,
+        layout: &GuestLayout,
+        timeout: Duration,
+    ) -> Result<(), ClusterError> {
+        let p = self.cfg.ports;
+        // The plain probes run after the member answered over TLS, so a port that is merely
+        // not listening yet cannot pass for one that refuses plain HTTP.
+        let script = format!(
+            "{with_cert} >/dev/null 2>&1 && echo tls-answered\n\
+             for p in {client} {peer}; do\n\
+             timeout 5 wget -q -O - http://{addr}:$p/version >/dev/null 2>&1 && echo plain-answered $p\n\
+             done\n\
+             ETCDCTL_API=3 {bin}/etcdctl --endpoints=https://{host}:{client} --cacert={ca} \
+             --dial-timeout=5s --command-timeout=10s endpoint status >/dev/null 2>&1 \
+             && echo no-cert-answered\n\
+             true",
+            with_cert = etcd::etcdctl(self.cfg, layout, "endpoint status"),
+            client = p.client,
+            peer = p.peer,
+            addr = self.cfg.address,
+            bin = layout.bin_dir(),
+            host = self.cfg.hostname,
+            ca = sh_quote(&self.cfg.tls.ca_file),
+        );
+        let start = Instant::now();
+        loop {
+            let out = self
+                .shell
+                .run(&script, CMD_TIMEOUT)
+                .await?
+                .check(self.name(), "probe the client and peer ports")?;
+            let said = |w: &str| out.stdout.lines().find(|l| l.starts_with(w));
+            if let Some(l) = said("plain-answered") {
+                let port = l.rsplit(' ').next().unwrap_or("?");
+                return Err(ClusterError::Validation(format!(
+                    "{}: port {port} answers plain HTTP (GET /version): etcd runs without TLS there",
+                    self.name()
+                )));
+            }
+            if said("tls-answered").is_some() {
+                if said("no-cert-answered").is_some() {
+                    return Err(ClusterError::Validation(format!(
+                        "{}: the client port {} serves a TLS client without a certificate",
+                        self.name(),
+                        p.client
+                    )));
+                }
+                return Ok(());
+            }
+            if start.elapsed() >= timeout {
+                return Err(ClusterError::Validation(format!(
+                    "{}: no answer to endpoint status over TLS with the node's certificate within {} s",
+                    self.name(),
+                    timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
     /// Scrapes the node's Prometheus endpoint and returns `etcd_server_has_leader`.
     pub async fn metrics_has_leader(&self) -> Result<f64, ClusterError> {
         let url = format!("http://127.0.0.1:{}/metrics", self.cfg.ports.metrics);

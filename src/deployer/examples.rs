@@ -265,6 +265,33 @@ pub const SANKOFA_FIXED_CREDENTIALS: &str =
 /// The fake-proxmox scenario with the storage problems fixed (RBD storage, `import` image).
 pub const SANKOFA_FIXED_SCENARIO: &str = include_str!("../../examples/sankofa-fixed/scenario.yaml");
 
+/// Seed 002's three PhotonCloud nodes as ProxmoxVM manifests for a lab-backed site
+/// (`examples/photoncloud-t036/rollout`): `rehearse --backend lab` boots them as real guests.
+pub const PHOTONCLOUD_MANIFESTS: &[(&str, &str)] = &[
+    (
+        "production/node01.yaml",
+        include_str!("../../examples/photoncloud-t036/rollout/production/node01.yaml"),
+    ),
+    (
+        "production/node02.yaml",
+        include_str!("../../examples/photoncloud-t036/rollout/production/node02.yaml"),
+    ),
+    (
+        "production/node03.yaml",
+        include_str!("../../examples/photoncloud-t036/rollout/production/node03.yaml"),
+    ),
+];
+pub const PHOTONCLOUD_PROVIDER_CONFIG: &str =
+    include_str!("../../examples/photoncloud-t036/rollout/provider-config.yaml");
+pub const PHOTONCLOUD_CREDENTIALS: &str =
+    include_str!("../../examples/photoncloud-t036/rollout/proxmox-credentials.yaml");
+/// The lab-backed site (`backend: lab`) the PhotonCloud nodes are made on.
+pub const PHOTONCLOUD_SCENARIO: &str =
+    include_str!("../../examples/photoncloud-t036/rollout/scenario.yaml");
+/// The volume of [`PHOTONCLOUD_SCENARIO`] whose data is the project's cloud image.
+pub const PHOTONCLOUD_IMAGE_VOLUME: (&str, &str) =
+    ("local", "import/provision-harness-cloud.qcow2");
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +326,10 @@ mod tests {
         assert_eq!(
             listed(SANKOFA_FIXED_MANIFESTS),
             on_disk("examples/sankofa-fixed")
+        );
+        assert_eq!(
+            listed(PHOTONCLOUD_MANIFESTS),
+            on_disk("examples/photoncloud-t036/rollout")
         );
         assert_eq!(SANKOFA_MANIFESTS.len(), 30);
     }

@@ -58,6 +58,16 @@ pub struct ForProvider {
     pub site: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
+    /// The first NIC's static IPv4 address with its prefix (`192.168.100.11/24`), applied by
+    /// cloud-init (PVE's `ipconfig0`). This harness's extension; absent: DHCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    /// The default gateway with `ipAddress` (PVE's `ipconfig0` `gw=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// SSH public keys for the cloud-init user (PVE's `sshkeys`). This harness's extension.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_keys: Vec<String>,
 }
 
 /// Where a VM sits in the rollout: the seed's priority phases, its "deploy together" groups, and

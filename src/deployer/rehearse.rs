@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 use serde::Serialize;
 
@@ -33,6 +34,26 @@ pub struct RehearseOptions {
     pub clock_factor: f64,
     pub deploy: DeployOptions,
     pub plan: PlanOptions,
+    /// How a lab-backed site of the scenario runs its real guests.
+    pub lab: LabOptions,
+}
+
+impl RehearseOptions {
+    /// For a rollout on real guests: the deployer waits in real time (a guest boots in tens
+    /// of seconds under TCG; the fake's tasks stay on the fast clock), and each guest's QEMU
+    /// gets at most 512 MiB whatever the manifest asks (PVE-side figures keep the manifest's).
+    pub fn lab() -> Self {
+        let mut o = Self::default();
+        o.deploy.pipeline.ip_wait = Duration::from_secs(600);
+        o.deploy.pipeline.ip_poll = Duration::from_secs(1);
+        o.deploy.pipeline.task_wait = TaskWait {
+            poll: Duration::from_millis(50),
+            timeout: Duration::from_secs(600),
+        };
+        o.deploy.http_timeout = Duration::from_secs(60);
+        o.lab.memory_cap_mib = 512;
+        o
+    }
 }
 
 impl Default for RehearseOptions {
@@ -61,6 +82,7 @@ impl Default for RehearseOptions {
             clock_factor: 2000.0,
             deploy,
             plan: PlanOptions::default(),
+            lab: LabOptions::default(),
         }
     }
 }
@@ -102,6 +124,8 @@ pub enum RehearseError {
     Fingerprint(String),
     #[error("site '{0}' of the provider config is not in the scenario")]
     SiteMissing(String),
+    #[error("the cloud image for the lab rollout: {0}")]
+    Image(String),
     #[error(transparent)]
     Deploy(#[from] crate::deployer::deploy::DeployError),
 }
@@ -141,11 +165,67 @@ pub fn fixed_rollout() -> Result<Rollout, RehearseError> {
     })
 }
 
+/// Seed 002's three PhotonCloud nodes on a lab-backed site (`backend: lab`): each VM is a real
+/// QEMU guest booting `image` (the project's cloud image as qcow2), which the site's `local`
+/// storage holds as the `import` volume the manifests name.
+pub fn lab_rollout(image: &Path) -> Result<Rollout, RehearseError> {
+    let mut scenario = Scenario::from_yaml_str(examples::PHOTONCLOUD_SCENARIO)?;
+    let (sid, volname) = examples::PHOTONCLOUD_IMAGE_VOLUME;
+    let volume = scenario
+        .sites
+        .iter_mut()
+        .flat_map(|s| &mut s.nodes)
+        .flat_map(|n| &mut n.storages)
+        .filter(|s| s.name == sid)
+        .flat_map(|s| &mut s.volumes)
+        .find(|v| v.volname == volname)
+        .ok_or_else(|| {
+            RehearseError::Example(format!("the lab scenario has no volume {sid}:{volname}"))
+        })?;
+    volume.file = Some(image.to_path_buf());
+    Ok(Rollout {
+        label: "seed 002's PhotonCloud nodes on real guests (examples/photoncloud-t036/rollout)"
+            .into(),
+        manifests: load_texts(examples::PHOTONCLOUD_MANIFESTS.iter().copied()),
+        provider: embedded_provider(
+            examples::PHOTONCLOUD_PROVIDER_CONFIG,
+            examples::PHOTONCLOUD_CREDENTIALS,
+        )?,
+        scenario,
+    })
+}
+
+/// The project's cloud image (built from Debian packages, or vm-lab's cached build) converted
+/// to qcow2 in `dir`, as cloud images ship. Blocking.
+pub fn cloud_image_qcow2(dir: &Path) -> Result<std::path::PathBuf, RehearseError> {
+    use vm_lab::image::cloud::{CloudImageRequest, build};
+    let img = build(
+        &vm_lab::image::default_cache_dir(),
+        &CloudImageRequest::default(),
+    )
+    .map_err(|e| RehearseError::Image(e.to_string()))?;
+    let out = dir.join("provision-harness-cloud.qcow2");
+    let run = std::process::Command::new("qemu-img")
+        .args(["convert", "-O", "qcow2"])
+        .arg(&img.path)
+        .arg(&out)
+        .output()
+        .map_err(|e| RehearseError::Image(format!("running qemu-img (install qemu-utils): {e}")))?;
+    if !run.status.success() {
+        return Err(RehearseError::Image(format!(
+            "qemu-img convert: {}",
+            String::from_utf8_lossy(&run.stderr).trim()
+        )));
+    }
+    Ok(out)
+}
+
 /// Starts a fake for the rollout's scenario, points every site at it (pinned certificate),
 /// plans, deploys, and shuts the fake down.
 pub async fn run(rollout: Rollout, options: &RehearseOptions) -> Result<RunReport, RehearseError> {
     let fake = FakeProxmox::builder()
         .scenario(rollout.scenario)
+        .lab_options(options.lab.clone())
         .tls(true)
         .auth_failure_delay(false)
         .clock(ClockMode::Scaled {
@@ -208,6 +288,23 @@ pub async fn rehearse(
     if include_fixed {
         runs.push(run(fixed_rollout()?, options).await?);
     }
+    Ok(RehearseReport {
+        runs,
+        elapsed_ms: started.elapsed().as_millis(),
+    })
+}
+
+/// The PhotonCloud nodes deployed onto real guests ([`lab_rollout`]): needs QEMU, qemu-img and
+/// the Debian packages the cloud image is made of (see vm-lab's README).
+pub async fn rehearse_lab(options: &RehearseOptions) -> Result<RehearseReport, RehearseError> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir()
+        .map_err(|e| RehearseError::Image(format!("making a temporary directory: {e}")))?;
+    let path = dir.path().to_path_buf();
+    let image = tokio::task::spawn_blocking(move || cloud_image_qcow2(&path))
+        .await
+        .map_err(|e| RehearseError::Image(e.to_string()))??;
+    let runs = vec![run(lab_rollout(&image)?, options).await?];
     Ok(RehearseReport {
         runs,
         elapsed_ms: started.elapsed().as_millis(),

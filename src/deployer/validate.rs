@@ -23,6 +23,27 @@ pub struct ValidSpec {
     pub bridge: String,
     pub image: ImageSpec,
     pub user_data: Option<String>,
+    /// The first NIC's static address; `None`: DHCP.
+    pub ip: Option<StaticIp>,
+    pub ssh_keys: Vec<String>,
+}
+
+/// A static IPv4 address with its prefix length and, optionally, the default gateway.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StaticIp {
+    pub address: std::net::Ipv4Addr,
+    pub prefix: u8,
+    pub gateway: Option<std::net::Ipv4Addr>,
+}
+
+impl StaticIp {
+    /// PVE's `ipconfig0` value: `ip=ADDR/PREFIX[,gw=GW]`.
+    pub fn ipconfig(&self) -> String {
+        match self.gateway {
+            Some(gw) => format!("ip={}/{},gw={gw}", self.address, self.prefix),
+            None => format!("ip={}/{}", self.address, self.prefix),
+        }
+    }
 }
 
 /// The manifest's `image`: either a volid (`storage:volname`) or a bare file name to search for.
@@ -97,6 +118,18 @@ pub fn validate(fp: &ForProvider) -> Result<ValidSpec, InvalidSpec> {
             name: String::new(),
         }
     });
+    let ip = match parse_static_ip(fp.ip_address.as_deref(), fp.gateway.as_deref()) {
+        Ok(ip) => ip,
+        Err(e) => {
+            problems.push(e);
+            None
+        }
+    };
+    for (i, k) in fp.ssh_keys.iter().enumerate() {
+        if let Err(e) = validate_ssh_key(k) {
+            problems.push(format!("sshKeys[{i}]: {e}"));
+        }
+    }
     if !problems.is_empty() {
         return Err(InvalidSpec { problems });
     }
@@ -111,7 +144,58 @@ pub fn validate(fp: &ForProvider) -> Result<ValidSpec, InvalidSpec> {
         bridge: fp.network.clone(),
         image,
         user_data: fp.user_data.clone().filter(|u| !u.trim().is_empty()),
+        ip,
+        ssh_keys: fp.ssh_keys.iter().map(|k| k.trim().to_string()).collect(),
     })
+}
+
+/// `ipAddress` (`A.B.C.D/N`) and `gateway` (`A.B.C.D`, only with an address). A gateway
+/// outside the address's subnet is accepted, as PVE accepts it: a guest that cannot reach it
+/// is the kind of mistake the harness shows from the guest's side.
+fn parse_static_ip(
+    address: Option<&str>,
+    gateway: Option<&str>,
+) -> Result<Option<StaticIp>, String> {
+    let Some(address) = address else {
+        return match gateway {
+            Some(_) => Err("gateway: needs ipAddress (without one the NIC uses DHCP)".into()),
+            None => Ok(None),
+        };
+    };
+    let (ip, prefix) = address
+        .split_once('/')
+        .ok_or_else(|| format!("ipAddress: '{address}' needs a prefix length (A.B.C.D/N)"))?;
+    let ip: std::net::Ipv4Addr = ip
+        .parse()
+        .map_err(|_| format!("ipAddress: '{address}' is not an IPv4 address"))?;
+    let prefix: u8 = prefix
+        .parse()
+        .ok()
+        .filter(|p| (1..=32).contains(p))
+        .ok_or_else(|| format!("ipAddress: '{address}' has no prefix length in 1–32"))?;
+    let gateway = gateway
+        .map(|g| {
+            g.parse::<std::net::Ipv4Addr>()
+                .map_err(|_| format!("gateway: '{g}' is not an IPv4 address"))
+        })
+        .transpose()?;
+    Ok(Some(StaticIp {
+        address: ip,
+        prefix,
+        gateway,
+    }))
+}
+
+/// One OpenSSH public key line: a key type, base64 data, an optional comment.
+fn validate_ssh_key(key: &str) -> Result<(), String> {
+    let mut parts = key.split_whitespace();
+    let kind = parts.next().unwrap_or("");
+    let data = parts.next().unwrap_or("");
+    let known = kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-");
+    if !known || data.is_empty() || key.contains('\n') {
+        return Err("not one OpenSSH public key line (TYPE BASE64 [COMMENT])".into());
+    }
+    Ok(())
 }
 
 /// 1–100 characters of `[A-Za-z0-9_-]` (the seed's rule), and a PVE `dns-name`: dot-free labels of
@@ -288,7 +372,38 @@ mod tests {
             image: "local:iso/ubuntu-22.04-cloud.img".into(),
             site: "site-1".into(),
             user_data: None,
+            ip_address: None,
+            gateway: None,
+            ssh_keys: Vec::new(),
         }
+    }
+
+    #[test]
+    fn static_addresses_and_keys_are_checked() {
+        let mut s = spec();
+        s.ip_address = Some("192.168.100.11/24".into());
+        s.gateway = Some("192.168.100.1".into());
+        s.ssh_keys = vec!["ssh-ed25519 AAAAC3Nza harness@lab".into()];
+        let v = validate(&s).expect("valid");
+        assert_eq!(
+            v.ip.as_ref().map(StaticIp::ipconfig).as_deref(),
+            Some("ip=192.168.100.11/24,gw=192.168.100.1")
+        );
+        assert_eq!(v.ssh_keys.len(), 1);
+        s.ip_address = Some("192.168.100.11".into());
+        s.ssh_keys = vec!["not a key".into()];
+        let e = validate(&s).expect_err("invalid");
+        assert!(
+            e.problems.iter().any(|p| p.starts_with("ipAddress:")),
+            "{e}"
+        );
+        assert!(
+            e.problems.iter().any(|p| p.starts_with("sshKeys[0]:")),
+            "{e}"
+        );
+        let mut g = spec();
+        g.gateway = Some("192.168.100.1".into());
+        assert!(validate(&g).is_err(), "a gateway without an address");
     }
 
     #[test]

@@ -34,6 +34,31 @@ pub struct LabWorld {
     /// The scenario's lab holds the provisioned cluster's snapshot and goes back to
     /// [`PROVISIONED_LAB`] afterwards.
     pub holds_snapshot: bool,
+    /// The scenario's lab holds the booted (not yet provisioned) lab's snapshot and goes back to
+    /// [`BOOTED_LAB`] afterwards (only in runs that set [`RESTORE_BOOTED`]).
+    pub holds_boot_snapshot: bool,
+}
+
+/// The snapshot of the freshly booted lab (S1 done, every disk blank).
+pub const BOOTED_SNAPSHOT: &str = "booted";
+
+/// Set by a runner that brings the same lab up many times (the lab self-test, which runs one
+/// scenario against every mutant of the provisioner): the first direct-boot `lab_up` snapshots the
+/// booted lab, later ones restore it (disks blank again) instead of booting three guests.
+pub static RESTORE_BOOTED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The lab holding [`BOOTED_SNAPSHOT`] between scenarios.
+pub static BOOTED_LAB: std::sync::Mutex<Option<Bringup>> = std::sync::Mutex::new(None);
+
+pub fn take_booted() -> Option<Bringup> {
+    BOOTED_LAB.lock().map(|mut g| g.take()).unwrap_or(None)
+}
+
+pub fn keep_booted(b: Bringup) {
+    if let Ok(mut g) = BOOTED_LAB.lock() {
+        *g = Some(b);
+    }
 }
 
 /// The snapshot of the provisioned cluster that `@provisioned` scenarios start from.
@@ -88,6 +113,23 @@ impl LabWorld {
             self.bringup = Some(b);
             return Ok(());
         }
+        let booted =
+            mode == BootMode::Direct && RESTORE_BOOTED.load(std::sync::atomic::Ordering::Relaxed);
+        if booted && let Some(mut b) = take_booted() {
+            b.reset_cluster_state()?;
+            self.holds_boot_snapshot = true;
+            self.bringup = Some(b);
+            let lab = &self.b()?.lab;
+            lab.restore(BOOTED_SNAPSHOT)
+                .await
+                .map_err(|e| ClusterError::Lab(e.to_string()))?;
+            for n in lab.nodes() {
+                n.link_up()
+                    .await
+                    .map_err(|e| ClusterError::Lab(e.to_string()))?;
+            }
+            return Ok(());
+        }
         let path = workspace_root().join(LAB_FILE);
         let mut spec = LabSpec::from_file(&path)
             .map_err(|e| ClusterError::Lab(format!("{}: {e}", path.display())))?;
@@ -99,6 +141,14 @@ impl LabWorld {
             ..LabOptions::default()
         };
         self.bringup = Some(Bringup::start_lab(spec, opts).await?);
+        if booted {
+            self.b()?
+                .lab
+                .snapshot(BOOTED_SNAPSHOT)
+                .await
+                .map_err(|e| ClusterError::Lab(e.to_string()))?;
+            self.holds_boot_snapshot = true;
+        }
         Ok(())
     }
 

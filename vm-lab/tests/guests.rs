@@ -153,6 +153,8 @@ fn two_guests_on_a_bridge_with_dhcp_agent_ssh_power_verbs_and_clean_teardown() {
         index: 0,
         media: Media::Disk,
         bootindex: Some(100),
+        on_write_error: None,
+        on_read_error: None,
     });
     let e = host.launch(bad).unwrap_err().to_string();
     assert!(

@@ -31,7 +31,7 @@ impl Site {
         if vm.power == Power::Stopped {
             return Err(PveError::die(format!("VM {vmid} is not running")));
         }
-        if vm.power == Power::Paused || !self.exec.agent_ready(vm, now) {
+        if vm.power == Power::Paused || !self.exec_on(&vm.node).agent_ready(vm, now) {
             return Err(PveError::die("QEMU guest agent is not running"));
         }
         Ok(vm)
@@ -47,7 +47,7 @@ impl Site {
         now: f64,
     ) -> Result<Value, PveError> {
         let vm = self.agent_vm(node, vmid, who, now)?;
-        self.exec
+        self.exec_on(&vm.node)
             .agent(&AgentCall {
                 vm,
                 node: self.node(&vm.node),

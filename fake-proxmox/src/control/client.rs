@@ -240,6 +240,33 @@ impl ControlClient {
         .map(|_| ())
     }
 
+    /// A node's link on a bridge down or up (`/_fake/nodes/{node}/fault`): the `(vmid, netN)`
+    /// of the running guests' NICs it reached.
+    pub async fn node_fault(
+        &self,
+        node: &str,
+        fault: &crate::exec::NodeFault,
+    ) -> Result<Vec<(u32, String)>, ControlError> {
+        let v: Value = self
+            .send(
+                self.http
+                    .post(self.url(&format!("/nodes/{node}/fault")))
+                    .json(fault),
+            )
+            .await?;
+        Ok(v["reached"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| {
+                        let vmid = u32::try_from(r["vmid"].as_u64()?).ok()?;
+                        Some((vmid, r["net"].as_str()?.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Remove a file from a storage (`volid` or volume name).
     pub async fn delete_volume(
         &self,

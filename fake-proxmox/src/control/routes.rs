@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::clock::ClockMode;
-use crate::exec::GuestFault;
+use crate::exec::{GuestFault, NodeFault};
 use crate::faults::FaultRule;
 use crate::nodes::model::ArmedFailure;
 use crate::scenario::Scenario;
@@ -50,6 +50,7 @@ pub fn router() -> Router<SiteCtx> {
         )
         .route("/nodes/{node}/qemu/{vmid}/guest", get(guest_access))
         .route("/nodes/{node}/qemu/{vmid}/fault", post(guest_fault))
+        .route("/nodes/{node}/fault", post(node_fault))
         .route("/journal", get(journal).delete(journal_clear))
         .route("/state", get(state))
 }
@@ -223,7 +224,7 @@ async fn guest_access(
         .vm_on(&node, vmid)
         .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
     let access = site
-        .exec
+        .exec_on(&node)
         .access(vm, &q.user, &q.key)
         .map_err(|e| err(StatusCode::CONFLICT, e))?;
     ok(json!(access))
@@ -248,7 +249,7 @@ async fn guest_fault(
         .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
     site.vm_on(&node, vmid)
         .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
-    let exec = site.exec.clone();
+    let exec = site.exec_on(&node).clone();
     let vm = site
         .vms
         .get_mut(&vmid)
@@ -256,6 +257,24 @@ async fn guest_fault(
     exec.fault(vm, &fault)
         .map_err(|e| err(StatusCode::CONFLICT, e))?;
     ok(json!({}))
+}
+
+/// A node's link on a bridge down or up (see `nodes::links`): the NICs it reached.
+async fn node_fault(
+    State(ctx): State<SiteCtx>,
+    Path(node): Path<String>,
+    Json(fault): Json<NodeFault>,
+) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    let site = inner
+        .world
+        .site_of_node_mut(&node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let reached = site
+        .node_fault(&node, &fault)
+        .map_err(|e| err(StatusCode::CONFLICT, e))?;
+    ok(json!({ "reached": reached }))
 }
 
 #[derive(Deserialize)]

@@ -3,7 +3,8 @@
 //!
 //! The qemu model decides (privileges, locks, pending changes, task plans, the errors PVE
 //! gives) and then hands each effect on a guest to an [`Executor`]: QEMU starting, stopping,
-//! shutting down, rebooting, resetting, pausing and resuming; the guest agent answering.
+//! shutting down, resetting, pausing and resuming (a reboot is a shutdown and a start, as
+//! qmeventd makes it); the guest agent answering.
 //! The executor records the run state it produces on the [`Vm`] (`power`, `pid`,
 //! `started_at`, `agent_ready_at`), which is what every route reads.
 //!
@@ -58,6 +59,10 @@ pub struct Host<'a> {
     pub boot_delay_secs: f64,
     /// The site's clock.
     pub now: f64,
+    /// The bridges of the VM's node as the model has them now (addresses, gateway, DHCP
+    /// pool): a real backend builds its segments from them at start, so a scenario loaded
+    /// later through the control API is followed.
+    pub bridges: &'a [crate::nodes::model::Bridge],
 }
 
 /// A guest agent command the API forwards (`GET|POST …/agent/{command}`).
@@ -102,8 +107,6 @@ pub trait Executor: Send + Sync + fmt::Debug {
     fn stop(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
     /// The guest powers off (ACPI or the agent) and QEMU exits.
     fn shutdown(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
-    /// The guest shuts down and QEMU is started again (qmeventd's part of a reboot).
-    fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
     /// The guest restarts inside the same QEMU process.
     fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
     /// QEMU pauses the guest.
@@ -169,6 +172,17 @@ pub enum GuestFault {
     /// Every write to disk `disk` (`scsi0`) fails with an I/O error from now until QEMU
     /// stops; reads still work and the volume keeps what was written before.
     DiskWriteError { disk: String },
+}
+
+/// A fault on a node, as the control API takes it (`{"fault": "link_down", "bridge":
+/// "vmbr0"}`): see `nodes::links`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NodeFault {
+    /// The node's link on `bridge` goes down: its guests' NICs there lose carrier.
+    LinkDown { bridge: String },
+    /// The link comes back.
+    LinkUp { bridge: String },
 }
 
 impl GuestFault {
@@ -256,10 +270,6 @@ mod tests {
             self.note("shutdown");
             Simulated.shutdown(vm, host)
         }
-        fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
-            self.note("reboot");
-            Simulated.reboot(vm, host)
-        }
         fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
             self.note("reset");
             Simulated.reset(vm, host)
@@ -317,7 +327,7 @@ mod tests {
         assert_eq!(
             recorder.seen(),
             [
-                "start", "agent", "suspend", "resume", "reset", "reboot", "shutdown"
+                "start", "agent", "suspend", "resume", "reset", "shutdown", "start", "shutdown"
             ]
         );
     }

@@ -51,12 +51,6 @@ impl Executor for Simulated {
         Ok(())
     }
 
-    fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
-        vm.power = Power::Running;
-        vm.agent_ready_at = Some(host.now + host.boot_delay_secs);
-        Ok(())
-    }
-
     fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
         vm.power = Power::Running;
         vm.agent_ready_at = Some(host.now + host.boot_delay_secs);
@@ -102,6 +96,7 @@ mod tests {
             rng: &mut rng,
             boot_delay_secs: 20.0,
             now: 100.0,
+            bridges: &[],
         };
         let mut v = vm();
         assert!(Simulated.start(&mut v, &mut host).is_ok());

@@ -6,6 +6,7 @@
 //! - An offline node answers every `/nodes/{node}/...` request with `595 No route to host`
 //!   (what pveproxy reports when it cannot reach the node); no connection is refused.
 
+pub mod links;
 pub mod lookup;
 pub mod model;
 pub mod routes;

@@ -16,6 +16,10 @@ pub struct Bridge {
     pub gateway: Option<String>,
     pub ports: Option<String>,
     pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
+    /// The node's link on this bridge is down (a control API fault, not config): its guests'
+    /// NICs on it have no carrier, including those started while it lasts.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub link_cut: bool,
 }
 
 impl Bridge {

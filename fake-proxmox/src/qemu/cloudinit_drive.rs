@@ -112,7 +112,7 @@ impl Site {
         };
         let real: Vec<(String, String)> = drives(vm)
             .into_iter()
-            .filter(|(sid, vol)| self.disks.path(node, sid, vol).is_some())
+            .filter(|(sid, vol)| self.disks_on(node).path(node, sid, vol).is_some())
             .collect();
         if real.is_empty() {
             return Ok(Vec::new());
@@ -132,7 +132,10 @@ impl Site {
                 None => ("raw".into(), DRIVE_SIZE),
             };
             let vol = Vol::new(node, &sid, &vol);
-            lines.extend(self.disks.write_cloudinit(vol, &format, size, &image)?);
+            lines.extend(
+                self.disks_on(node)
+                    .write_cloudinit(vol, &format, size, &image)?,
+            );
         }
         Ok(lines)
     }
@@ -163,7 +166,7 @@ impl Site {
                 return Err(format!("{volid} is not in the snippets directory"));
             }
             *slot = self
-                .disks
+                .disks_on(node)
                 .read_snippet(Vol::new(node, sid, volname), SNIPPET_LIMIT)?;
         }
         Ok(c)

@@ -302,7 +302,7 @@ impl Site {
             size: ssize,
             used,
         };
-        let copied = match self.disks.copy(&job) {
+        let copied = match self.disks_on(node).copy(&job) {
             Ok(c) => c,
             Err(f) => {
                 if !f.log.is_empty() {

@@ -330,6 +330,7 @@ impl Site {
             .ok_or_else(|| format!("disk '{disk}' does not exist"))?;
         let props = split_props(&val, "file");
         let file = prop(&props, "file").unwrap_or("").to_string();
+        let disks = self.disks_on(node).clone();
         if let Some((sid, vol)) = parse_volid(&file)
             && let Some(sto) = self
                 .nodes
@@ -347,8 +348,7 @@ impl Site {
                         avail / (4 << 20)
                     ));
                 }
-                self.disks
-                    .resize(Vol::new(node, sid, vol), &v.format, new_size)?;
+                disks.resize(Vol::new(node, sid, vol), &v.format, new_size)?;
                 sto.volumes.update(vol, |v| {
                     if thick {
                         v.used = new_size;
@@ -438,7 +438,7 @@ impl Site {
         let Some(vm) = self.vms.remove(&vmid) else {
             return;
         };
-        self.exec.destroy(&vm);
+        self.exec_on(&vm.node).destroy(&vm);
         for volid in vm.referenced_volumes() {
             self.free_volume(&vm.node, &volid);
         }

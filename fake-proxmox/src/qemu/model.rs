@@ -19,6 +19,9 @@ pub enum Power {
     Stopped,
     Running,
     Paused,
+    /// QEMU stopped the vCPUs on a drive error (`werror`/`rerror` `stop`): `status` stays
+    /// `running`, `qmpstatus` is `io-error`; `status/resume` retries the I/O.
+    IoError,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -213,7 +213,7 @@ impl Site {
         if vm.power == Power::Paused {
             return Err(PveError::die("VM is paused - cannot shutdown"));
         }
-        let dur = if vm.is_agent_enabled() && self.exec.agent_ready(vm, req.now) {
+        let dur = if vm.is_agent_enabled() && self.exec_on(&vm.node).agent_ready(vm, req.now) {
             3.0
         } else {
             5.0
@@ -281,20 +281,33 @@ impl Site {
         if vm.power == Power::Stopped && !matches!(work, Stop { .. } | Shutdown { .. }) {
             return Err(format!("VM {vmid} not running"));
         }
+        if let Reboot { .. } = work {
+            return self.finish_reboot(vmid, now);
+        }
         self.run_vm(vmid, now, |exec, vm, host| match work {
             Stop { .. } => exec.stop(vm, host),
             Shutdown { .. } => exec.shutdown(vm, host),
-            Reboot { .. } => exec.reboot(vm, host),
             Reset { .. } => exec.reset(vm, host),
             Suspend { .. } => exec.suspend(vm, host),
             _ => exec.resume(vm, host),
         })?;
-        // `vm_stop_cleanup` applies pending changes once QEMU is gone; a reboot is a
-        // shutdown that qmeventd follows with a start. A reset restarts the guest inside
-        // the same QEMU process: pending stays pending.
-        if matches!(work, Stop { .. } | Shutdown { .. } | Reboot { .. }) {
+        // `vm_stop_cleanup` applies pending changes once QEMU is gone. A reset restarts the
+        // guest inside the same QEMU process: pending stays pending.
+        if matches!(work, Stop { .. } | Shutdown { .. }) {
             self.apply_pending(vmid);
         }
         Ok(Vec::new())
+    }
+
+    /// `qm reboot` is a shutdown that qmeventd follows with a start: a new QEMU process, from
+    /// the config with pending changes applied and a regenerated cloud-init drive, exactly as
+    /// any start (so a start that cannot happen leaves the VM stopped and fails the task).
+    fn finish_reboot(&mut self, vmid: u32, now: f64) -> Result<Vec<String>, String> {
+        self.run_vm(vmid, now, |exec, vm, host| exec.shutdown(vm, host))?;
+        let node = match self.vms.get(&vmid) {
+            Some(vm) => vm.node.clone(),
+            None => return Err(format!("VM {vmid} does not exist")),
+        };
+        self.finish_start(&node, vmid, now)
     }
 }

@@ -390,7 +390,7 @@ impl Site {
         let volname = self.alloc_volume_data(node, &sid, vm.vmid, volname, "raw", size, now)?;
         let volid = format!("{sid}:{volname}");
         let written = match self
-            .disks
+            .disks_on(node)
             .save_state(vm, Vol::new(node, &sid, &volname), size)
         {
             Ok(w) => w,

@@ -118,7 +118,8 @@ impl Vm {
         match self.power {
             Power::Stopped => "stopped",
             Power::Paused => "paused",
-            _ => "running",
+            Power::IoError => "io-error",
+            Power::Running => "running",
         }
     }
 }

@@ -148,6 +148,24 @@ pub struct NodeSpec {
     pub bridges: Vec<BridgeSpec>,
     #[serde(default)]
     pub storages: Vec<StorageSpec>,
+    /// What runs this node's VMs, when it differs from its site's `backend` (one lab node in a
+    /// simulated cluster, say). Unset: the site's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+}
+
+impl SiteSpec {
+    /// The backend `node` runs on, given the server's default.
+    pub fn node_backend(&self, node: &NodeSpec, default: Backend) -> Backend {
+        node.backend.or(self.backend).unwrap_or(default)
+    }
+
+    /// Whether any of the site's nodes runs on `backend`, given the server's default.
+    pub fn uses_backend(&self, backend: Backend, default: Backend) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| self.node_backend(n, default) == backend)
+    }
 }
 
 fn one() -> u32 {

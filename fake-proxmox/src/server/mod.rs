@@ -134,7 +134,7 @@ impl Builder {
             .scenario
             .sites
             .iter()
-            .any(|s| s.backend.unwrap_or(self.backend) == Backend::Lab);
+            .any(|s| s.uses_backend(Backend::Lab, self.backend));
         if !any_lab {
             return Ok((given, None));
         }
@@ -142,8 +142,7 @@ impl Builder {
         if opts.state_dir.is_none() {
             opts.state_dir = self.state_dir.clone();
         }
-        let lab = crate::exec::lab::backend::runners(&self.scenario, &opts)
-            .map_err(crate::Error::Config)?;
+        let lab = crate::exec::lab::backend::runners(&opts).map_err(crate::Error::Config)?;
         Ok(match self.backend {
             Backend::Lab => (lab, Some((Backend::Simulated, given))),
             Backend::Simulated => (given, Some((Backend::Lab, lab))),

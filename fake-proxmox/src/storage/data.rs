@@ -31,7 +31,7 @@ impl Site {
             .ok_or_else(|| format!("storage '{sid}' does not exist"))?;
         let volname = sto.alloc_image(vmid, volname, fmt, size, now as u64)?;
         if let Err(e) = self
-            .disks
+            .disks_on(node)
             .allocate(Vol::new(node, sid, &volname), fmt, size)
         {
             if let Some(s) = self.storage_mut(node, sid) {
@@ -45,7 +45,7 @@ impl Site {
     /// Drop a volume's record and its data; the record, if there was one.
     pub(crate) fn remove_volume(&mut self, node: &str, sid: &str, volname: &str) -> Option<Volume> {
         let old = self.storage_mut(node, sid)?.volumes.remove(volname)?;
-        if let Err(e) = self.disks.free(Vol::new(node, sid, volname)) {
+        if let Err(e) = self.disks_on(node).free(Vol::new(node, sid, volname)) {
             tracing::warn!("freeing {sid}:{volname} on {node}: {e}");
         }
         Some(old)
@@ -89,9 +89,9 @@ impl Site {
             .and_then(|s| s.volumes.get(volname))
             .map(|v| v.format.clone())
             .ok_or_else(|| format!("volume '{sid}:{volname}' does not exist"))?;
-        let placed = self
-            .disks
-            .place(Vol::new(node, sid, volname), &format, file, size)?;
+        let placed =
+            self.disks_on(node)
+                .place(Vol::new(node, sid, volname), &format, file, size)?;
         if let (Some(p), Some(_)) = (placed, file)
             && let Some(s) = self.storage_mut(node, sid)
         {

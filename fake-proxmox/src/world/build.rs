@@ -34,8 +34,8 @@ impl World {
         World::from_scenario_with(scenario, now, Runners { exec, disks }, None)
     }
 
-    /// As [`World::from_scenario`]; the sites whose scenario names `other`'s backend get
-    /// its runners, every other site `default`.
+    /// As [`World::from_scenario`]; the sites and nodes whose scenario names `other`'s
+    /// backend get its runners, every other site and node `default`.
     pub fn from_scenario_with(
         scenario: &Scenario,
         now: f64,
@@ -51,13 +51,23 @@ impl World {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let runners = match (&other, s.backend) {
-                    (Some((b, o)), Some(asked)) if *b == asked => o,
-                    _ => &default,
+                let pick = |asked: Option<Backend>| match (&other, asked) {
+                    (Some((b, o)), Some(asked)) if *b == asked => (true, o),
+                    _ => (false, &default),
                 };
+                let (site_other, runners) = pick(s.backend);
+                let node_runners = s
+                    .nodes
+                    .iter()
+                    .filter_map(|n| {
+                        let (node_other, r) = pick(n.backend.or(s.backend));
+                        (node_other != site_other).then(|| (n.name.clone(), r.clone()))
+                    })
+                    .collect();
                 let mut site = Site {
                     exec: runners.exec.clone(),
                     disks: runners.disks.clone(),
+                    node_runners,
                     ..Site::from_spec(s, scenario.seed.wrapping_add(i as u64 * 7919), now)
                 };
                 site.place_scenario_volumes(s);
@@ -108,6 +118,7 @@ impl Site {
             rng,
             exec: Arc::new(Simulated),
             disks: Arc::new(SimulatedDisks),
+            node_runners: BTreeMap::new(),
             copy_logs: Vec::new(),
         }
     }
@@ -123,7 +134,7 @@ impl Site {
                     kind: s.kind,
                     backing_dir: s.backing_dir.clone(),
                 };
-                if let Err(e) = self.disks.add_storage(&info) {
+                if let Err(e) = self.disks_on(&n.name).add_storage(&info) {
                     tracing::warn!("storage {} on {}: {e}", s.name, n.name);
                     continue;
                 }
@@ -255,5 +266,6 @@ pub fn bridge_from_spec(b: &BridgeSpec) -> Bridge {
             (Some(a), Some(z)) => a.parse().ok().zip(z.parse().ok()),
             _ => None,
         },
+        link_cut: false,
     }
 }

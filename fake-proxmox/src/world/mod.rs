@@ -60,6 +60,16 @@ impl World {
     }
 }
 
+/// The executor of `node`: its own, else the site's `default` (a free function, so callers
+/// can hold a VM of the same site mutably).
+fn runners_on<'a>(
+    default: &'a Arc<dyn Executor>,
+    nodes: &'a BTreeMap<String, Runners>,
+    node: &str,
+) -> &'a Arc<dyn Executor> {
+    nodes.get(node).map(|r| &r.exec).unwrap_or(default)
+}
+
 #[derive(Clone, Debug)]
 pub struct Site {
     pub name: String,
@@ -78,6 +88,8 @@ pub struct Site {
     /// What holds the volumes' data (see `exec::Disks`): the storage and qemu models
     /// decide, this carries it out.
     pub disks: Arc<dyn Disks>,
+    /// Nodes whose scenario names another backend than the site's: their own runners.
+    pub node_runners: BTreeMap<String, Runners>,
     /// The log lines of the disk copies the task being completed ran, in order (see
     /// `tasks::model`): they replace its laid-out transfers.
     pub copy_logs: Vec<crate::exec::CopyLog>,
@@ -87,10 +99,13 @@ impl Site {
     /// Finish every task whose time has come, in order of completion; then let the
     /// executor see guests that changed on their own (a lab guest that powered itself off).
     pub fn tick(&mut self, now: f64) {
-        if self.exec.observes_guests() {
+        let observed = self.exec.observes_guests()
+            || self.node_runners.values().any(|r| r.exec.observes_guests());
+        if observed {
             for vm in self.vms.values_mut() {
-                if vm.power != crate::qemu::model::Power::Stopped {
-                    self.exec.refresh(vm, now);
+                let exec = runners_on(&self.exec, &self.node_runners, &vm.node);
+                if vm.power != crate::qemu::model::Power::Stopped && exec.observes_guests() {
+                    exec.refresh(vm, now);
                 }
             }
         }
@@ -110,12 +125,32 @@ impl Site {
         let Some(vm) = self.vms.get_mut(&vmid) else {
             return Err(format!("VM {vmid} does not exist"));
         };
+        let bridges = self
+            .nodes
+            .get(&vm.node)
+            .map(|n| n.bridges.as_slice())
+            .unwrap_or_default();
         let mut host = Host {
             rng: &mut self.rng,
             boot_delay_secs: self.boot_delay_secs,
             now,
+            bridges,
         };
-        effect(self.exec.as_ref(), vm, &mut host)
+        let exec = runners_on(&self.exec, &self.node_runners, &vm.node);
+        effect(exec.as_ref(), vm, &mut host)
+    }
+
+    /// What runs the VMs of `node`: its own backend's executor, else the site's.
+    pub fn exec_on(&self, node: &str) -> &Arc<dyn Executor> {
+        runners_on(&self.exec, &self.node_runners, node)
+    }
+
+    /// What holds the volume data of `node`'s storages: its own backend's, else the site's.
+    pub fn disks_on(&self, node: &str) -> &Arc<dyn Disks> {
+        self.node_runners
+            .get(node)
+            .map(|r| &r.disks)
+            .unwrap_or(&self.disks)
     }
 
     /// A random MAC with Proxmox's OUI `BC:24:11`.

@@ -28,9 +28,6 @@ impl Executor for NoKvm {
     fn shutdown(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
         Simulated.shutdown(vm, host)
     }
-    fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
-        Simulated.reboot(vm, host)
-    }
     fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
         Simulated.reset(vm, host)
     }

@@ -428,11 +428,14 @@ impl Pipeline<'_> {
             .any(|v| v.contains("cloudinit"));
         if !has_cloudinit {
             self.step(job, Step::CloudInit);
-            let params = vec![
+            let mut params = vec![
                 ("ide2", format!("{}:cloudinit", spec.storage)),
                 ("ciuser", self.options.ci_user.clone()),
-                ("ipconfig0", "ip=dhcp".to_string()),
+                ("ipconfig0", rules::ipconfig0(spec)),
             ];
+            if let Some(k) = rules::sshkeys(spec) {
+                params.push(("sshkeys", k));
+            }
             if let Some(upid) = self
                 .client()
                 .update_config(node, vmid, &params)

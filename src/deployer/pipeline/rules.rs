@@ -101,13 +101,37 @@ pub fn create_params(
         ("ide2", format!("{}:cloudinit", spec.storage)),
         ("boot", "order=scsi0".to_string()),
         ("ciuser", ci_user.to_string()),
-        ("ipconfig0", "ip=dhcp".to_string()),
+        ("ipconfig0", ipconfig0(spec)),
         ("serial0", "socket".to_string()),
     ];
     if let Some(s) = snippet {
         p.push(("cicustom", format!("user={s}")));
     }
+    if let Some(k) = sshkeys(spec) {
+        p.push(("sshkeys", k));
+    }
     p
+}
+
+/// `ipconfig0`: the manifest's static address, else DHCP.
+pub fn ipconfig0(spec: &ValidSpec) -> String {
+    spec.ip
+        .as_ref()
+        .map(|ip| ip.ipconfig())
+        .unwrap_or_else(|| "ip=dhcp".to_string())
+}
+
+/// `sshkeys`: one key per line, URL-encoded as PVE stores it (`%20`, `%0A`); `None` without
+/// keys.
+pub fn sshkeys(spec: &ValidSpec) -> Option<String> {
+    if spec.ssh_keys.is_empty() {
+        return None;
+    }
+    let joined = spec.ssh_keys.join("\n");
+    Some(
+        percent_encoding::utf8_percent_encode(&joined, percent_encoding::NON_ALPHANUMERIC)
+            .to_string(),
+    )
 }
 
 /// The `size` of the resize call: the manifest's GiB, in PVE's `G` (GiB).
@@ -157,6 +181,8 @@ mod tests {
                 name: "u.qcow2".into(),
             },
             user_data: None,
+            ip: None,
+            ssh_keys: Vec::new(),
         }
     }
 
@@ -172,6 +198,29 @@ mod tests {
         assert_eq!(get("memory"), Some("4096"));
         assert_eq!(get("net0"), Some("virtio,bridge=vmbr0"));
         assert!(p.iter().all(|(_, v)| !v.contains("format=qcow2")));
+        assert_eq!(get("ipconfig0"), Some("ip=dhcp"));
+        assert_eq!(get("sshkeys"), None);
+    }
+
+    #[test]
+    fn a_static_address_and_keys_reach_cloud_init() {
+        let mut s = spec();
+        s.ip = Some(crate::deployer::validate::StaticIp {
+            address: "192.168.100.11".parse().expect("ip"),
+            prefix: 24,
+            gateway: Some("192.168.100.1".parse().expect("ip")),
+        });
+        s.ssh_keys = vec!["ssh-ed25519 AAAA a@b".into(), "ssh-rsa BBBB c@d".into()];
+        let p = create_params(&s, 104, "local:import/u.qcow2", None, "admin");
+        let get = |k: &str| p.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("ipconfig0"),
+            Some("ip=192.168.100.11/24,gw=192.168.100.1")
+        );
+        assert_eq!(
+            get("sshkeys"),
+            Some("ssh%2Ded25519%20AAAA%20a%40b%0Assh%2Drsa%20BBBB%20c%40d")
+        );
     }
 
     #[test]

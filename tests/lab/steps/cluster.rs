@@ -207,6 +207,28 @@ async fn quorum(w: &mut LabWorld, n: usize) -> Result<(), ClusterError> {
     Ok(())
 }
 
+#[then(
+    "every member speaks only TLS on its client and peer ports and asks clients for a certificate"
+)]
+async fn tls_only(w: &mut LabWorld) -> Result<(), ClusterError> {
+    let b = w.b()?;
+    let checks = b
+        .members()
+        .into_iter()
+        .map(|m| async move { m.check_tls_only(&b.layout, QUORUM_TIMEOUT).await });
+    for r in futures::future::join_all(checks).await {
+        r?;
+    }
+    if b.members().len() != b.cluster.nodes.len() {
+        return Err(fail(format!(
+            "{} provisioned members, not {}",
+            b.members().len(),
+            b.cluster.nodes.len()
+        )));
+    }
+    Ok(())
+}
+
 #[then("every member reports healthy")]
 async fn healthy(w: &mut LabWorld) -> Result<(), ClusterError> {
     let b = w.b()?;

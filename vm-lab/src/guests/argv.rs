@@ -214,6 +214,12 @@ pub fn disk_args(d: &GuestDisk, machine: Machine) -> Vec<String> {
     if cdrom {
         drive.push_str(",media=cdrom,readonly=on");
     }
+    if let Some(a) = d.on_write_error {
+        drive.push_str(&format!(",werror={}", a.name()));
+    }
+    if let Some(a) = d.on_read_error {
+        drive.push_str(&format!(",rerror={}", a.name()));
+    }
     let kind = if cdrom { "cd" } else { "hd" };
     let mut device = match d.bus {
         DiskBus::VirtioBlk => format!("virtio-blk-pci,drive=drive-{id},id={id}"),
@@ -323,6 +329,8 @@ mod tests {
             index,
             media,
             bootindex,
+            on_write_error: None,
+            on_read_error: None,
         }
     }
 
@@ -355,6 +363,17 @@ mod tests {
             .filter(|w| w[0] == flag)
             .map(|w| w[1].as_str())
             .collect()
+    }
+
+    #[test]
+    fn error_actions_reach_the_drive() {
+        let mut d = disk(DiskBus::VirtioBlk, 1, Media::Disk, None);
+        d.on_write_error = Some(crate::guests::ErrorAction::Stop);
+        d.on_read_error = Some(crate::guests::ErrorAction::Ignore);
+        let a = disk_args(&d, Machine::Pc);
+        assert!(a[1].ends_with(",werror=stop,rerror=ignore"), "{a:?}");
+        let plain = disk_args(&disk(DiskBus::VirtioBlk, 1, Media::Disk, None), Machine::Pc);
+        assert!(!plain[1].contains("error="), "{plain:?}");
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Guest {
     pub(super) qmp_lock: Mutex<()>,
     /// Whether the last agent ping (the watcher's or a caller's) was answered.
     pub(super) agent_seen: AtomicBool,
+    /// The run state the watcher (or a verb that changes it) saw last.
+    pub(super) run_state: Mutex<Option<RunState>>,
     pub(super) started: Instant,
 }
 
@@ -139,6 +141,26 @@ impl Guest {
             .ok_or_else(|| self.control_err("qmp", format!("query-status: no status in {r}")))
     }
 
+    /// The run state as last seen (at most about a second old; `None` before the first look),
+    /// without asking QEMU: `running`, `paused`, `io-error` (a drive with `werror`/`rerror`
+    /// `stop` failed), …
+    pub fn last_run_state(&self) -> Option<RunState> {
+        self.run_state.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Ask QEMU for its run state and remember it.
+    pub(super) fn poll_run_state(&self) {
+        if let Ok(state) = self.status() {
+            self.remember_state(&state);
+        }
+    }
+
+    fn remember_state(&self, state: &str) {
+        if let Ok(mut s) = self.run_state.lock() {
+            *s = Some(state.to_string());
+        }
+    }
+
     /// ACPI power button.
     pub fn powerdown(&self) -> Result<()> {
         self.qmp("system_powerdown", None, QMP_TIMEOUT).map(drop)
@@ -154,12 +176,15 @@ impl Guest {
     pub fn pause(&self) -> Result<()> {
         self.qmp("stop", None, QMP_TIMEOUT).map(drop)?;
         self.agent_seen.store(false, Ordering::Relaxed);
+        self.remember_state("paused");
         Ok(())
     }
 
-    /// Continue paused vCPUs (`cont`).
+    /// Continue paused vCPUs (`cont`; after an `io-error` stop it retries the failed I/O).
     pub fn resume(&self) -> Result<()> {
-        self.qmp("cont", None, QMP_TIMEOUT).map(drop)
+        self.qmp("cont", None, QMP_TIMEOUT).map(drop)?;
+        self.remember_state("running");
+        Ok(())
     }
 
     /// Ask QEMU to exit (`quit`) and wait for it, killing it if it lingers.

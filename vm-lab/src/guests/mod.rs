@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 pub use guest::{AGENT_TIMEOUT, Guest, QMP_TIMEOUT, RunState};
 pub use segments::{SegmentKind, mcast_address};
 pub use spec::{
-    BridgeSpec, DhcpPool, DirectBoot, DiskBus, DiskFormat, GuestDisk, GuestNic, GuestSpec, Machine,
-    Media, NicModel, ScsiController,
+    BridgeSpec, DhcpPool, DirectBoot, DiskBus, DiskFormat, ErrorAction, GuestDisk, GuestNic,
+    GuestSpec, Machine, Media, NicModel, ScsiController,
 };
 
 use crate::accel::{self, Accel};
@@ -262,9 +262,7 @@ impl GuestHost {
                 self.lock_state()?
                     .guests
                     .insert(g.name().to_string(), g.clone());
-                if g.spec.agent {
-                    spawn_agent_watch(Arc::downgrade(&g), self.closing.clone());
-                }
+                spawn_watch(Arc::downgrade(&g), self.closing.clone());
                 Ok(g)
             }
             Err(e) => {
@@ -314,6 +312,7 @@ impl GuestHost {
             agent: Mutex::new(None),
             qmp_lock: Mutex::new(()),
             agent_seen: AtomicBool::new(false),
+            run_state: Mutex::new(None),
             started: Instant::now(),
         };
         wait_monitor(&guest)?;
@@ -434,10 +433,11 @@ fn wait_monitor(g: &Guest) -> Result<()> {
     }
 }
 
-/// Keep `agent_seen` fresh: ping the agent every second while the guest runs.
-fn spawn_agent_watch(guest: Weak<Guest>, closing: Arc<AtomicBool>) {
+/// Keep `agent_seen` (when the guest has an agent) and the run state fresh: every second
+/// while the guest runs, so readers never wait on the guest.
+fn spawn_watch(guest: Weak<Guest>, closing: Arc<AtomicBool>) {
     let spawned = std::thread::Builder::new()
-        .name("agent-watch".into())
+        .name("guest-watch".into())
         .spawn(move || {
             loop {
                 if closing.load(Ordering::Relaxed) {
@@ -449,13 +449,16 @@ fn spawn_agent_watch(guest: Weak<Guest>, closing: Arc<AtomicBool>) {
                     return;
                 }
                 let t = Instant::now();
-                let _ = g.agent_ping(Duration::from_secs(1));
+                g.poll_run_state();
+                if g.spec.agent {
+                    let _ = g.agent_ping(Duration::from_secs(1));
+                }
                 drop(g);
                 std::thread::sleep(AGENT_WATCH_EVERY.saturating_sub(t.elapsed()));
             }
         });
     if let Err(e) = spawned {
-        tracing::warn!("cannot start the agent watcher: {e}");
+        tracing::warn!("cannot start the guest watcher: {e}");
     }
 }
 

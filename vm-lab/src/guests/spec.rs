@@ -109,6 +109,43 @@ impl DiskBus {
     }
 }
 
+/// What QEMU does when a guest's read or write of a drive fails (`-drive werror=`/`rerror=`,
+/// PVE's drive options of the same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorAction {
+    /// The guest sees the error.
+    Report,
+    /// The error is dropped: the guest believes the I/O succeeded.
+    Ignore,
+    /// The VM stops (`query-status`: `io-error`) until it is continued, which retries the I/O.
+    Stop,
+    /// Stop on "no space left", report anything else (QEMU's default for writes).
+    Enospc,
+}
+
+impl ErrorAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorAction::Report => "report",
+            ErrorAction::Ignore => "ignore",
+            ErrorAction::Stop => "stop",
+            ErrorAction::Enospc => "enospc",
+        }
+    }
+
+    /// PVE's value for `werror` (`enospc`, `ignore`, `report`, `stop`) or `rerror` (no
+    /// `enospc`).
+    pub fn parse(value: &str, write: bool) -> Option<ErrorAction> {
+        match value {
+            "report" => Some(ErrorAction::Report),
+            "ignore" => Some(ErrorAction::Ignore),
+            "stop" => Some(ErrorAction::Stop),
+            "enospc" if write => Some(ErrorAction::Enospc),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Media {
     #[default]
@@ -128,6 +165,9 @@ pub struct GuestDisk {
     pub media: Media,
     /// Firmware boot priority (lower first); `None`: not bootable.
     pub bootindex: Option<u32>,
+    /// `werror` / `rerror`; `None`: QEMU's defaults (writes `enospc`, reads `report`).
+    pub on_write_error: Option<ErrorAction>,
+    pub on_read_error: Option<ErrorAction>,
 }
 
 impl GuestDisk {
@@ -344,6 +384,8 @@ mod tests {
             index,
             media: Media::Disk,
             bootindex: None,
+            on_write_error: None,
+            on_read_error: None,
         }
     }
 

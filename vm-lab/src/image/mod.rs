@@ -555,17 +555,56 @@ fn add_modules(
         }
         visit(m, &files, &builtin, &mut order, &mut data, 0)?;
     }
+    // For the cloud image's coldplug: each module's device aliases (`alias=` in `.modinfo`,
+    // kernel globs) and the modules it needs, in load order.
+    let mut aliases = String::new();
+    let mut direct: HashMap<String, Vec<String>> = HashMap::new();
     for name in &order {
         if let Some(bytes) = data.remove(name) {
+            for (k, v) in elf::modinfo(&bytes).unwrap_or_default() {
+                match k.as_str() {
+                    "alias" => aliases.push_str(&format!("{v} {name}\n")),
+                    "depends" => direct.entry(name.clone()).or_default().extend(
+                        v.split(',')
+                            .filter(|d| !d.is_empty())
+                            .map(|d| d.replace('-', "_")),
+                    ),
+                    _ => {}
+                }
+            }
             tree.file(&format!("/lib/modules/{name}.ko"), 0o644, bytes);
         }
     }
+    let deps: String = order
+        .iter()
+        .map(|m| format!("{m}: {}\n", needs(m, &order, &direct).join(" ")))
+        .collect();
     tree.file(
         "/etc/vmlab/modules",
         0o644,
         format!("{}\n", order.join("\n")).into_bytes(),
     );
+    tree.file("/etc/vmlab/modules.alias", 0o644, aliases.into_bytes());
+    tree.file("/etc/vmlab/modules.dep", 0o644, deps.into_bytes());
     Ok(())
+}
+
+/// Every module `name` needs (directly or not), in load `order`, itself excluded.
+fn needs(name: &str, order: &[String], direct: &HashMap<String, Vec<String>>) -> Vec<String> {
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    let mut stack: Vec<&str> = vec![name];
+    while let Some(m) = stack.pop() {
+        for d in direct.get(m).into_iter().flatten() {
+            if seen.insert(d.as_str()) {
+                stack.push(d.as_str());
+            }
+        }
+    }
+    order
+        .iter()
+        .filter(|m| m.as_str() != name && seen.contains(m.as_str()))
+        .cloned()
+        .collect()
 }
 
 fn walk_ko(dir: &Path, out: &mut HashMap<String, PathBuf>) {

@@ -4,15 +4,17 @@
 //! (`boot: order=…`, or the legacy `cdn` letters with `bootdisk`), NICs with their model, MAC,
 //! bridge and `link_down`, `agent`. Pure: volumes are found through the resolver handed in.
 //!
-//! Not mapped (the guest runs without them): `cpu`, `numa`, `balloon`, `hotplug`, `vga`,
-//! `serialN`/`usbN`/`hostpciN` devices, per-drive `cache`/`discard`/`iothread`/`ssd`/limits,
+//! Drives keep their `werror`/`rerror`. Not mapped (the guest runs without them): `cpu`,
+//! `numa`, `balloon`, `hotplug`, `vga`, `serialN`/`usbN`/`hostpciN` devices, per-drive
+//! `cache`/`discard`/`iothread`/`ssd`/limits,
 //! NIC `firewall`/`tag`/`rate`/`queues`/`mtu`, `efidisk0`/`tpmstate0` (no OVMF here). The lab
 //! always gives the guest one serial port logged to a file, whether or not `serial0` is set.
 
 use std::path::PathBuf;
 
 use vm_lab::guests::{
-    DiskBus, DiskFormat, GuestDisk, GuestNic, GuestSpec, Machine, Media, NicModel, ScsiController,
+    DiskBus, DiskFormat, ErrorAction, GuestDisk, GuestNic, GuestSpec, Machine, Media, NicModel,
+    ScsiController,
 };
 
 use crate::qemu::model::{Nic, Vm, is_disk_key, is_net_key, prop, split_props};
@@ -97,6 +99,20 @@ fn bus_of(key: &str, scsihw: ScsiController) -> Option<(DiskBus, u32)> {
     Some((bus, index.parse().ok()?))
 }
 
+/// A drive's `werror`/`rerror` (`key` names the drive in the error).
+fn error_action(
+    key: &str,
+    props: &[(String, String)],
+    name: &str,
+) -> Result<Option<ErrorAction>, String> {
+    match prop(props, name) {
+        None => Ok(None),
+        Some(v) => ErrorAction::parse(v, name == "werror")
+            .map(Some)
+            .ok_or_else(|| format!("{key}: unsupported {name} '{v}'")),
+    }
+}
+
 /// One drive of the config; `None` for the ones the lab leaves out (EFI vars, TPM state).
 fn drive(
     node: &str,
@@ -146,6 +162,8 @@ fn drive(
         index,
         media,
         bootindex: None,
+        on_write_error: error_action(key, &p, "werror")?,
+        on_read_error: error_action(key, &p, "rerror")?,
     }))
 }
 
@@ -272,6 +290,24 @@ mod tests {
 
     fn disk<'a>(g: &'a GuestSpec, id: &str) -> &'a GuestDisk {
         g.disks.iter().find(|d| d.id() == id).unwrap()
+    }
+
+    #[test]
+    fn drives_keep_their_error_actions_and_bad_ones_fail_the_start() {
+        let v = vm(&[
+            ("scsi0", "local-lvm:vm-100-disk-0,werror=stop,rerror=report"),
+            ("scsi1", "local-lvm:vm-100-disk-1"),
+        ]);
+        let g = guest_spec(&v, &resolve).unwrap();
+        let d0 = disk(&g, "scsi0");
+        assert_eq!(
+            (d0.on_write_error, d0.on_read_error),
+            (Some(ErrorAction::Stop), Some(ErrorAction::Report))
+        );
+        assert_eq!(disk(&g, "scsi1").on_write_error, None);
+        let bad = vm(&[("scsi0", "local-lvm:vm-100-disk-0,rerror=enospc")]);
+        let e = guest_spec(&bad, &resolve).unwrap_err();
+        assert_eq!(e, "scsi0: unsupported rerror 'enospc'");
     }
 
     #[test]

@@ -1,18 +1,15 @@
 //! The lab backend as one piece: real volume files ([`FileDisks`]) and real guests
-//! ([`LabExecutor`]) that boot from them, on segments addressed like the scenario's bridges.
+//! ([`LabExecutor`]) that boot from them, on segments addressed like the nodes' bridges.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use vm_lab::guests::{GuestHost, HostOptions};
 
-use super::{BridgeNets, DEFAULT_SHUTDOWN_TIMEOUT, LabExecutor, VolumePath, bridge_spec};
+use super::{DEFAULT_SHUTDOWN_TIMEOUT, LabExecutor, VolumePath};
 use crate::exec::{Disks, FileDisks};
-use crate::scenario::Scenario;
 use crate::world::Runners;
-use crate::world::build::bridge_from_spec;
 
 /// How the lab backend runs.
 #[derive(Clone, Debug)]
@@ -36,9 +33,9 @@ impl Default for LabOptions {
     }
 }
 
-/// Files and guests for the lab backend. The segments take the addresses and DHCP pools of
-/// `scenario`'s bridges (a scenario loaded later through the control API keeps these).
-pub fn runners(scenario: &Scenario, opts: &LabOptions) -> Result<Runners, String> {
+/// Files and guests for the lab backend. A segment takes the addresses and DHCP pool of its
+/// bridge as the node has it when a guest on it starts (see [`crate::exec::Host::bridges`]).
+pub fn runners(opts: &LabOptions) -> Result<Runners, String> {
     let files = match &opts.state_dir {
         Some(d) => FileDisks::new(d.join("disks")),
         None => FileDisks::temp().map_err(|e| format!("making a temp dir for the disks: {e}"))?,
@@ -54,25 +51,7 @@ pub fn runners(scenario: &Scenario, opts: &LabOptions) -> Result<Runners, String
     let volumes: VolumePath = Arc::new(move |node: &str, storage: &str, volname: &str| {
         disks_for_paths.path(node, storage, volname)
     });
-    let nets: BTreeMap<(String, String), vm_lab::guests::BridgeSpec> = scenario
-        .sites
-        .iter()
-        .flat_map(|s| &s.nodes)
-        .flat_map(|n| {
-            n.bridges.iter().map(|b| {
-                (
-                    (n.name.clone(), b.name.clone()),
-                    bridge_spec(&bridge_from_spec(b)),
-                )
-            })
-        })
-        .collect();
-    let bridges: BridgeNets = Arc::new(move |node: &str, bridge: &str| {
-        nets.get(&(node.to_string(), bridge.to_string())).cloned()
-    });
-    let exec = LabExecutor::new(host, volumes)
-        .with_bridges(bridges)
-        .with_shutdown_timeout(opts.shutdown_timeout);
+    let exec = LabExecutor::new(host, volumes).with_shutdown_timeout(opts.shutdown_timeout);
     Ok(Runners {
         exec: Arc::new(exec),
         disks: files,

@@ -7,8 +7,9 @@
 //!   the memory budget) fails the start task with PVE's wording where PVE has one.
 //! - `stop` kills QEMU; `shutdown` asks the guest agent (when configured and answering) or
 //!   presses the ACPI power button, then waits up to the shutdown timeout and fails with
-//!   `VM quit/powerdown failed - got timeout`; `reboot` is that shutdown followed by a start;
-//!   `reset`, `suspend`, `resume` are QMP `system_reset`, `stop`, `cont` ([`power`]).
+//!   `VM quit/powerdown failed - got timeout`; `reset`, `suspend`, `resume` are QMP
+//!   `system_reset`, `stop`, `cont` ([`power`]). A reboot is the model's shutdown and start:
+//!   pending changes applied, the cloud-init drive written again, a new QEMU.
 //! - `agent_ready` is a real `guest-ping` answered (kept fresh by the host's watcher, so the
 //!   call never waits on the guest); `agent` forwards the command to the real agent ([`agent`]).
 //! - `refresh` notices a guest that powered itself off (or a QEMU that died): `stopped`.
@@ -21,8 +22,6 @@
 //! Deviations from real PVE:
 //! - Every call blocks its caller (the site lock) for at most a few seconds: the shutdown
 //!   timeout is the executor's (default 10 s), not the request's `timeout`.
-//! - `reboot` starts QEMU again from the config as it was before the task applied pending
-//!   changes.
 //! - Starting from a RAM state (`vmstate` rollback) cold-boots the guest: no state is loaded.
 //! - Volume data (import, resize, cloud-init drive) is the `Disks` seam's: with `FileDisks` the
 //!   guest boots from the real files `Disks::path` names.
@@ -51,17 +50,12 @@ use crate::qemu::model::{Power, Vm};
 /// Finds a volume's file: (node, storage, volume name) → path; `None` when it has none.
 pub type VolumePath = Arc<dyn Fn(&str, &str, &str) -> Option<PathBuf> + Send + Sync>;
 
-/// What a node's bridge is on its segment: (node, bridge) → the namespace's addresses and
-/// the DHCP pool (see [`bridge_spec`]); `None`: a bare L2.
-pub type BridgeNets = Arc<dyn Fn(&str, &str) -> Option<BridgeSpec> + Send + Sync>;
-
 /// How long `shutdown` and `reboot` wait for the guest to power off.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct LabExecutor {
     host: GuestHost,
     volumes: VolumePath,
-    bridges: Option<BridgeNets>,
     shutdown_timeout: Duration,
 }
 
@@ -80,15 +74,8 @@ impl LabExecutor {
         LabExecutor {
             host,
             volumes,
-            bridges: None,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
-    }
-
-    /// Give segments their addresses and DHCP pools from the nodes' bridges.
-    pub fn with_bridges(mut self, bridges: BridgeNets) -> LabExecutor {
-        self.bridges = Some(bridges);
-        self
     }
 
     pub fn with_shutdown_timeout(mut self, timeout: Duration) -> LabExecutor {
@@ -143,7 +130,7 @@ fn gone(vm: &mut Vm) {
 
 impl Executor for LabExecutor {
     fn start(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
-        self.launch(vm, host.now)
+        self.launch(vm, host)
     }
 
     fn start_from_state(
@@ -156,7 +143,7 @@ impl Executor for LabExecutor {
             "lab backend: VM {} cold-boots; its RAM state {vmstate} is not loaded",
             vm.vmid
         );
-        self.launch(vm, host.now)
+        self.launch(vm, host)
     }
 
     fn stop(&self, vm: &mut Vm, _host: &mut Host<'_>) -> Result<(), String> {
@@ -169,11 +156,6 @@ impl Executor for LabExecutor {
 
     fn shutdown(&self, vm: &mut Vm, _host: &mut Host<'_>) -> Result<(), String> {
         self.power_off(vm)
-    }
-
-    fn reboot(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
-        self.power_off(vm)?;
-        self.launch(vm, host.now)
     }
 
     fn reset(&self, vm: &mut Vm, _host: &mut Host<'_>) -> Result<(), String> {
@@ -246,6 +228,13 @@ impl Executor for LabExecutor {
             None => gone(vm),
             Some(g) => {
                 vm.pid = Some(g.pid());
+                // QEMU's own run state where it differs from what PVE's verbs made: a drive
+                // error that stopped it, a `cont` that let it run on.
+                match (g.last_run_state().as_deref(), vm.power) {
+                    (Some("io-error"), Power::Running) => vm.power = Power::IoError,
+                    (Some("running"), Power::IoError) => vm.power = Power::Running,
+                    _ => {}
+                }
                 match (g.agent_answering(), vm.agent_ready_at) {
                     (true, None) => vm.agent_ready_at = Some(now),
                     (false, Some(_)) => vm.agent_ready_at = None,

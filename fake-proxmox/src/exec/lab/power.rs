@@ -5,27 +5,36 @@ use std::time::Duration;
 
 use vm_lab::guests::{BridgeSpec, Guest};
 
-use super::{LabExecutor, argv, gone};
+use super::{LabExecutor, argv, bridge_spec, gone};
+use crate::exec::Host;
 use crate::qemu::model::{Power, Vm};
 
 /// Bound on asking the agent to shut the guest down (it does not answer on success).
 const AGENT_SHUTDOWN_ASK: Duration = Duration::from_secs(1);
 
 impl LabExecutor {
-    /// QEMU starts for `vm`'s config; `Err` is the start task's exit status.
-    pub(super) fn launch(&self, vm: &mut Vm, now: f64) -> Result<(), String> {
+    /// QEMU starts for `vm`'s config, each NIC on the segment of its bridge as the node has it
+    /// now (`host.bridges`); `Err` is the start task's exit status.
+    pub(super) fn launch(&self, vm: &mut Vm, host: &Host<'_>) -> Result<(), String> {
         if self.running_guest(vm).is_some() {
             return Err(format!("VM {} already running", vm.vmid));
         }
-        let spec = argv::guest_spec(vm, &|n: &str, s: &str, v: &str| (self.volumes)(n, s, v))?;
+        let mut spec = argv::guest_spec(vm, &|n: &str, s: &str, v: &str| (self.volumes)(n, s, v))?;
+        for nic in &mut spec.nics {
+            let cut = |b: &str| host.bridges.iter().any(|nb| nb.name == b && nb.link_cut);
+            if nic.bridge.as_deref().is_some_and(cut) {
+                nic.link_up = false;
+            }
+        }
         for nic in &spec.nics {
             let Some(b) = nic.bridge.as_deref() else {
                 continue;
             };
-            let seg = self
+            let seg = host
                 .bridges
-                .as_ref()
-                .and_then(|f| f(&vm.node, b))
+                .iter()
+                .find(|nb| nb.name == b)
+                .map(bridge_spec)
                 .unwrap_or_else(|| BridgeSpec::new(b));
             self.host
                 .ensure_bridge(&seg)
@@ -33,7 +42,7 @@ impl LabExecutor {
         }
         let g = self.host.launch(spec).map_err(start_error)?;
         vm.power = Power::Running;
-        vm.started_at = now;
+        vm.started_at = host.now;
         vm.pid = Some(g.pid());
         vm.agent_ready_at = None;
         Ok(())

@@ -1,11 +1,12 @@
 //! The cloud image's disk: an MBR with syslinux's boot code, a bootable FAT partition holding
-//! syslinux, its config, the kernel and the initramfs, and an empty Linux partition filling the
-//! rest of the disk (the guest makes it ext4 on first boot and mounts it at `/data`).
+//! syslinux, its config, the kernel and the initramfs, and an ext4 partition filling the rest
+//! of the disk (the guest grows it to the disk's end and mounts it at `/data`).
 //!
 //! Everything is written into a plain file, without root or loop devices: the partition table
 //! by this module, the FAT file system by `mformat`, the files by `mcopy` (both from mtools,
-//! at the partition's byte offset, `-i IMAGE@@OFFSET`) and the boot loader by syslinux's
-//! mtools-based installer (`syslinux --offset`), which needs the same mtools.
+//! at the partition's byte offset, `-i IMAGE@@OFFSET`), the boot loader by syslinux's
+//! mtools-based installer (`syslinux --offset`), which needs the same mtools, and the ext4
+//! file system by the host's `mkfs.ext4 -E offset=…`.
 
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
@@ -19,7 +20,7 @@ pub const MIB: u64 = 1024 * 1024;
 pub const ALIGN_SECTORS: u64 = MIB / SECTOR;
 /// The FAT volume label the guest's init finds its own disk by.
 pub const BOOT_LABEL: &str = "CLOUDIMG";
-/// The ext4 label of the data partition, once the guest made it.
+/// The data partition's ext4 label.
 pub const DATA_LABEL: &str = "cloudimg-data";
 /// syslinux's MBR boot code is at most this long (the rest of the sector is the table).
 pub const MBR_CODE_MAX: usize = 440;
@@ -71,6 +72,10 @@ impl Layout {
 
     pub fn boot_offset_bytes(&self) -> u64 {
         self.boot_start * SECTOR
+    }
+
+    pub fn data_offset_bytes(&self) -> u64 {
+        self.data_start * SECTOR
     }
 }
 
@@ -149,6 +154,8 @@ pub struct BootFiles<'a> {
 /// Host programs the writer runs; the syslinux installer comes from the unpacked package.
 pub struct Tools<'a> {
     pub syslinux: &'a Path,
+    /// The host's `mkfs.ext4`, for the data partition.
+    pub mkfs_ext4: &'a Path,
 }
 
 /// Write the whole image to `out` (a new sparse file of the layout's size).
@@ -203,6 +210,20 @@ pub fn write_image(
             "mcopy (mtools)",
         )?;
     }
+    // The data partition ships as ext4, as a cloud image ships its root file system: the guest
+    // only grows it. Inode tables stay holes (lazy init; the guest mounts with
+    // `noinit_itable`), so the image stays sparse.
+    run(
+        Command::new(tools.mkfs_ext4)
+            .args(["-q", "-F", "-L", DATA_LABEL, "-E"])
+            .arg(format!(
+                "offset={},lazy_itable_init=1,lazy_journal_init=1",
+                layout.data_offset_bytes()
+            ))
+            .arg(out)
+            .arg(format!("{}k", layout.data_sectors * SECTOR / 1024)),
+        "mkfs.ext4 (e2fsprogs)",
+    )?;
     Ok(())
 }
 
@@ -211,7 +232,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     cmd.env("MTOOLS_SKIP_CHECK", "1");
     let out = cmd
         .output()
-        .map_err(|e| Error::tool(what, format!("cannot run (is mtools installed?): {e}")))?;
+        .map_err(|e| Error::tool(what, format!("cannot run it (is it installed?): {e}")))?;
     if !out.status.success() {
         return Err(Error::tool(
             what,

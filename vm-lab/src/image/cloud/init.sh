@@ -19,21 +19,67 @@ mount -t tmpfs -o mode=1777 tmpfs /tmp
 ln -sf /run /var/run
 echo "CLOUDIMG-INIT"
 
-# Every driver the image has; those without their hardware just stay idle.
-for m in $(cat /etc/vmlab/modules); do
-  insmod "/lib/modules/$m.ko" 2>/dev/null
-done
+# Coldplug, as udev does at boot: the modules whose device aliases (kernel globs, from their
+# .modinfo) match a device present on any bus (PCI, virtio, ACPI, ...), each after the modules
+# it needs, round after round while loading makes new devices appear; then the disk and CD-ROM
+# drivers and the file systems every boot uses. Loading only what the VM has keeps the boot
+# short under TCG (a module costs a process and its init).
+# Both tables are read once into memory: busybox's `read` takes a system call per byte, which
+# under TCG costs more than every module load together.
+NL='
+'
+MODDEPS="$NL$(cat /etc/vmlab/modules.dep)$NL"
+MODALIASES=$(cat /etc/vmlab/modules.alias)
+LOADED=" "
+insmod_once() {
+  case "$LOADED" in *" $1 "*) return 0 ;; esac
+  LOADED="$LOADED$1 "
+  insmod "/lib/modules/$1.ko" 2>/dev/null
+  return 0
+}
+load() {
+  case "$LOADED" in *" $1 "*) return 0 ;; esac
+  [ -f "/lib/modules/$1.ko" ] || return 0
+  case "$MODDEPS" in
+    *"$NL$1: "*)
+      _rest=${MODDEPS#*"$NL$1: "}
+      for _d in ${_rest%%"$NL"*}; do insmod_once "$_d"; done ;;
+  esac
+  insmod_once "$1"
+}
+SEEN=" "
+coldplug() {
+  _more=1; _round=0
+  while [ $_more = 1 ] && [ $_round -lt 6 ]; do
+    _more=0; _round=$((_round + 1))
+    for _f in /sys/bus/*/devices/*/modalias; do
+      read -r _a < "$_f" 2>/dev/null || continue
+      case "$SEEN" in *" $_a "*) continue ;; esac
+      SEEN="$SEEN$_a "; _more=1
+      # No pathname expansion of the patterns (case still matches them as globs).
+      _ifs=$IFS; IFS=$NL; set -f
+      for _l in $MODALIASES; do
+        case "$_a" in ${_l% *}) IFS=$_ifs; load "${_l##* }"; IFS=$NL ;; esac
+      done
+      IFS=$_ifs; set +f
+    done
+  done
+}
+coldplug
+for _m in sd_mod sr_mod isofs button evdev; do load "$_m"; done
+coldplug
 
 # Disk controllers and NICs this image has no driver for (the kernel flavour decides): say so.
-sleep 1
 for _d in /sys/bus/pci/devices/*; do
-  _c=$(cat "$_d/class"); [ -e "$_d/driver" ] && continue
+  [ -e "$_d/driver" ] && continue
+  read -r _c < "$_d/class"
   case "$_c" in
     0x01*) _k="disk controller" ;;
     0x02*) _k="network controller" ;;
     *) continue ;;
   esac
-  echo "CLOUDIMG-UNSUPPORTED: $_k $(cut -c3- "$_d/vendor"):$(cut -c3- "$_d/device") (PCI ${_d##*/}) has no driver in this image ($(uname -r))"
+  read -r _v < "$_d/vendor"; read -r _i < "$_d/device"
+  echo "CLOUDIMG-UNSUPPORTED: $_k ${_v#0x}:${_i#0x} (PCI ${_d##*/}) has no driver in this image ($(uname -r))"
 done
 
 . /lib/cloudimg/reader.sh
@@ -56,10 +102,15 @@ fs_info() {
   return 0
 }
 # wait_label SECONDS LABEL...: the first block device carrying one of the labels (any case).
+# busybox's findfs (one process per label) first; the slower scan below catches what it does
+# not know.
 wait_label() {
   _end=$(( $(date +%s) + $1 )); shift
   _want=" $(echo "$*" | tr A-Z a-z) "
   while :; do
+    for _l in "$@"; do
+      _dev=$(findfs "LABEL=$_l" 2>/dev/null) && [ -b "$_dev" ] && { echo "$_dev"; return 0; }
+    done
     for _b in /sys/class/block/*; do
       _dev=/dev/${_b##*/}
       [ -b "$_dev" ] || continue
@@ -96,14 +147,19 @@ setup_data() {
     echo "cloudimg: data partition /dev/$_part grown to $((_new / 2048)) MiB"
   fi
   _type=$(fs_info "/dev/$_part" | cut -d' ' -f1)
+  # ext4 is a module in the generic kernel (built in the cloud one); crc32c is its soft
+  # dependency, so the alias tables do not bring it.
+  for _m in crc32c_generic crc32c_intel ext4; do load "$_m"; done
   if [ -z "$_type" ]; then
-    echo "cloudimg: first boot: making /dev/$_part ext4"
+    # The image ships it as ext4; an empty one (wiped by hand, say) is made again.
+    echo "cloudimg: /dev/$_part holds no file system: making it ext4"
     mkfs.ext4 -q -F -L cloudimg-data -E lazy_itable_init=1,lazy_journal_init=1 "/dev/$_part" || return 0
   elif [ "$_type" != ext4 ]; then
     echo "cloudimg: /dev/$_part holds $_type, not ext4: left alone, no /data"; return 0
   fi
   mount -t ext4 -o noinit_itable "/dev/$_part" /data || return 0
-  [ $_grown = 1 ] && resize2fs "/dev/$_part" >/dev/null 2>&1
+  # Grown online, beside the boot (cloud-init's resizefs blocks; this need not).
+  [ $_grown = 1 ] && { resize2fs "/dev/$_part" >/run/resize2fs.log 2>&1 & }
   DATA=/dev/$_part
 }
 
@@ -201,7 +257,8 @@ ci_apply_net() {
       gw) ip route add default via "$_v" dev "$_if" 2>/dev/null || ip route add default via "$_v" dev "$_if" onlink || ci_error "network: cannot route via $_v" ;;
       gw6) ip -6 route add default via "$_v" dev "$_if" 2>/dev/null ;;
       route) ip route add "$_v" via "$_via" dev "$_if" || ci_error "network: cannot route $_v via $_via" ;;
-      dhcp4) udhcpc -i "$_if" -b -t 5 -T 2 -A 5 -S -p "/run/udhcpc.$_if.pid" -x "hostname:$(hostname)" >/dev/null 2>&1 ;;
+      # -s: busybox-static's built-in default is Debian's /etc/udhcpc/default.script.
+      dhcp4) udhcpc -i "$_if" -s /usr/share/udhcpc/default.script -b -t 5 -T 2 -A 5 -S -p "/run/udhcpc.$_if.pid" -x "hostname:$(hostname)" >/dev/null 2>&1 ;;
     esac
   done < "$1"
 }
@@ -249,6 +306,9 @@ else
     *) KIND=configdrive ;;
   esac
   mkdir -p "$CI/drive" "$CI/data"
+  case "$(fs_info "$CIDEV" | cut -d' ' -f1)" in
+    vfat) for _m in vfat nls_cp437 nls_ascii nls_utf8 nls_iso8859_1; do load "$_m"; done ;;
+  esac
   if mount -o ro "$CIDEV" "$CI/drive"; then
     cp -r "$CI/drive/." "$CI/data/"
     umount "$CI/drive"
@@ -275,6 +335,8 @@ else
 fi
 # ACPI power button (PVE's shutdown without the agent, QMP system_powerdown): power off.
 acpid -c /etc/acpi >/dev/null 2>&1
+# Traffic shaping for network faults (tc, run over SSH): loaded before the SSH server starts.
+for _m in sch_prio cls_u32 sch_netem; do load "$_m"; done
 mkdir -p /etc/dropbear
 dropbear -R -s -E -p 22 >/run/dropbear.log 2>&1
 

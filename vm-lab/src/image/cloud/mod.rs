@@ -8,8 +8,9 @@
 //! `reader.sh`, `yaml.awk`, `json.awk`), not the real cloud-init: it applies the hostname, the
 //! users with their SSH keys and password hash, and the network configuration, starts the
 //! guest agent and an SSH server, and prints [`READY_MARKER`] — or [`ERROR_MARKER`] lines when
-//! the drive is missing or malformed. The disk's second partition becomes ext4 on first boot,
-//! grows with the disk, and is mounted at `/data`: the only place that survives a reboot.
+//! the drive is missing or malformed. The disk's second partition is ext4 from the build on
+//! (as a cloud image ships its root file system), grows with the disk on boot, and is mounted
+//! at `/data`: the only place that survives a reboot.
 //!
 //! The kernel is Debian's cloud flavour by default (fast to boot; virtio, IDE, PVSCSI, NVMe,
 //! vmxnet3) or, with [`CloudKernel::Generic`], the generic one, which also drives PVE's default
@@ -17,8 +18,8 @@
 //! about twice as slowly under TCG (an XZ-compressed kernel).
 //!
 //! Packages come through `apt-get download` into the cache like the netboot image's (syslinux's
-//! boot code and installer included), so the only host tool it needs is mtools. The output is
-//! cached under a hash of every input.
+//! boot code and installer included), so the only host tools it needs are mtools and
+//! `mkfs.ext4` (e2fsprogs). The output is cached under a hash of every input.
 
 pub mod disk;
 
@@ -34,7 +35,7 @@ use crate::error::{Error, Result};
 use disk::{BootFiles, Layout, Tools};
 
 /// Bump when the builder's output changes for the same inputs.
-const BUILDER_VERSION: &str = "cloud-image-1";
+const BUILDER_VERSION: &str = "cloud-image-2";
 /// The file name of the image in its cache directory.
 pub const IMAGE_FILE: &str = "provision-harness-cloud.img";
 /// The serial line the guest prints once the agent and SSH server run (with what it applied).
@@ -73,10 +74,12 @@ pub const PACKAGES: [&str; 4] = [
 ];
 /// The boot loader's packages: boot code and modules (`-common`), the mtools-based installer.
 pub const SYSLINUX_PACKAGES: [&str; 2] = ["syslinux", "syslinux-common"];
-/// Kernel modules loaded at boot, in this order (dependencies first, added automatically):
-/// every disk bus and NIC model PVE offers, the cloud-init drive's file systems, ext4 for
-/// `/data`, and ACPI's power button for `shutdown`. Those the chosen kernel neither ships nor
-/// has built in are left out (see [`CloudKernel`]).
+/// Kernel modules the image ships (their dependencies added automatically): every disk bus
+/// and NIC model PVE offers, the cloud-init drive's file systems, ext4 for `/data`, and ACPI's
+/// power button for `shutdown`. Those the chosen kernel neither ships nor has built in are
+/// left out (see [`CloudKernel`]). The init loads only those whose device aliases match the
+/// VM's devices (coldplug, from `/etc/vmlab/modules.alias`), plus the disk, CD-ROM, file
+/// system and power-button ones every boot uses.
 pub const MODULES: [&str; 34] = [
     // buses and disks: virtio-blk, virtio-scsi, IDE, SATA, LSI, MegaRAID, PVSCSI, NVMe
     "virtio_pci",
@@ -243,6 +246,7 @@ pub fn build(cache: &Path, req: &CloudImageRequest) -> Result<CloudImage> {
         },
         &Tools {
             syslinux: &syslinux,
+            mkfs_ext4: &host_tool("mkfs.ext4", "e2fsprogs")?,
         },
     )?;
     std::fs::remove_file(&initrd).map_err(|e| Error::io(&initrd, e))?;
@@ -265,6 +269,16 @@ pub fn build(cache: &Path, req: &CloudImageRequest) -> Result<CloudImage> {
     let text = serde_json::to_string_pretty(&img).map_err(|e| Error::Image(e.to_string()))?;
     std::fs::write(&manifest_path, text).map_err(|e| Error::io(&manifest_path, e))?;
     Ok(img)
+}
+
+/// A host program on `PATH` (or in `/sbin`, `/usr/sbin`, which a user's `PATH` may lack).
+fn host_tool(name: &str, package: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::Image(format!("{name} not found: install {package}")))
 }
 
 fn file_len(p: &Path) -> Result<u64> {
