@@ -95,6 +95,19 @@ enum Command {
     /// Test reports of a sharded suite run.
     #[command(subcommand)]
     Report(ReportCommand),
+    /// Remove every VM whose name starts with PREFIX on every site (what an interrupted test run
+    /// against a shared cluster left; the run prints its prefix). Exits 4 if a VM could not be
+    /// removed.
+    Cleanup {
+        #[command(flatten)]
+        inputs: Inputs,
+        /// The run's name prefix, e.g. `ph-3fa9c1d2-` (at least 6 characters, ending in '-').
+        #[arg(long)]
+        prefix: String,
+        /// Only list what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -291,7 +304,40 @@ async fn run(command: Command) -> Result<u8, Failure> {
         }
         Command::Rehearse(args) => run_rehearse(args).await,
         Command::Report(ReportCommand::Merge { dirs, out }) => run_merge(&dirs, &out),
+        Command::Cleanup {
+            inputs,
+            prefix,
+            dry_run,
+        } => run_cleanup(&inputs, &prefix, dry_run).await,
     }
+}
+
+async fn run_cleanup(inputs: &Inputs, prefix: &str, dry_run: bool) -> Result<u8, Failure> {
+    use provision_harness::deployer::cleanup::{CleanupOptions, cleanup};
+    let provider =
+        load_provider(&inputs.provider_config, inputs.credentials.as_deref()).map_err(bad)?;
+    let options = CleanupOptions {
+        dry_run,
+        http_timeout: Duration::from_secs(inputs.http_timeout),
+        ..CleanupOptions::default()
+    };
+    let report = cleanup(&provider, prefix, &options).await.map_err(bad)?;
+    if inputs.json {
+        print_json(&report)?;
+    } else {
+        for vm in &report.vms {
+            println!(
+                "{:<10} {:<12} {:>6}  {:<40} {}",
+                vm.site, vm.node, vm.vmid, vm.name, vm.outcome
+            );
+        }
+        println!("{} VM(s) named {}*", report.vms.len(), report.prefix);
+    }
+    Ok(if report.failed() > 0 {
+        EXIT_VM_FAILED
+    } else {
+        0
+    })
 }
 
 async fn run_plan(inputs: &Inputs, cpu_overcommit: f64) -> Result<u8, Failure> {

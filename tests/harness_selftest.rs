@@ -98,6 +98,8 @@ async fn checks() -> Result<(), String> {
     rollout::journal::check_globs()?;
     rollout::params::check_rules()?;
     rollout::claims::check_rules()?;
+    rollout::target::check_mapping()?;
+    rollout::recorder::check_rules()?;
     let auth = rollout::features_dir().join("auth.feature");
 
     // 1. The built-in deployer, in-process: the token scenario passes.
@@ -182,7 +184,7 @@ fn mutant_deployer(m: Mutant) -> Arc<dyn Deployer> {
 /// records which scenarios reach which mutation point), then each mutant against the scenarios
 /// that reach its point (elsewhere it behaves exactly as the deployer); prints the score.
 async fn mutation_score() -> Result<(), String> {
-    if rollout::world::RealPve::from_env().is_some() {
+    if rollout::target::RealPve::current().is_some() {
         // Thirteen broken deployers against a real cluster would create real VMs thirteen times.
         println!(
             "mutation score skipped: HARNESS_PVE_URL is set (the mutants run on the fake only)"

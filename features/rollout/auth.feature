@@ -8,7 +8,6 @@ Feature: Authentication to the Proxmox API
     Given a Proxmox test cluster with the seed's two sites
     And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
 
-  @fake
   Scenario: the API token in the Authorization header is accepted
     Given the deployer authenticates with the API token "root@pam!harness"
     And a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
@@ -16,7 +15,6 @@ Feature: Authentication to the Proxmox API
     Then every API request carried the token "root@pam!harness" in the Authorization header
     And VM "nginx-proxy-vm" is ready with a VMID
 
-  @fake
   Scenario: the API token sent as a PVEAuthCookie cookie, as the seed's deployer did, is refused
     When a client sends "GET" "/nodes/ml110-01/status" with the token "root@pam!harness" as a PVEAuthCookie cookie
     Then the answer is 401 "Authentication failed!"
@@ -24,7 +22,6 @@ Feature: Authentication to the Proxmox API
     When a client sends "GET" "/nodes/ml110-01/status" with the token "root@pam!harness" in the Authorization header
     Then the answer is 200
 
-  @fake
   Scenario: a password gets a ticket, and writes carry the CSRF token
     Given the deployer authenticates as "root@pam" with the password "harness"
     And a VM manifest "dns-primary" on node "ml110-01" at "site-1" with:
@@ -35,12 +32,10 @@ Feature: Authentication to the Proxmox API
     And every later API request carried the ticket of "root@pam"
     And no request was refused for a missing CSRF token
 
-  @fake
   Scenario: a write with a ticket but without the CSRF token is refused
     When a client logs in as "root@pam" with the password "harness" and sends "POST" "/nodes/ml110-01/qemu" without the CSRF token
     Then the answer is 401 "Permission denied - invalid csrf token"
 
-  @fake
   Scenario: a wrong token secret fails fast with the cause
     Given the deployer authenticates with the API token "root@pam!harness" and the secret "00000000-0000-0000-0000-000000000000"
     And a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"

@@ -10,7 +10,6 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the deployer authenticates with the API token "root@pam!harness"
     And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
 
-  @fake
   Scenario: a re-run changes nothing
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     And a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"
@@ -63,7 +62,6 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the fake holds exactly one VM named "sentry-01" on "ml110-01" with a 20 GiB disk
     And the fake holds exactly one VM named "sentry-02" on "ml110-01" with a 20 GiB disk
 
-  @fake
   Scenario: monitoring follows the VM's state and reads its IP from the guest agent
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     And the deployer has run once and every VM is ready
@@ -77,7 +75,6 @@ Feature: Convergence - re-runs, interrupted runs, concurrent creators, monitorin
     And the deployer checks the status
     Then VM "nginx-proxy-vm" is in state "running"
 
-  @fake
   Scenario: destroy removes what the rollout created, disks included
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     And a VM manifest "cloudflare-tunnel-vm" on node "r630-01" at "site-2"

@@ -1,4 +1,4 @@
-@fake @failures
+@failures
 Feature: The seed's six potential issues, each with its mitigation
   Seed 000 lists six ways a VM's deployment goes wrong and what the provider does about each.
   Retryable causes are retried with exponential backoff until the cause goes away; the others fail
@@ -10,6 +10,7 @@ Feature: The seed's six potential issues, each with its mitigation
     And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
     And a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
 
+  @fake
   Scenario: Issue 1 - image not found: retried, and succeeds once the image is uploaded
     Given the image "local:import/ubuntu-22.04-cloud.qcow2" is missing on node "ml110-01"
     When the deployer starts in the background
@@ -30,6 +31,7 @@ Feature: The seed's six potential issues, each with its mitigation
     And the journal shows exactly 1 "GET" "/nodes/ml110-01/network"
     And no mutating request reached Proxmox
 
+  @fake
   Scenario: Issue 3 - node unhealthy: backoff, and success when the node returns
     Given node "ml110-01" is offline
     When the deployer starts in the background
@@ -40,12 +42,14 @@ Feature: The seed's six potential issues, each with its mitigation
     And the waits between the failed health checks of "ml110-01" grew
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
 
+  @fake
   Scenario: Issue 3, site-wide - the site does not answer when the rollout starts: retried, then success
     Given the first 3 requests "GET" "/version" to "site-1" fail with 595 "Connection refused"
     When the deployer runs
     Then VM "nginx-proxy-vm" is ready with a VMID
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
 
+  @fake
   Scenario: Issue 4 - disk import not supported by an older PVE: the VM is cleaned up and the error says why
     Given site "site-1" runs PVE version "7.1"
     When the deployer runs
@@ -55,6 +59,7 @@ Feature: The seed's six potential issues, each with its mitigation
     And the fake holds no VM named "nginx-proxy-vm"
     And no request went to the non-existent "importdisk" route
 
+  @fake
   Scenario: Issue 5 - resource exhaustion: retried, and succeeds once resources are freed
     Given node "ml110-01" has no free memory to start VMs
     When the deployer starts in the background
@@ -65,6 +70,7 @@ Feature: The seed's six potential issues, each with its mitigation
     And VM "nginx-proxy-vm" is "running" with an IP address from the guest agent
     And the journal shows exactly 1 "POST" "/nodes/ml110-01/qemu"
 
+  @fake
   Scenario: Issue 6 - storage full: a clear error that names the storage
     Given storage "local-lvm" on node "ml110-01" is full
     When the deployer runs
@@ -72,6 +78,7 @@ Feature: The seed's six potential issues, each with its mitigation
     And the error of VM "nginx-proxy-vm" mentions "storage 'local-lvm' on node ml110-01 is full"
     And the fake holds no VM named "nginx-proxy-vm"
 
+  @fake
   Scenario: Issue 6, transient - a create task that runs out of space once leaves nothing behind, and the retry succeeds
     Given the next "qmcreate" task on node "ml110-01" fails with "unable to create VM 100 - lvcreate 'pve/vm-100-disk-0' error:   Volume group \"pve\" has insufficient free space (10 extents): 5120 required."
     When the deployer runs
@@ -81,6 +88,7 @@ Feature: The seed's six potential issues, each with its mitigation
     And the fake holds exactly one VM named "nginx-proxy-vm" on "ml110-01" with a 20 GiB disk
     And every disk volume on node "ml110-01" belongs to an existing VM
 
+  @fake
   Scenario: a VM that cannot start fails fast, and the VM the deployer created for it is removed
     Given the next "qmstart" task on node "ml110-01" fails with "start failed: QEMU exited with code 1"
     When the deployer runs

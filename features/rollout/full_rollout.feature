@@ -1,4 +1,4 @@
-@fake @full
+@full
 Feature: The seed's full rollout: 30 manifests over two sites, planned first
   Seed 000 reviews 30 VM manifests and calls the rollout "deployment ready". The plan reads the
   same manifests and the live API (GETs only) and tells the truth first: three manifests cannot be
@@ -6,6 +6,7 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
   fixed copy of the rollout (examples/sankofa-fixed: an RBD storage for the disks, sizes that fit,
   the image as an import volume) deploys all green, in the seed's phase order.
 
+  @fake
   Scenario: the plan of the rollout as written names every problem with true figures
     Given a Proxmox test cluster with the seed's two sites
     And the deployer authenticates with the API token "root@pam!harness"
@@ -29,6 +30,21 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And the plan has an error about "ml110-01"
     And no mutating request reached Proxmox
 
+  Scenario: the plan reads the cluster's own figures and creates nothing
+    Given a Proxmox test cluster with the seed's two sites
+    And the deployer authenticates with the API token "root@pam!harness"
+    And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
+    And a VM manifest "sentry-03" on node "r630-01" at "site-2"
+    And a VM manifest "rpc-node-01" on node "r630-01" at "site-2" with:
+      | storage | ceph-fs |
+    When the deployer plans the rollout
+    Then the plan's verdict is "would-fail"
+    And the plan shows the figures the cluster reports for node "r630-01"
+    And the plan shows 2 new VMs asking for 4 cores and 8 GiB on node "r630-01"
+    And the plan has an error about "ceph-fs"
+    And no mutating request reached Proxmox
+
+  @fake
   Scenario: the rollout as written - what fits is deployed, the VMs on CephFS fail fast naming the storage
     Given a Proxmox test cluster with the seed's two sites
     And the deployer authenticates with the API token "root@pam!harness"
@@ -41,6 +57,7 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And the status lists the 3 unreadable manifests
     And the journal shows exactly 7 "POST" "/nodes/*/qemu"
 
+  @fake
   Scenario: the fixed rollout is all green, in the seed's phase order
     Given a Proxmox test cluster with the scenario "examples/sankofa-fixed/scenario.yaml"
     And the deployer authenticates with the API token "root@pam!harness"
@@ -48,6 +65,18 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And the deployer runs with a concurrency of 8
     When the deployer plans the rollout
     Then the plan's verdict is not "would-fail"
+    When the deployer runs
+    Then all 30 VMs are ready with VMIDs distinct on each site and an IP address
+    And the VMs were created in the seed's phase order: critical, high, medium, blockchain, test
+    And within the blockchain phase the groups were created in order: validators, sentries, rpc, services
+    And "email-server" was created after "dns-primary" was running
+
+  Scenario: the fixed rollout, scaled down to what a test cluster holds, is all green in the seed's phase order
+    Given a Proxmox test cluster with the seed's two sites
+    And the deployer authenticates with the API token "root@pam!harness"
+    And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
+    And the manifests of "examples/sankofa-fixed" scaled down to 1 vCPU, 512Mi and 10Gi on local-lvm
+    And the deployer runs with a concurrency of 8
     When the deployer runs
     Then all 30 VMs are ready with VMIDs distinct on each site and an IP address
     And the VMs were created in the seed's phase order: critical, high, medium, blockchain, test

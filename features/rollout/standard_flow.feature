@@ -10,7 +10,6 @@ Feature: The standard deployment flow for one VM (seed 000, steps 1-14)
     And the deployer authenticates with the API token "root@pam!harness"
     And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
 
-  @fake
   Scenario: nginx-proxy-vm goes from manifest to a running VM with an IP
     Given a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
     When the deployer runs
@@ -62,7 +61,6 @@ Feature: The standard deployment flow for one VM (seed 000, steps 1-14)
     And the error of VM "basic-vm" mentions "import-from only takes 'images' or 'import' volumes"
     And no mutating request reached Proxmox
 
-  @fake
   Scenario: an invalid spec is refused before anything is sent to Proxmox
     Given a VM manifest "bad-vm" on node "ml110-01" at "site-1" with:
       | cpu    | 0      |

@@ -1,6 +1,7 @@
 //! The deployer: seed 000's Proxmox rollout (ProxmoxVM manifests and a ProviderConfig in, VMs on
 //! two PVE sites out), done the way real PVE needs it.
 
+pub mod cleanup;
 pub mod config;
 pub mod deploy;
 pub mod errors;

@@ -154,6 +154,21 @@ pub struct BuiltIn {
 
 impl BuiltIn {
     pub fn options(req: &RunRequest) -> DeployOptions {
+        let mut o = Self::fast_options(req);
+        if super::target::RealPve::current().is_some() {
+            // A real cluster imports and boots in minutes, not in the fake's fast milliseconds.
+            o.pipeline.task_wait = TaskWait {
+                poll: Duration::from_millis(100),
+                timeout: Duration::from_secs(15 * 60),
+            };
+            o.pipeline.ip_wait = Duration::from_secs(5 * 60);
+            o.pipeline.ip_poll = Duration::from_millis(200);
+            o.http_timeout = Duration::from_secs(60);
+        }
+        o
+    }
+
+    fn fast_options(req: &RunRequest) -> DeployOptions {
         DeployOptions {
             concurrency: req.concurrency.max(1),
             backoff: Backoff {

@@ -207,6 +207,31 @@ pub fn agent_ipv4s(answer: &Value) -> Vec<String> {
 }
 
 impl RolloutWorld {
+    /// The name the scenario gave a VM the target holds as `name` (un-prefixed on a real target).
+    pub fn scenario_name(&self, name: &str) -> String {
+        match &self.map {
+            Some(m) => m.scenario_name(name),
+            None => name.to_string(),
+        }
+    }
+
+    /// [`expectations`] keyed by the scenario's VM names (what a status reports once read back).
+    pub fn wants(&self, dir: &Path) -> anyhow::Result<BTreeMap<String, Expected>> {
+        Ok(expectations(dir)?
+            .into_iter()
+            .map(|(k, v)| (self.scenario_name(&k), v))
+            .collect())
+    }
+
+    fn want(&self, dir: &Path, name: &str) -> anyhow::Result<Expected> {
+        self.wants(dir)?.remove(name).ok_or_else(|| {
+            anyhow!(
+                "no readable manifest under {} names a VM '{name}'",
+                dir.display()
+            )
+        })
+    }
+
     /// An observer of the cluster that hosts `node`, and the node's name there.
     async fn cluster_of(&mut self, node: &str) -> anyhow::Result<(Observer, String)> {
         let real = self.real_node(node);
@@ -219,14 +244,14 @@ impl RolloutWorld {
     /// manifest says (cores, memory, boot disk storage and size, bridge, cloud-init drive, guest
     /// agent), and that the reported IP is one the guest agent reports.
     pub async fn verify_ready(&mut self, claim: &VmStatus, manifests: &Path) -> anyhow::Result<()> {
-        let want = expected(manifests, &claim.name)?;
+        let want = self.want(manifests, &claim.name)?;
         self.ready_as(claim, &want).await
     }
 
     /// Every claim of a status: ready VMs as [`Self::verify_ready`], failed ones as
     /// [`Self::verify_nothing_left`] (manifests and journal read once).
     pub async fn verify_status(&mut self, st: &Status, manifests: &Path) -> anyhow::Result<()> {
-        let wants = expectations(manifests)?;
+        let wants = self.wants(manifests)?;
         let want = |name: &str| {
             wants
                 .get(name)
@@ -251,7 +276,8 @@ impl RolloutWorld {
     }
 
     async fn ready_as(&mut self, claim: &VmStatus, want: &Expected) -> anyhow::Result<()> {
-        let name = claim.name.as_str();
+        // The name the target holds the VM under.
+        let name = want.name.as_str();
         if claim.outcome != "ready" {
             bail!("expected ready: {}", claim.describe());
         }
@@ -317,10 +343,10 @@ impl RolloutWorld {
         if claim.state.as_deref() != Some(state) {
             bail!("expected state '{state}': {}", claim.describe());
         }
-        let want = expected(manifests, &claim.name)?;
+        let want = self.want(manifests, &claim.name)?;
         let (obs, node) = self.cluster_of(&want.node).await?;
         let vms = obs.vms().await?;
-        let seen = one_named(&vms, &claim.name, &node)?;
+        let seen = one_named(&vms, &want.name, &node)?;
         if Some(seen.vmid) != claim.vmid || seen.status != state {
             bail!(
                 "the deployer reports {}, the cluster holds VM {} {}",
@@ -340,7 +366,7 @@ impl RolloutWorld {
         claim: &VmStatus,
         manifests: &Path,
     ) -> anyhow::Result<()> {
-        let want = expected(manifests, &claim.name)?;
+        let want = self.want(manifests, &claim.name)?;
         let journal = if self.is_real() {
             None
         } else {
@@ -355,7 +381,7 @@ impl RolloutWorld {
         want: &Expected,
         journal: Option<&Journal>,
     ) -> anyhow::Result<()> {
-        let name = claim.name.as_str();
+        let name = want.name.as_str();
         let (obs, node) = self.cluster_of(&want.node).await?;
         let vms = obs.vms().await?;
         let named: Vec<&VmSeen> = vms.iter().filter(|v| v.name == name).collect();

@@ -15,7 +15,9 @@ use super::adapter::{self, Action, Creds, Deployer, RunRequest, SiteTarget};
 use super::journal::{Entry, Journal};
 use super::manifest::VmManifest;
 use super::pve::Observer;
+use super::recorder::Recorder;
 use super::status::Status;
+use super::target::TargetMap;
 
 /// The seed's API token (the fake's default scenario holds it).
 pub const HARNESS_TOKEN_ID: &str = "root@pam!harness";
@@ -24,42 +26,13 @@ pub const ROOT_PASSWORD: &str = "harness";
 /// Simulated seconds per real second: the fake's boot delays and imports take milliseconds.
 pub const CLOCK_FACTOR: f64 = 100.0;
 
-/// A real PVE test cluster named by the environment (see README `features`).
-#[derive(Debug, Clone)]
-pub struct RealPve {
-    pub url: String,
-    pub fingerprint: Option<String>,
-    pub insecure: bool,
-    pub node: String,
-    pub creds: Creds,
-}
-
-impl RealPve {
-    pub fn from_env() -> Option<RealPve> {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let url = get("HARNESS_PVE_URL")?;
-        let creds = match (get("HARNESS_PVE_TOKEN_ID"), get("HARNESS_PVE_TOKEN_SECRET")) {
-            (Some(id), Some(secret)) => Creds::Token { id, secret },
-            _ => Creds::Password {
-                username: get("HARNESS_PVE_USERNAME").unwrap_or_else(|| "root@pam".into()),
-                password: get("HARNESS_PVE_PASSWORD").unwrap_or_default(),
-            },
-        };
-        Some(RealPve {
-            url,
-            fingerprint: get("HARNESS_PVE_FINGERPRINT"),
-            insecure: get("HARNESS_PVE_INSECURE").is_some_and(|v| v == "1" || v == "true"),
-            node: get("HARNESS_PVE_NODE").unwrap_or_else(|| "pve".into()),
-            creds,
-        })
-    }
-}
+pub use super::target::RealPve;
 
 pub enum Target {
     /// The fake is configured but not started yet (steps may still change its scenario).
     Pending(Box<Scenario>),
     Fake(FakeProxmox),
-    Real(RealPve),
+    Real(Box<RealPve>),
 }
 
 /// A deployer run: the journal window it covers and what it reported.
@@ -107,6 +80,10 @@ pub struct RolloutWorld {
     pub clock: ClockMode,
     /// The mutation points the built-in deployer reached in this scenario (the self-test).
     pub reached: provision_harness::mutants::Reached,
+    /// Real-target mode: this scenario's names on the target (see `target.rs`).
+    pub map: Option<TargetMap>,
+    /// Real-target mode: the recording proxy the deployer talks through (see `recorder.rs`).
+    pub recorder: Option<Recorder>,
 }
 
 impl std::fmt::Debug for RolloutWorld {
@@ -143,7 +120,8 @@ impl RolloutWorld {
             .context("scenario temp dir")?;
         std::fs::create_dir_all(dir.path().join("manifests"))?;
         std::fs::create_dir_all(dir.path().join("state"))?;
-        let real = RealPve::from_env();
+        let real = RealPve::current();
+        let map = real.as_ref().map(RealPve::next_scenario);
         let creds = match &real {
             Some(r) => r.creds.clone(),
             None => Creds::Token {
@@ -152,7 +130,7 @@ impl RolloutWorld {
             },
         };
         Ok(Self {
-            target: real.map(Target::Real),
+            target: real.map(|r| Target::Real(Box::new(r))),
             deployer: adapter::from_env(),
             dir,
             creds,
@@ -170,6 +148,8 @@ impl RolloutWorld {
             setup_uploads: Vec::new(),
             plan: None,
             reached: Default::default(),
+            map,
+            recorder: None,
         })
     }
 
@@ -269,48 +249,62 @@ impl RolloutWorld {
                     insecure: false,
                 })
                 .collect()),
-            Some(Target::Real(r)) => Ok(["site-1", "site-2"]
-                .iter()
-                .map(|name| SiteTarget {
-                    name: name.to_string(),
-                    url: r.url.clone(),
-                    node: r.node.clone(),
-                    fingerprint: r.fingerprint.clone(),
-                    insecure: r.insecure,
-                })
-                .collect()),
+            Some(Target::Real(r)) => {
+                let r = r.clone();
+                let record = std::env::var("HARNESS_PVE_RECORD").map_or(true, |v| v != "0");
+                if record && self.recorder.is_none() {
+                    let tls = match (&r.fingerprint, r.insecure) {
+                        (Some(fp), _) => provision_harness::pve::TlsMode::Pinned(
+                            provision_harness::pve::tls::parse_fingerprint(fp)
+                                .map_err(|e| anyhow!("HARNESS_PVE_FINGERPRINT: {e}"))?,
+                        ),
+                        (None, true) => provision_harness::pve::TlsMode::Insecure,
+                        (None, false) => provision_harness::pve::TlsMode::Verify,
+                    };
+                    self.recorder = Some(Recorder::start(&r.url, &tls).await?);
+                }
+                let (url, fingerprint, insecure) = match &self.recorder {
+                    Some(rec) => (
+                        rec.url().to_string(),
+                        Some(rec.fingerprint().to_string()),
+                        false,
+                    ),
+                    None => (r.url.clone(), r.fingerprint.clone(), r.insecure),
+                };
+                Ok(["site-1", "site-2"]
+                    .iter()
+                    .map(|name| SiteTarget {
+                        name: name.to_string(),
+                        url: url.clone(),
+                        node: r.node.clone(),
+                        fingerprint: fingerprint.clone(),
+                        insecure,
+                    })
+                    .collect())
+            }
             _ => bail!("no cluster"),
         }
     }
 
-    /// An API client for checks made outside the deployer (as root, with the harness token).
+    /// An API client for checks made outside the deployer (as root: the harness token on the
+    /// fake, the target's own credentials on a real cluster).
     pub async fn observer(&mut self, node: &str) -> anyhow::Result<Observer> {
-        let sites = self.sites().await?;
-        let real = self.is_real();
-        let site = if real {
-            sites.first().cloned()
-        } else {
-            let name = site_of_node(node).unwrap_or("site-1");
-            sites.iter().find(|s| s.name == name).cloned()
+        if let Some(Target::Real(r)) = &self.target {
+            // Straight to the target with its own credentials: the harness's checks are not the
+            // deployer's requests (whose credentials a scenario may have made wrong).
+            return Observer::new(&r.url, r.creds.clone());
         }
-        .ok_or_else(|| anyhow!("no site for node {node}"))?;
-        let creds = if real {
-            self.creds.clone()
-        } else {
-            Creds::Token {
-                id: HARNESS_TOKEN_ID.into(),
-                secret: HARNESS_TOKEN_SECRET.into(),
-            }
+        let sites = self.sites().await?;
+        let name = site_of_node(node).unwrap_or("site-1");
+        let site = sites
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| anyhow!("no site for node {node}"))?;
+        let creds = Creds::Token {
+            id: HARNESS_TOKEN_ID.into(),
+            secret: HARNESS_TOKEN_SECRET.into(),
         };
         Observer::new(&site.url, creds)
-    }
-
-    /// The node a manifest's node stands for on the target (the real cluster has its own).
-    pub fn real_node(&self, node: &str) -> String {
-        match &self.target {
-            Some(Target::Real(r)) => r.node.clone(),
-            _ => node.to_string(),
-        }
     }
 
     pub fn manifests_dir(&self) -> PathBuf {
@@ -331,11 +325,18 @@ impl RolloutWorld {
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::write(file, text)?;
+            match &self.map {
+                Some(map) => std::fs::write(file, map.manifest_text(text))?,
+                None => std::fs::write(file, text)?,
+            }
         }
         for m in manifests.values() {
             let mut m = m.clone();
-            m.node = self.real_node(&m.node);
+            if let Some(map) = &self.map {
+                m.name = map.vm_name(&m.name);
+                m.node = map.node(&m.node);
+                m.storage = map.storage(&m.storage);
+            }
             std::fs::write(dir.join(format!("{}.yaml", m.name)), m.to_yaml())?;
         }
         Ok(())
@@ -379,7 +380,7 @@ impl RolloutWorld {
     /// The journal's current end (0 against a real PVE: there is no journal).
     pub async fn journal_mark(&mut self) -> anyhow::Result<u64> {
         if self.is_real() {
-            return Ok(0);
+            return Ok(self.recorder.as_ref().map_or(0, Recorder::last_seq));
         }
         Ok(self.journal().await?.last_seq())
     }
@@ -393,6 +394,7 @@ impl RolloutWorld {
             .run(req)
             .await
             .with_context(|| format!("{} ({})", self.deployer.describe(), action.as_str()))?;
+        let status = self.scenario_status(status);
         let last = self.journal_mark().await?;
         self.runs.push(Run {
             first_seq: first,
@@ -423,6 +425,7 @@ impl RolloutWorld {
             .await
             .map_err(|_| anyhow!("the background run did not finish within {within:?}"))?
             .context("the background run panicked")??;
+        let status = self.scenario_status(status);
         let last = self.journal_mark().await?;
         self.runs.push(Run {
             first_seq: first,
@@ -459,6 +462,11 @@ impl RolloutWorld {
 
     /// The request journal of every site, in order.
     pub async fn journal(&mut self) -> anyhow::Result<Journal> {
+        if self.is_real() {
+            return self.recorder.as_ref().map(Recorder::journal).ok_or_else(|| {
+                anyhow!("no recording of the deployer's requests (HARNESS_PVE_RECORD=0, or the deployer has not run)")
+            });
+        }
         let fake = self.fake().await?;
         let mut all: Vec<Entry> = Vec::new();
         for site in fake.sites() {

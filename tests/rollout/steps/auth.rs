@@ -19,23 +19,37 @@ fn known_secret(token: &str) -> anyhow::Result<&'static str> {
 /// Against a real PVE the credentials come from the environment instead.
 #[given(regex = r#"^the deployer authenticates with the API token "([^"]+)"$"#)]
 fn token(w: &mut RolloutWorld, id: String) -> anyhow::Result<()> {
-    if !w.is_real() {
-        let secret = known_secret(&id)?.to_string();
-        w.creds = Creds::Token { id, secret };
-    }
+    let secret = secret_of(w, &id)?;
+    let id = w.target_token_id(&id);
+    w.creds = Creds::Token { id, secret };
     Ok(())
+}
+
+/// The secret of a token the scenario names: the harness's on the fake, the environment's on a
+/// real target.
+fn secret_of(w: &RolloutWorld, id: &str) -> anyhow::Result<String> {
+    match &w.map {
+        Some(m) => m.token_secret(id),
+        None => Ok(known_secret(id)?.to_string()),
+    }
 }
 
 #[given(
     regex = r#"^the deployer authenticates with the API token "([^"]+)" and the secret "([^"]+)"$"#
 )]
 fn token_secret(w: &mut RolloutWorld, id: String, secret: String) {
+    let id = w.target_token_id(&id);
     w.creds = Creds::Token { id, secret };
 }
 
 #[given(regex = r#"^the deployer authenticates as "([^"]+)" with the password "([^"]+)"$"#)]
-fn password_creds(w: &mut RolloutWorld, username: String, password: String) {
+fn password_creds(w: &mut RolloutWorld, username: String, password: String) -> anyhow::Result<()> {
+    let (username, password) = match &w.map {
+        Some(m) => m.login(&username, &password)?,
+        None => (username, password),
+    };
     w.creds = Creds::Password { username, password };
+    Ok(())
 }
 
 async fn probe(
@@ -44,8 +58,22 @@ async fn probe(
     path: &str,
     headers: Vec<(&str, String)>,
 ) -> anyhow::Result<()> {
+    let path = w.target_path(path);
+    let path = path.as_str();
     let node = path.split('/').nth(2).unwrap_or("ml110-01").to_string();
-    let obs = w.observer(&node).await?;
+    let obs = match w.is_real() {
+        // Through the recorder, so the probe is in the journal and the cassette like the
+        // deployer's requests.
+        true => {
+            w.sites().await?;
+            let rec = w
+                .recorder
+                .as_ref()
+                .ok_or_else(|| anyhow!("no recorder (HARNESS_PVE_RECORD=0)"))?;
+            crate::rollout::pve::Observer::new(rec.url(), w.creds.clone())?
+        }
+        false => w.observer(&node).await?,
+    };
     let first = w.journal_mark().await? + 1;
     let answer = obs.raw(method, path, &headers).await?;
     let last = w.journal_mark().await?;
@@ -67,7 +95,8 @@ async fn probe(
 #[when(expr = "a client sends {request} with the token {string} as a PVEAuthCookie cookie")]
 async fn token_cookie(w: &mut RolloutWorld, req: Request, id: String) -> anyhow::Result<()> {
     let Request { method, path } = req;
-    let secret = known_secret(&id)?;
+    let secret = secret_of(w, &id)?;
+    let id = w.target_token_id(&id);
     // Exactly what the seed's deployer sent: `Cookie: PVEAuthCookie=<tokenid>=<secret>`.
     probe(
         w,
@@ -81,7 +110,8 @@ async fn token_cookie(w: &mut RolloutWorld, req: Request, id: String) -> anyhow:
 #[when(expr = "a client sends {request} with the token {string} in the Authorization header")]
 async fn token_header(w: &mut RolloutWorld, req: Request, id: String) -> anyhow::Result<()> {
     let Request { method, path } = req;
-    let secret = known_secret(&id)?;
+    let secret = secret_of(w, &id)?;
+    let id = w.target_token_id(&id);
     probe(
         w,
         &method,
@@ -101,7 +131,11 @@ async fn no_csrf(
     req: Request,
 ) -> anyhow::Result<()> {
     let Request { method, path } = req;
-    let node = path.split('/').nth(2).unwrap_or("ml110-01").to_string();
+    let (user, password) = match &w.map {
+        Some(m) => m.login(&user, &password)?,
+        None => (user, password),
+    };
+    let node = w.real_node(path.split('/').nth(2).unwrap_or("ml110-01"));
     let obs = w.observer(&node).await?;
     let (ticket, _csrf) = obs.login(&user, &password).await?;
     probe(

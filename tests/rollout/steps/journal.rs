@@ -11,16 +11,19 @@ use crate::rollout::world::RolloutWorld;
 
 #[then(expr = "every API request carried the token {string} in the Authorization header")]
 async fn all_token_header(w: &mut RolloutWorld, token: String) -> anyhow::Result<()> {
+    let token = w.target_token_id(&token);
     w.deployer_journal().await?.expect_token_header(&token)
 }
 
 #[then(expr = "the journal shows a {request} answered {int} before any other request")]
 async fn first_request(w: &mut RolloutWorld, req: Request, status: u16) -> anyhow::Result<()> {
+    let req = w.target_request(&req);
     w.deployer_journal().await?.expect_first(&req, status)
 }
 
 #[then(expr = "every later API request carried the ticket of {string}")]
 async fn all_ticket(w: &mut RolloutWorld, user: String) -> anyhow::Result<()> {
+    let user = w.target_user(&user);
     w.deployer_journal().await?.expect_ticket_of(&user)
 }
 
@@ -34,16 +37,18 @@ async fn in_order(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
     let expected: Vec<(String, String)> = rows(step)
         .into_iter()
         .skip(1)
-        .map(|r| (r[0].clone(), r[1].clone()))
+        .map(|r| (r[0].clone(), w.target_path(&r[1])))
         .collect();
     w.deployer_journal().await?.expect_in_order(&expected)
 }
 
 #[then("the VM was created with these parameters:")]
 async fn create_params(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
-    w.deployer_journal()
-        .await?
-        .expect_create_params(&rows(step))
+    let rows: Vec<Vec<String>> = rows(step)
+        .into_iter()
+        .map(|r| r.iter().map(|c| w.target_text(c)).collect())
+        .collect();
+    w.deployer_journal().await?.expect_create_params(&rows)
 }
 
 #[then("the create request used the VMID that nextid returned")]
@@ -90,11 +95,13 @@ async fn no_mutation_last(w: &mut RolloutWorld) -> anyhow::Result<()> {
 
 #[then(expr = "the journal shows exactly {int} {request}")]
 async fn exactly(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Result<()> {
+    let req = w.target_request(&req);
     w.deployer_journal().await?.expect_exactly(n, &req)
 }
 
 #[then(expr = "the journal shows at least {int} {request} refused because the VMID already exists")]
 async fn refused_exists(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Result<()> {
+    let req = w.target_request(&req);
     w.deployer_journal()
         .await?
         .expect_refused_as_existing(n, &req)
@@ -103,6 +110,7 @@ async fn refused_exists(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow:
 /// Waits (the deployer may still be running in the background).
 #[when(expr = "the journal shows at least {int} {request}")]
 async fn at_least(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Result<()> {
+    let req = w.target_request(&req);
     let what = format!("{n} × {req}");
     w.wait_journal(WAIT, &what, |j| j.count(&req.method, &req.path) >= n)
         .await
@@ -110,6 +118,7 @@ async fn at_least(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Resul
 
 #[when(expr = "the journal shows at least {int} failed {request}")]
 async fn at_least_failed(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Result<()> {
+    let req = w.target_request(&req);
     let what = format!("{n} failed {req}");
     w.wait_journal(WAIT, &what, |j| j.count_failed(&req.method, &req.path) >= n)
         .await

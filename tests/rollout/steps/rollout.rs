@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::rows;
 use crate::rollout::adapter::Action;
-use crate::rollout::params::VmName;
+use crate::rollout::params::{NodeName, VmName};
 use crate::rollout::status::Status;
 use crate::rollout::world::RolloutWorld;
 
@@ -27,6 +27,37 @@ fn cluster_scenario(w: &mut RolloutWorld, path: String) -> anyhow::Result<()> {
     let s =
         fake_proxmox::Scenario::from_yaml_file(repo(&path)).map_err(|e| anyhow!("{path}: {e}"))?;
     w.target = Some(crate::rollout::world::Target::Pending(Box::new(s)));
+    Ok(())
+}
+
+/// The manifests of `dir`, each asking for 1 vCPU, 512 MiB and a 10 GiB disk on local-lvm: the
+/// rollout's names, phases, groups and dependencies at a size a test cluster holds 30 times.
+#[given(
+    regex = r#"^the manifests of "([^"]+)" scaled down to 1 vCPU, 512Mi and 10Gi on local-lvm$"#
+)]
+fn manifests_scaled(w: &mut RolloutWorld, dir: String) -> anyhow::Result<()> {
+    manifests_of(w, dir)?;
+    for text in w.raw_manifests.values_mut() {
+        let Ok(mut doc) = serde_norway::from_str::<serde_norway::Value>(text) else {
+            continue;
+        };
+        let Some(fp) = doc
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("forProvider"))
+            .and_then(|f| f.as_mapping_mut())
+        else {
+            continue;
+        };
+        for (k, v) in [
+            ("cpu", serde_norway::Value::from(1)),
+            ("memory", "512Mi".into()),
+            ("disk", "10Gi".into()),
+            ("storage", "local-lvm".into()),
+        ] {
+            fp.insert(k.into(), v);
+        }
+        *text = serde_norway::to_string(&doc)?;
+    }
     Ok(())
 }
 
@@ -187,6 +218,7 @@ fn storage_figures(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
 
 #[then(regex = r#"^the plan has an error about "([^"]+)"$"#)]
 fn error_about(w: &mut RolloutWorld, subject: String) -> anyhow::Result<()> {
+    let subject = w.target_text(&subject);
     let p = plan(w)?;
     let hit = p["findings"].as_array().is_some_and(|a| {
         a.iter().any(|f| {
@@ -416,6 +448,7 @@ async fn after_running(w: &mut RolloutWorld, later: String, first: String) -> an
         .map(|e| e.seq)
         .ok_or_else(|| anyhow!("{first} ({vmid}) was never started"))?;
     let created = creates(w).await?;
+    let later = w.target_name(&later);
     let at = created
         .iter()
         .find(|(_, n)| *n == later)
@@ -443,4 +476,94 @@ async fn ends(w: &mut RolloutWorld, name: VmName, outcome: String) -> anyhow::Re
             w.verify_nothing_left(&vm, &dir).await
         }
     }
+}
+
+/// The plan's figures for `node` (every site's entry: on a real target both of the seed's sites
+/// are the one cluster).
+fn plan_nodes<'a>(p: &'a Value, node: &str) -> Vec<&'a Value> {
+    p["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["node"] == node)
+        .collect()
+}
+
+/// The capacity the plan used is what the node itself reports (`GET /nodes/{node}/status`:
+/// CPU threads, memory), and each storage's "holds VM disks" is its `images` content.
+#[then(expr = "the plan shows the figures the cluster reports for node {node}")]
+async fn plan_matches_cluster(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
+    let node = w.real_node(&node);
+    let p = plan(w)?.clone();
+    let obs = w.observer(&node).await?;
+    let status = obs.get(&format!("/nodes/{node}/status")).await?;
+    let threads = status["cpuinfo"]["cpus"].as_u64();
+    let memory_mib = status["memory"]["total"].as_u64().map(|b| b >> 20);
+    let entries = plan_nodes(&p, &node);
+    ensure!(
+        !entries.is_empty(),
+        "the plan has no figures for node {node}:\n{p}"
+    );
+    for n in entries {
+        ensure!(
+            n["cpu_threads"].as_u64() == threads && n["memory_total_mib"].as_u64() == memory_mib,
+            "node {node}: the plan says {} CPU threads and {} MiB, the node reports {threads:?} and {memory_mib:?}",
+            n["cpu_threads"],
+            n["memory_total_mib"]
+        );
+    }
+    let storages = obs.get(&format!("/nodes/{node}/storage")).await?;
+    for s in p["storages"].as_array().into_iter().flatten() {
+        if s["node"] != node.as_str() {
+            continue;
+        }
+        let name = s["storage"].as_str().unwrap_or_default();
+        let real = storages
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["storage"] == name)
+            .ok_or_else(|| anyhow!("the plan lists storage {name}, node {node} has none"))?;
+        let images = real["content"]
+            .as_str()
+            .unwrap_or_default()
+            .split(',')
+            .any(|c| c == "images");
+        ensure!(
+            s["holds_vm_disks"].as_bool() == Some(images),
+            "{node}/{name}: the plan says holds VM disks = {}, its content is {}",
+            s["holds_vm_disks"],
+            real["content"]
+        );
+    }
+    Ok(())
+}
+
+#[then(expr = "the plan shows {int} new VMs asking for {int} cores and {int} GiB on node {node}")]
+fn plan_new_vms(
+    w: &mut RolloutWorld,
+    vms: u64,
+    cores: u64,
+    gib: u64,
+    node: NodeName,
+) -> anyhow::Result<()> {
+    let node = w.real_node(&node);
+    let p = plan(w)?;
+    let sum = |k: &str| -> u64 {
+        plan_nodes(p, &node)
+            .iter()
+            .filter_map(|n| n[k].as_u64())
+            .sum()
+    };
+    let got = (
+        sum("new_vms"),
+        sum("requested_cores"),
+        sum("requested_memory_mib") / 1024,
+    );
+    ensure!(
+        got == (vms, cores, gib),
+        "node {node}: the plan counts new VMs/cores/memory GiB = {got:?}, expected {:?}",
+        (vms, cores, gib)
+    );
+    Ok(())
 }

@@ -55,6 +55,7 @@ async fn one_vm(
     gib: u32,
 ) -> anyhow::Result<()> {
     let node = w.real_node(&node);
+    let name = w.target_name(&name);
     let obs = w.observer(&node).await?;
     let vms = obs.vms().await?;
     let named: Vec<_> = vms.iter().filter(|v| v.name == name).collect();
@@ -77,6 +78,7 @@ async fn one_vm(
 
 #[then(expr = "the fake/cluster holds no VM named {vm}")]
 async fn no_vm(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
+    let name = w.target_name(&name);
     for node in ["ml110-01", "r630-01"] {
         let node = w.real_node(node);
         let obs = w.observer(&node).await?;
@@ -97,18 +99,36 @@ async fn no_vm(w: &mut RolloutWorld, name: VmName) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// On a shared cluster a destroyed VM's VMID is free for anyone: a volume `vm-<id>-…` only
+/// counts as left over while no VM holds that VMID (volumes listed before and after the VMs, so
+/// a VM created in between is not mistaken for a leftover).
 #[then(expr = "the fake/cluster holds no disk volume of the destroyed VMs")]
 async fn no_disks(w: &mut RolloutWorld) -> anyhow::Result<()> {
     ensure!(!w.destroyed.is_empty(), "no VM was destroyed");
     for (node, vmid) in w.destroyed.clone() {
         let node = w.real_node(&node);
         let obs = w.observer(&node).await?;
-        let vols = obs.image_volumes(&node).await?;
-        let prefix = format!("vm-{vmid}-");
-        let left: Vec<_> = vols.iter().filter(|v| v.contains(&prefix)).collect();
+        let prefix = format!(":vm-{vmid}-");
+        let before: Vec<String> = obs
+            .image_volumes(&node)
+            .await?
+            .into_iter()
+            .filter(|v| v.contains(&prefix))
+            .collect();
+        if before.is_empty() {
+            continue;
+        }
+        let owner: Vec<_> = obs
+            .vms()
+            .await?
+            .into_iter()
+            .filter(|v| v.vmid == vmid)
+            .collect();
+        let after = obs.image_volumes(&node).await?;
+        let left: Vec<&String> = before.iter().filter(|v| after.contains(v)).collect();
         ensure!(
-            left.is_empty(),
-            "disks of VM {vmid} are left on {node}: {left:?}"
+            left.is_empty() || !owner.is_empty(),
+            "disks of the destroyed VM {vmid} are left on {node}, and no VM holds that VMID: {left:?}"
         );
     }
     Ok(())

@@ -262,6 +262,7 @@ async fn failed(w: &mut RolloutWorld, name: VmName, reason: String) -> anyhow::R
 fn error_mentions(w: &mut RolloutWorld, name: VmName, text: String) -> anyhow::Result<()> {
     let vm = w.last_status()?.vm(&name).map_err(|e| anyhow!(e))?;
     let msg = vm.error.as_ref().map(|e| e.message.as_str()).unwrap_or("");
+    let text = w.target_text(&text);
     ensure!(
         msg.contains(&text),
         "the error should mention \"{text}\": {}",
