@@ -52,7 +52,7 @@ use net::NsProcess;
 /// How often the agent watcher pings a guest's agent.
 const AGENT_WATCH_EVERY: Duration = Duration::from_secs(1);
 /// Bound on a watcher ping before the agent first answered.
-const AGENT_FIRST_PING_TIMEOUT: Duration = Duration::from_millis(500);
+const AGENT_FIRST_PING_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Options of a [`GuestHost`].
 #[derive(Debug, Clone)]
@@ -452,12 +452,12 @@ fn spawn_watch(guest: Weak<Guest>, closing: Arc<AtomicBool>) {
                 }
                 let t = Instant::now();
                 g.poll_run_state();
-                // Until the agent first answers, look four times as often with a shorter
+                // Until the agent first answers, look five times as often with a shorter
                 // bound: callers wait on that first answer (a booting guest's agent is
                 // silent, and each silent ping costs its whole timeout).
                 let every = if g.spec.agent && !g.agent_answering() {
                     let _ = g.agent_ping(AGENT_FIRST_PING_TIMEOUT);
-                    AGENT_WATCH_EVERY / 4
+                    AGENT_WATCH_EVERY / 5
                 } else {
                     if g.spec.agent {
                         let _ = g.agent_ping(Duration::from_secs(1));

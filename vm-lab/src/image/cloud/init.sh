@@ -66,8 +66,29 @@ coldplug() {
   done
 }
 coldplug
+
+# --- early services ---------------------------------------------------------------------------
+# As on a real cloud image, the guest agent and the power button do not wait for cloud-init
+# (systemd starts qemu-guest-agent once its port appears, here as soon as the drivers for the
+# VM's devices are in): the agent answers while the drive is still being applied, and reports
+# the addresses once they are there.
+# Guest agent on its virtio-serial port, only when the VM has one (PVE: agent=1).
+QGA_DEV=
+for _p in /sys/class/virtio-ports/*; do
+  [ "$(cat "$_p/name" 2>/dev/null)" = "org.qemu.guest_agent.0" ] && QGA_DEV="/dev/${_p##*/}"
+done
+if [ -n "$QGA_DEV" ]; then
+  mkdir -p /run/qga
+  qemu-ga -m virtio-serial -p "$QGA_DEV" -t /run/qga >/run/qemu-ga.log 2>&1 &
+else
+  echo "cloudimg: no guest agent port (the VM has no agent channel)"
+fi
+
 for _m in sd_mod sr_mod isofs button evdev; do load "$_m"; done
 coldplug
+# ACPI power button (PVE's shutdown without the agent, QMP system_powerdown): power off.
+# acpid reads the button's input device, so it starts once evdev and button are loaded.
+acpid -c /etc/acpi >/dev/null 2>&1
 
 # Disk controllers and NICs this image has no driver for (the kernel flavour decides): say so.
 for _d in /sys/bus/pci/devices/*; do
@@ -81,24 +102,6 @@ for _d in /sys/bus/pci/devices/*; do
   read -r _v < "$_d/vendor"; read -r _i < "$_d/device"
   echo "CLOUDIMG-UNSUPPORTED: $_k ${_v#0x}:${_i#0x} (PCI ${_d##*/}) has no driver in this image ($(uname -r))"
 done
-
-# --- early services ---------------------------------------------------------------------------
-# As on a real cloud image, the guest agent and the power button do not wait for cloud-init
-# (systemd starts qemu-guest-agent once its port appears): the agent answers while the drive
-# is still being applied, and reports the addresses once they are there.
-# Guest agent on its virtio-serial port, only when the VM has one (PVE: agent=1).
-QGA_DEV=
-for _p in /sys/class/virtio-ports/*; do
-  [ "$(cat "$_p/name" 2>/dev/null)" = "org.qemu.guest_agent.0" ] && QGA_DEV="/dev/${_p##*/}"
-done
-if [ -n "$QGA_DEV" ]; then
-  mkdir -p /run/qga
-  qemu-ga -m virtio-serial -p "$QGA_DEV" -t /run/qga >/run/qemu-ga.log 2>&1 &
-else
-  echo "cloudimg: no guest agent port (the VM has no agent channel)"
-fi
-# ACPI power button (PVE's shutdown without the agent, QMP system_powerdown): power off.
-acpid -c /etc/acpi >/dev/null 2>&1
 
 . /lib/cloudimg/reader.sh
 CI=/run/cloudinit
