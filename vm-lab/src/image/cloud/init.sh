@@ -65,27 +65,41 @@ coldplug() {
     done
   done
 }
-coldplug
-
 # --- early services ---------------------------------------------------------------------------
-# As on a real cloud image, the guest agent and the power button do not wait for cloud-init
-# (systemd starts qemu-guest-agent once its port appears, here as soon as the drivers for the
-# VM's devices are in): the agent answers while the drive is still being applied, and reports
-# the addresses once they are there.
-# Guest agent on its virtio-serial port, only when the VM has one (PVE: agent=1).
+# As on a real cloud image, the guest agent does not wait for cloud-init or for the other
+# drivers: systemd starts qemu-guest-agent as soon as its port appears. So the virtio-serial
+# controller (1af4:1003, or 1af4:1043 when modern) gets its driver first, and the agent starts
+# on its port (the port appears a moment after the driver: waited for, at most 3 s); it answers
+# while the rest boots, and reports the addresses once cloud-init applied them.
 QGA_DEV=
-for _p in /sys/class/virtio-ports/*; do
-  [ "$(cat "$_p/name" 2>/dev/null)" = "org.qemu.guest_agent.0" ] && QGA_DEV="/dev/${_p##*/}"
-done
-if [ -n "$QGA_DEV" ]; then
+start_agent() {
+  [ -n "$QGA_DEV" ] && return 0
+  _tries=0
+  while [ $_tries -lt "$1" ]; do
+    for _p in /sys/class/virtio-ports/*; do
+      read -r _n < "$_p/name" 2>/dev/null || continue
+      [ "$_n" = org.qemu.guest_agent.0 ] && QGA_DEV="/dev/${_p##*/}"
+    done
+    [ -n "$QGA_DEV" ] && break
+    _tries=$((_tries + 1)); sleep 0.1
+  done
+  [ -n "$QGA_DEV" ] || return 0
   mkdir -p /run/qga
   qemu-ga -m virtio-serial -p "$QGA_DEV" -t /run/qga >/run/qemu-ga.log 2>&1 &
-else
-  echo "cloudimg: no guest agent port (the VM has no agent channel)"
-fi
+}
+for _d in /sys/bus/pci/devices/*; do
+  read -r _v < "$_d/vendor"; read -r _i < "$_d/device"
+  case "$_v:$_i" in
+    0x1af4:0x1003|0x1af4:0x1043) load virtio_pci; load virtio_console; start_agent 30 ;;
+  esac
+done
 
+coldplug
 for _m in sd_mod sr_mod isofs button evdev; do load "$_m"; done
 coldplug
+# A port that only the full coldplug brought (a non-virtio-serial agent channel, say).
+start_agent 1
+[ -n "$QGA_DEV" ] || echo "cloudimg: no guest agent port (the VM has no agent channel)"
 # ACPI power button (PVE's shutdown without the agent, QMP system_powerdown): power off.
 # acpid reads the button's input device, so it starts once evdev and button are loaded.
 acpid -c /etc/acpi >/dev/null 2>&1
