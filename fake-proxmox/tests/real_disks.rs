@@ -423,3 +423,38 @@ async fn a_reset_drops_the_previous_worlds_files_and_places_the_scenarios_again(
     assert!(iso.exists(), "the scenario's volumes are placed again");
     lab.fake.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uploaded_image_is_a_real_file_a_vm_can_import() {
+    let lab = start().await;
+    let src = source_image(lab.tmp.path());
+    let bytes = std::fs::read(&src).unwrap();
+    let upid = lab
+        .upload("local", "import", "up.qcow2", bytes.clone())
+        .await;
+    let (st, log) = lab.wait(&upid).await;
+    assert_eq!(st["exitstatus"], "OK", "{log:#?}");
+    let placed = lab.path("local", "import/up.qcow2");
+    assert_eq!(placed, lab.tmp.path().join("var-lib-vz/import/up.qcow2"));
+    assert_eq!(
+        std::fs::read(&placed).unwrap(),
+        bytes,
+        "the uploaded bytes, unchanged"
+    );
+    assert_eq!(info(&placed)["format"], "qcow2");
+
+    let (st, log) = lab
+        .task(
+            "POST",
+            &format!("/nodes/{NODE}/qemu"),
+            &[
+                ("vmid", "101"),
+                ("memory", "512"),
+                ("scsi0", "local-lvm:0,import-from=local:import/up.qcow2"),
+            ],
+        )
+        .await;
+    assert_eq!(st["exitstatus"], "OK", "{log:#?}");
+    let disk = lab.path("local-lvm", "vm-101-disk-0");
+    assert_eq!(info(&disk)["virtual-size"].as_u64(), Some(64 * MIB));
+}

@@ -68,6 +68,11 @@ impl Site {
                 size,
                 file,
             } => self.finish_download(node, storage, volname, (*size, file.as_deref()), now),
+            Work::Upload {
+                storage,
+                volname,
+                tmp,
+            } => self.finish_upload(node, storage, volname, tmp, now),
             Work::DeleteVolume { storage, volname } => {
                 self.remove_volume(node, storage, volname);
                 Ok(Vec::new())
@@ -162,6 +167,17 @@ impl Site {
             Work::SnapshotCreate { .. }
             | Work::SnapshotDelete { .. }
             | Work::SnapshotRollback { .. } => self.abort_snapshot_work(work),
+            // A failed or stopped upload copy removes its spooled file, as PVE's worker does.
+            Work::Upload { tmp, .. } => {
+                if let Err(e) = std::fs::remove_file(tmp)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(
+                        "unable to clean up temporary file '{}' - {e}",
+                        tmp.display()
+                    );
+                }
+            }
             _ => {}
         }
     }

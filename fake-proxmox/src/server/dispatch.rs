@@ -15,6 +15,7 @@ use crate::journal::{AuthKind, JournalEntry};
 use crate::route::Ctx;
 use crate::router::handler_for;
 use crate::server::state::{Inner, SiteCtx};
+use crate::server::upload::{self, Spooled};
 use crate::wire::{
     MAX_BODY, PveError, RawParam, Reply, decode_urlencoded, parse_body, render_err, render_ok,
 };
@@ -154,7 +155,7 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
 
     let early = read_request(&method, &full_path, &parts, body).await;
 
-    let (rel, raw) = match early {
+    let (rel, raw, mut spooled) = match early {
         Ok(x) => x,
         Err(e) => {
             let mut inner = ctx.shared.inner.lock();
@@ -180,7 +181,15 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         creds: &creds,
         csrf: csrf.as_deref(),
     };
-    match locked_part(&ctx, incoming, rec) {
+    let answer = locked_part(&ctx, incoming, rec);
+    // A response held by a fault rule was decided before its wait: keep an accepted upload's
+    // file now, before anything else can tick its task to the end.
+    if let (Some(s), Locked::Done(resp) | Locked::Held(resp, _)) = (spooled.as_mut(), &answer)
+        && resp.status().is_success()
+    {
+        s.keep();
+    }
+    let resp = match answer {
         Locked::Done(resp) => resp,
         Locked::AuthFailed(resp) => {
             if ctx.shared.auth_failure_delay {
@@ -207,12 +216,20 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
                     d.version,
                 )
             };
+            if let Some(s) = spooled.as_mut()
+                && resp.status().is_success()
+            {
+                s.keep();
+            }
             if answer_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(answer_ms)).await;
             }
             resp
         }
-    }
+    };
+    // An accepted upload's task owns its spooled file; a refused one's is removed here.
+    drop(spooled);
+    resp
 }
 
 /// The HTTP layer (AnyEvent.pm): method, transfer encoding, format and body; the path below
@@ -222,7 +239,7 @@ async fn read_request(
     full_path: &str,
     parts: &axum::http::request::Parts,
     body: Body,
-) -> Result<(String, BTreeMap<String, RawParam>), PveError> {
+) -> Result<(String, BTreeMap<String, RawParam>, Option<Spooled>), PveError> {
     if !matches!(method, "GET" | "POST" | "PUT" | "DELETE") {
         return Err(PveError::bare(
             501,
@@ -262,6 +279,25 @@ async fn read_request(
         None if full_path == "/api2" => return Err(PveError::bare(501, "no such uri")),
         None => return Err(PveError::bare(501, format!("no such file '{full_path}'"))),
     };
+    let ct = parts
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok());
+    if method == "POST" && upload::is_multipart(ct) {
+        if !upload::is_upload_path(&rel) {
+            return Err(PveError::bare(
+                501,
+                "multipart/form-data is only accepted for uploads",
+            ));
+        }
+        let mut params = BTreeMap::new();
+        let spooled = upload::read_multipart(ct.unwrap_or(""), body, &mut params).await?;
+        if let Some(q) = parts.uri.query() {
+            decode_urlencoded(q.as_bytes(), &mut params);
+        }
+        params.remove("_dc");
+        return Ok((rel, params, spooled));
+    }
     let bytes = axum::body::to_bytes(body, MAX_BODY + 1)
         .await
         .map_err(|_| PveError::bare(501, "for data too large"))?;
@@ -270,10 +306,6 @@ async fn read_request(
     }
     let mut params = BTreeMap::new();
     if matches!(method, "POST" | "PUT") {
-        let ct = parts
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok());
         parse_body(ct, &bytes, &mut params)?;
     } else if !bytes.is_empty() {
         return Err(PveError::bare(
@@ -285,7 +317,9 @@ async fn read_request(
         decode_urlencoded(q.as_bytes(), &mut params);
     }
     params.remove("_dc");
-    Ok((rel, params))
+    // Only the HTTP layer names the spooled file (PVE: only on the trusted local port).
+    params.remove("tmpfilename");
+    Ok((rel, params, None))
 }
 
 /// What the part of a request under the lock ends with.

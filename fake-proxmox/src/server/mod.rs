@@ -3,6 +3,7 @@
 pub mod dispatch;
 pub mod state;
 pub mod tls;
+pub mod upload;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -180,7 +180,7 @@ fn download_target(
 
 /// The directory a content type downloads into, once the file name fits it; `None` for a
 /// content type that cannot be downloaded.
-fn content_dir(
+pub(crate) fn content_dir(
     ct: Content,
     filename: &str,
     version: PveVersion,

@@ -15,5 +15,6 @@ pub mod download;
 pub mod features;
 pub mod model;
 pub mod routes;
+pub mod upload;
 pub mod volid;
 pub mod volumes;

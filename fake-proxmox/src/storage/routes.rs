@@ -1,5 +1,5 @@
-//! `/nodes/{node}/storage...`: list, status, content, allocation, download-url — parse
-//! and render; the rules are in `content` and `download`.
+//! `/nodes/{node}/storage...`: list, status, content, allocation, download-url, upload —
+//! parse and render; the rules are in `content`, `download` and `upload`.
 
 use serde_json::{Value, json};
 
@@ -38,6 +38,7 @@ pub fn routes() -> Vec<Route> {
             "/nodes/{node}/storage/{storage}/download-url",
             download_url,
         ),
+        route("POST", "/nodes/{node}/storage/{storage}/upload", upload),
     ]
 }
 
@@ -170,6 +171,10 @@ fn volume_info(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn volume_delete(c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(Reply::data(json!(c.site.delete_volume(&c.req)?)))
+}
+
+fn upload(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(json!(c.site.upload(&c.req)?)))
 }
 
 fn download_url(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -71,6 +71,13 @@ pub enum Work {
         /// The local file the scenario says stands for the URL (real disks copy it).
         file: Option<std::path::PathBuf>,
     },
+    /// An uploaded file (`tmp`, removed when the task ends) becomes volume `volname`,
+    /// replacing one of that name.
+    Upload {
+        storage: String,
+        volname: String,
+        tmp: std::path::PathBuf,
+    },
     DeleteVolume {
         storage: String,
         volname: String,

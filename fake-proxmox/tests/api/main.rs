@@ -13,5 +13,6 @@ mod move_disk;
 mod pending;
 mod snapshot;
 mod storage;
+mod upload;
 mod vms;
 mod wire;

@@ -81,6 +81,43 @@ impl Lab {
         body["data"].clone()
     }
 
+    /// `POST …/storage/{storage}/upload` with `data` as the multipart file part named
+    /// `file_name` (as a browser or proxmoxer sends it): the UPID.
+    pub async fn upload(
+        &self,
+        storage: &str,
+        content: &str,
+        file_name: &str,
+        data: Vec<u8>,
+    ) -> String {
+        let boundary = "----real-disks-upload-5f1e";
+        let mut body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"content\"\r\n\r\n{content}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"filename\"; filename=\"{file_name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(&data);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let r = self
+            .http
+            .post(format!(
+                "{}/nodes/{NODE}/storage/{storage}/upload",
+                self.base
+            ))
+            .header("Authorization", format!("PVEAPIToken={TOKEN}"))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap();
+        assert!(status.is_success(), "upload: {status} {v}");
+        v["data"].as_str().unwrap().to_string()
+    }
+
     /// Start a task with `method path form`, step the clock until it ends: (status, log).
     pub async fn task(
         &self,
@@ -91,6 +128,11 @@ impl Lab {
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let upid = self.call(m, path, form).await;
         let upid = upid.as_str().unwrap().to_string();
+        self.wait(&upid).await
+    }
+
+    /// Step the clock until task `upid` ends: (status, log).
+    pub async fn wait(&self, upid: &str) -> (Value, Vec<String>) {
         let ctl = self.fake.site("site-1").unwrap().control();
         for _ in 0..300 {
             let st = self
