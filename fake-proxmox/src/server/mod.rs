@@ -1,6 +1,7 @@
 //! Serving: one listener per site (TLS by default), the axum app, the public handle.
 
 pub mod dispatch;
+pub mod http;
 pub mod state;
 pub mod tls;
 pub mod upload;
