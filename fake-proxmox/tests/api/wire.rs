@@ -248,3 +248,29 @@ async fn extreme_values_never_break_the_server() {
         assert_ne!(st["exitstatus"], "OK");
     }
 }
+
+/// A method PVE has but the fake does not model yet (migration): its parameters are checked
+/// as PVE checks them, and only a valid call gets the 501.
+#[tokio::test]
+async fn an_unmodelled_pve_method_validates_before_its_501() {
+    let f = start().await;
+    let api = f.api("site-1");
+    let r = api
+        .post(
+            "/nodes/ml110-01/qemu/100/migrate",
+            &[("target", "not a node!"), ("online", "maybe")],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let errors = &r.json["errors"];
+    assert!(errors["target"].is_string(), "{}", r.body);
+    assert!(errors["online"].is_string(), "{}", r.body);
+    let r = api
+        .post("/nodes/ml110-01/qemu/100/migrate", &[("target", "r630-01")])
+        .await;
+    assert_eq!(r.status, 501, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Method 'POST /nodes/ml110-01/qemu/100/migrate' not implemented"
+    );
+}
