@@ -42,7 +42,8 @@ fi
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/fake-proxmox-image.XXXXXX")"
 trap 'rm -rf "$ctx"' EXIT
 root="$ctx/rootfs"
-mkdir -p "$root/usr/local/bin" "$root/var/lib/fake-proxmox" "$root/tmp" "$root/etc"
+# /var/tmp: uploads are spooled there (`/var/tmp/pveupload-*`, as pveproxy spools them).
+mkdir -p "$root/usr/local/bin" "$root/var/lib/fake-proxmox" "$root/tmp" "$root/var/tmp" "$root/etc"
 cp "$binary" "$root/usr/local/bin/fake-proxmox"
 # Debug info is most of a debug build's size and is not needed to run.
 if command -v strip >/dev/null; then strip "$root/usr/local/bin/fake-proxmox" 2>/dev/null || true; fi
@@ -58,7 +59,7 @@ done
 printf 'hosts: files\n' > "$root/etc/nsswitch.conf"
 printf '127.0.0.1 localhost\n::1 localhost\n' > "$root/etc/hosts"
 printf 'root:x:0:0:root:/:/nonexistent\n' > "$root/etc/passwd"
-chmod 1777 "$root/tmp"
+chmod 1777 "$root/tmp" "$root/var/tmp"
 
 cp "$here/Dockerfile" "$ctx/Dockerfile"
 # The classic builder needs no buildx plugin; BuildKit would add nothing for a two-line file.
