@@ -20,9 +20,10 @@ use crate::exec::{GuestFault, NodeFault};
 use crate::faults::FaultRule;
 use crate::nodes::model::ArmedFailure;
 use crate::scenario::Scenario;
-use crate::server::state::SiteCtx;
+use crate::server::state::{Inner, SiteCtx};
 use crate::storage::model::Volume;
 use crate::storage::volid::{parse_volid, parse_volname};
+use crate::world::Site;
 
 pub fn router() -> Router<SiteCtx> {
     Router::new()
@@ -56,6 +57,14 @@ pub fn router() -> Router<SiteCtx> {
 }
 
 type Res = Result<Response, Response>;
+
+/// The site that has `node`; 404 when none has.
+fn node_site<'a>(inner: &'a mut Inner, node: &str) -> Result<&'a mut Site, Response> {
+    inner
+        .world
+        .site_of_node_mut(node)
+        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))
+}
 
 fn err(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(json!({"error": msg.into()}))).into_response()
@@ -190,10 +199,7 @@ async fn node_online(
 ) -> Res {
     let mut inner = ctx.shared.inner.lock();
     inner.now();
-    let site = inner
-        .world
-        .site_of_node_mut(&node)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let site = node_site(&mut inner, &node)?;
     if let Some(n) = site.nodes.get_mut(&node) {
         n.online = o.online;
     }
@@ -216,10 +222,7 @@ async fn guest_access(
 ) -> Res {
     let mut inner = ctx.shared.inner.lock();
     inner.now();
-    let site = inner
-        .world
-        .site_of_node_mut(&node)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let site = node_site(&mut inner, &node)?;
     let vm = site
         .vm_on(&node, vmid)
         .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
@@ -243,10 +246,7 @@ async fn guest_fault(
         .map_err(|e| err(StatusCode::BAD_REQUEST, e))?;
     let mut inner = ctx.shared.inner.lock();
     inner.now();
-    let site = inner
-        .world
-        .site_of_node_mut(&node)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let site = node_site(&mut inner, &node)?;
     site.vm_on(&node, vmid)
         .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
     let exec = site.exec_on(&node).clone();
@@ -267,10 +267,7 @@ async fn node_fault(
 ) -> Res {
     let mut inner = ctx.shared.inner.lock();
     inner.now();
-    let site = inner
-        .world
-        .site_of_node_mut(&node)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let site = node_site(&mut inner, &node)?;
     let reached = site
         .node_fault(&node, &fault)
         .map_err(|e| err(StatusCode::CONFLICT, e))?;
@@ -295,10 +292,7 @@ async fn fail_next_task(
         ));
     }
     let mut inner = ctx.shared.inner.lock();
-    let site = inner
-        .world
-        .site_of_node_mut(&node)
-        .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let site = node_site(&mut inner, &node)?;
     if let Some(n) = site.nodes.get_mut(&node) {
         n.armed_failures.push(ArmedFailure {
             task_type: f.task_type,

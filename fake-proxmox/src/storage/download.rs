@@ -27,12 +27,7 @@ impl Site {
     /// Start a download; its UPID.
     pub fn download_url(&mut self, req: &Request) -> Result<String, PveError> {
         let node = req.node()?;
-        let s = self.storage_of_request(req)?;
-        self.require(
-            &req.who,
-            &format!("/storage/{}", s.name),
-            "Datastore.AllocateTemplate",
-        )?;
+        let s = self.template_storage(req)?;
         self.require_network(req, &node)?;
         let url = req.p.req_str("url")?;
         let content = req.p.req_str("content")?;
@@ -60,6 +55,18 @@ impl Site {
             req.now,
         );
         Ok(self.start_task(plan, req.now))
+    }
+
+    /// The storage a download or upload writes to, once the caller may put templates there
+    /// (`Datastore.AllocateTemplate`, the first check of both).
+    pub(crate) fn template_storage(&self, req: &Request) -> Result<&Storage, PveError> {
+        let s = self.storage_of_request(req)?;
+        self.require(
+            &req.who,
+            &format!("/storage/{}", s.name),
+            "Datastore.AllocateTemplate",
+        )?;
+        Ok(s)
     }
 
     /// Fetching from the network: `Sys.Audit` and `Sys.Modify` on `/`, or
@@ -123,6 +130,18 @@ impl Site {
     }
 }
 
+/// Downloads and uploads go to storages with a path.
+pub(crate) fn require_file_based(s: &Storage) -> Result<(), PveError> {
+    if s.kind.is_file_based() {
+        Ok(())
+    } else {
+        Err(PveError::die(format!(
+            "can't upload to storage type '{}', not a file based storage!",
+            s.kind.as_str()
+        )))
+    }
+}
+
 /// PVE's checks of storage, content type and file name, in its order.
 fn download_target(
     s: &Storage,
@@ -131,12 +150,7 @@ fn download_target(
     filename: &str,
     req: &Request,
 ) -> Result<Target, PveError> {
-    if !s.kind.is_file_based() {
-        return Err(PveError::die(format!(
-            "can't upload to storage type '{}', not a file based storage!",
-            s.kind.as_str()
-        )));
-    }
+    require_file_based(s)?;
     let not_in_enum = || {
         PveError::param(
             "content",

@@ -9,7 +9,7 @@ use std::path::Path;
 use sha1::Digest;
 
 use crate::request::Request;
-use crate::storage::download::content_dir;
+use crate::storage::download::{content_dir, require_file_based};
 use crate::storage::model::{Content, Volume};
 use crate::storage::volid::parse_volname;
 use crate::tasks::model::{TaskPlan, Work};
@@ -20,18 +20,8 @@ impl Site {
     /// Start the copy of an uploaded file; its UPID.
     pub fn upload(&mut self, req: &Request) -> Result<String, PveError> {
         let node = req.node()?;
-        let s = self.storage_of_request(req)?;
-        self.require(
-            &req.who,
-            &format!("/storage/{}", s.name),
-            "Datastore.AllocateTemplate",
-        )?;
-        if !s.kind.is_file_based() {
-            return Err(PveError::die(format!(
-                "can't upload to storage type '{}', not a file based storage!",
-                s.kind.as_str()
-            )));
-        }
+        let s = self.template_storage(req)?;
+        require_file_based(s)?;
         let tmp = req
             .p
             .str("tmpfilename")
