@@ -173,6 +173,33 @@ async fn a_vm_made_through_the_api_boots_the_imported_cloud_image_and_applies_cl
     assert!(serial.contains("CLOUDIMG-READY"), "{serial}");
     let guest_dir = serial_log.parent().unwrap().to_path_buf();
 
+    // The disk grown while the VM runs: as on PVE, its QEMU grows the open image
+    // (`block_resize`), and the guest's kernel sees the new size.
+    let disk_file = files_named(&state.join("disks"), "vm-100-disk-0")
+        .pop()
+        .expect("the imported disk is a file");
+    let before = std::fs::metadata(&disk_file).unwrap().len();
+    let r = api
+        .send(
+            "PUT",
+            &format!("/nodes/{NODE}/qemu/100/resize"),
+            &[("disk", "scsi0"), ("size", "+1G")],
+        )
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    assert_eq!(
+        std::fs::metadata(&disk_file).unwrap().len(),
+        before + (1 << 30),
+        "QEMU grew the image"
+    );
+    let sectors = ssh_retrying(&access.ssh, "cat /sys/block/sda/size").await;
+    assert_eq!(
+        sectors.trim().parse::<u64>().ok(),
+        Some((before + (1 << 30)) / 512),
+        "the guest sees the grown disk"
+    );
+
     // A new address while it runs, then a reboot through the API: as on PVE, the reboot is a
     // new QEMU from the config with pending changes applied and a regenerated cloud-init
     // drive, so the guest comes back with the new address.

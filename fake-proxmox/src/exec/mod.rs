@@ -131,6 +131,13 @@ pub trait Executor: Send + Sync + fmt::Debug {
     /// The VM is destroyed: whatever ran it (a stopped guest's run directory, its taps)
     /// goes too.
     fn destroy(&self, _vm: &Vm) {}
+    /// Disk `disk` of a running VM grows to `bytes`: a real guest's QEMU grows it itself
+    /// (QMP `block_resize`, as PVE's `qemu_block_resize` does for a running VM), and then
+    /// the volume's data must not be resized on the side: `Ok(true)`. `Ok(false)`: nothing
+    /// runs it here, the `Disks` seam resizes the data.
+    fn resize_running_disk(&self, _vm: &Vm, _disk: &str, _bytes: u64) -> Result<bool, String> {
+        Ok(false)
+    }
     /// How the host reaches a running guest: `Err` says why it cannot (the simulated
     /// executor runs none).
     fn access(&self, vm: &Vm, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {

@@ -331,6 +331,7 @@ impl Site {
         let props = split_props(&val, "file");
         let file = prop(&props, "file").unwrap_or("").to_string();
         let disks = self.disks_on(node).clone();
+        let exec = self.exec_on(node).clone();
         if let Some((sid, vol)) = parse_volid(&file)
             && let Some(sto) = self
                 .nodes
@@ -348,7 +349,16 @@ impl Site {
                         avail / (4 << 20)
                     ));
                 }
-                disks.resize(Vol::new(node, sid, vol), &v.format, new_size)?;
+                // A running VM's QEMU grows its open image itself; else the data is resized.
+                let by_qemu = match self.vms.get(&vmid) {
+                    Some(vm) if vm.power != crate::qemu::model::Power::Stopped => {
+                        exec.resize_running_disk(vm, disk, new_size)?
+                    }
+                    _ => false,
+                };
+                if !by_qemu {
+                    disks.resize(Vol::new(node, sid, vol), &v.format, new_size)?;
+                }
                 sto.volumes.update(vol, |v| {
                     if thick {
                         v.used = new_size;

@@ -220,6 +220,20 @@ impl Executor for LabExecutor {
         true
     }
 
+    fn resize_running_disk(&self, vm: &Vm, disk: &str, bytes: u64) -> Result<bool, String> {
+        let Some(g) = self.running_guest(vm) else {
+            return Ok(false);
+        };
+        let args = serde_json::json!({"device": format!("drive-{disk}"), "size": bytes});
+        g.qmp(
+            "block_resize",
+            Some(args),
+            std::time::Duration::from_secs(30),
+        )
+        .map_err(|e| power::qmp_failed(vm.vmid, "block_resize", &e))?;
+        Ok(true)
+    }
+
     fn refresh(&self, vm: &mut Vm, now: f64) {
         if vm.power == Power::Stopped {
             return;
