@@ -8,8 +8,10 @@
 #[allow(dead_code)]
 #[path = "api/common.rs"]
 mod common;
+#[path = "lab_support.rs"]
+mod lab_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -19,46 +21,13 @@ use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::exec::{GuestAccess, GuestFault, NodeFault};
 use fake_proxmox::scenario::Backend;
 use fake_proxmox::{ClockMode, FakeProxmox};
+use lab_support::image_and_key;
 use serde_json::Value;
-use vm_lab::image::cloud::{CloudImageRequest, build};
 use vm_lab::namespace::alive;
 
 const NODE: &str = "ml110-01";
 const ADDRESS: &str = "192.168.11.50";
 const GATEWAY: &str = "192.168.11.1";
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run a host tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The project's cloud image as qcow2 and an SSH key.
-async fn image_and_key(dir: &Path) -> (PathBuf, PathBuf) {
-    let img = tokio::task::spawn_blocking(|| {
-        build(
-            &vm_lab::image::default_cache_dir(),
-            &CloudImageRequest::default(),
-        )
-    })
-    .await
-    .unwrap()
-    .expect("the cloud image builds");
-    let qcow2 = dir.join("harness-cloud.qcow2");
-    run(Command::new("qemu-img")
-        .args(["convert", "-O", "qcow2"])
-        .arg(&img.path)
-        .arg(&qcow2));
-    let key = dir.join("id_ed25519");
-    run(Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&key));
-    (qcow2, key)
-}
 
 async fn task(f: &Fake, api: &Api, r: common::Resp) -> Value {
     assert_eq!(r.status, 200, "{}", r.body);

@@ -10,6 +10,8 @@
 #[allow(dead_code)]
 #[path = "api/common.rs"]
 mod common;
+#[path = "lab_support.rs"]
+mod lab_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,8 +21,8 @@ use common::{Fake, TOKEN};
 use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::scenario::Backend;
 use fake_proxmox::{ClockMode, FakeProxmox};
+use lab_support::image_and_key;
 use serde_json::Value;
-use vm_lab::image::cloud::{CloudImageRequest, build};
 use vm_lab::namespace::{alive, pids_mentioning};
 
 const NODE: &str = "ml110-01";
@@ -65,31 +67,6 @@ fn proxmoxer_python() -> PathBuf {
         assert!(ready(), "proxmoxer is still not importable from {venv:?}");
     }
     python
-}
-
-/// The project's cloud image as qcow2 and an SSH key pair.
-async fn image_and_key(dir: &Path) -> (PathBuf, PathBuf) {
-    let img = tokio::task::spawn_blocking(|| {
-        build(
-            &vm_lab::image::default_cache_dir(),
-            &CloudImageRequest::default(),
-        )
-    })
-    .await
-    .unwrap()
-    .expect("the cloud image builds");
-    let qcow2 = dir.join("harness-cloud.qcow2");
-    run(Command::new("qemu-img")
-        .args(["convert", "-O", "qcow2"])
-        .arg(&img.path)
-        .arg(&qcow2))
-    .unwrap();
-    let key = dir.join("id_ed25519");
-    run(Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&key))
-    .unwrap();
-    (qcow2, key)
 }
 
 /// Runs the script's `phase` against `fake`'s site-1 and parses the JSON it prints.

@@ -94,40 +94,74 @@ impl Site {
         (size, file): (u64, Option<&Path>),
         now: f64,
     ) -> Result<Vec<String>, String> {
+        // A downloaded qcow2 cloud image is ~3.4x smaller than the disk it describes.
+        let virtual_size = |format: &str| {
+            if format == "qcow2" || volname.ends_with(".img") {
+                size.saturating_mul(34) / 10
+            } else {
+                size
+            }
+        };
+        match self.add_arrived_file(node, storage, volname, (size, file), virtual_size, now) {
+            Ok(()) => Ok(Vec::new()),
+            Err(Arrival::NoSpace) => {
+                Err("download failed: write error: No space left on device".into())
+            }
+            Err(Arrival::Refused(e)) => Err(e),
+            Err(Arrival::Data(e)) => Err(format!("download failed: {e}")),
+        }
+    }
+
+    /// A file that arrived (`used` bytes; `virtual_size` from its format) becomes volume
+    /// `volname` if it still fits, its data placed from `file`; a record left behind by a
+    /// failed placement is removed.
+    pub(crate) fn add_arrived_file(
+        &mut self,
+        node: &str,
+        storage: &str,
+        volname: &str,
+        (used, file): (u64, Option<&Path>),
+        virtual_size: impl FnOnce(&str) -> u64,
+        now: f64,
+    ) -> Result<(), Arrival> {
         let sto = self
             .nodes
             .get_mut(node)
             .and_then(|n| n.storages.get_mut(storage))
-            .ok_or_else(|| format!("storage '{storage}' does not exist"))?;
-        if sto.full || size > sto.avail() {
-            return Err("download failed: write error: No space left on device".into());
+            .ok_or_else(|| Arrival::Refused(format!("storage '{storage}' does not exist")))?;
+        if sto.full || used > sto.avail() {
+            return Err(Arrival::NoSpace);
         }
         let (vtype, _, format) = parse_volname(sto.kind, volname)
-            .ok_or_else(|| format!("invalid volume name '{volname}'"))?;
-        // A downloaded qcow2 cloud image is ~3.4x smaller than the disk it describes.
-        let virtual_size = if format == "qcow2" || volname.ends_with(".img") {
-            size.saturating_mul(34) / 10
-        } else {
-            size
-        };
+            .ok_or_else(|| Arrival::Refused(format!("invalid volume name '{volname}'")))?;
+        let size = virtual_size(&format);
         sto.volumes.insert(
             volname.to_string(),
             Volume {
                 volname: volname.to_string(),
                 vtype,
                 format,
-                size: virtual_size,
-                used: size,
+                size,
+                used,
                 vmid: None,
                 ctime: now as u64,
             },
         );
-        if let Err(e) = self.place_data(node, storage, volname, file, virtual_size) {
+        if let Err(e) = self.place_data(node, storage, volname, file, size) {
             self.remove_volume(node, storage, volname);
-            return Err(format!("download failed: {e}"));
+            return Err(Arrival::Data(e));
         }
-        Ok(Vec::new())
+        Ok(())
     }
+}
+
+/// Why an arrived file did not become a volume (each caller words it as PVE's task does).
+pub(crate) enum Arrival {
+    NoSpace,
+    /// Not even recorded: the storage or the name is wrong.
+    Refused(String),
+    /// Recorded, but its data could not be placed.
+    Data(String),
 }
 
 /// Downloads and uploads go to storages with a path.

@@ -9,9 +9,8 @@ use std::path::Path;
 use sha1::Digest;
 
 use crate::request::Request;
-use crate::storage::download::{content_dir, require_file_based};
-use crate::storage::model::{Content, Volume};
-use crate::storage::volid::parse_volname;
+use crate::storage::download::{Arrival, content_dir, require_file_based};
+use crate::storage::model::Content;
 use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
@@ -120,33 +119,14 @@ impl Site {
             .map_err(|e| format!("import failed: {}: {e}", tmp.display()))?
             .len();
         self.remove_volume(node, storage, volname);
-        let sto = self
-            .nodes
-            .get_mut(node)
-            .and_then(|n| n.storages.get_mut(storage))
-            .ok_or_else(|| format!("storage '{storage}' does not exist"))?;
-        if sto.full || size > sto.avail() {
-            return Err("import failed: cp: error writing: No space left on device".into());
+        match self.add_arrived_file(node, storage, volname, (size, Some(tmp)), |_| size, now) {
+            Ok(()) => Ok(Vec::new()),
+            Err(Arrival::NoSpace) => {
+                Err("import failed: cp: error writing: No space left on device".into())
+            }
+            Err(Arrival::Refused(e)) => Err(e),
+            Err(Arrival::Data(e)) => Err(format!("import failed: {e}")),
         }
-        let (vtype, _, format) = parse_volname(sto.kind, volname)
-            .ok_or_else(|| format!("invalid volume name '{volname}'"))?;
-        sto.volumes.insert(
-            volname.to_string(),
-            Volume {
-                volname: volname.to_string(),
-                vtype,
-                format,
-                size,
-                used: size,
-                vmid: None,
-                ctime: now as u64,
-            },
-        );
-        if let Err(e) = self.place_data(node, storage, volname, Some(tmp), size) {
-            self.remove_volume(node, storage, volname);
-            return Err(format!("import failed: {e}"));
-        }
-        Ok(Vec::new())
     }
 }
 
