@@ -8,7 +8,6 @@
 #[allow(dead_code)]
 #[path = "api/common.rs"]
 mod common;
-#[path = "lab_support.rs"]
 mod lab_support;
 
 use std::path::Path;

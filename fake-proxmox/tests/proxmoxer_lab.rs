@@ -10,7 +10,6 @@
 #[allow(dead_code)]
 #[path = "api/common.rs"]
 mod common;
-#[path = "lab_support.rs"]
 mod lab_support;
 
 use std::path::{Path, PathBuf};
