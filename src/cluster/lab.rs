@@ -192,24 +192,7 @@ impl Bringup {
     /// S2: every node answers over SSH with the lab's baked-in key, as itself.
     pub async fn check_ssh(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
-        let checks = self.shells.iter().map(|s| async move {
-            let out = s
-                .run("hostname", Duration::from_secs(60))
-                .await?
-                .check(s.node(), "hostname over SSH")?;
-            if out.stdout.trim() != s.node() {
-                return Err(ClusterError::Remote {
-                    node: s.node().to_owned(),
-                    step: "hostname over SSH".into(),
-                    code: 0,
-                    detail: format!("answered as {:?}", out.stdout.trim()),
-                });
-            }
-            Ok(())
-        });
-        for r in futures::future::join_all(checks).await {
-            r?;
-        }
+        provision::check_hostnames(&self.shells, Duration::from_secs(60)).await?;
         self.timings.insert("s2_ssh".into(), t.elapsed());
         Ok(())
     }
@@ -229,25 +212,16 @@ impl Bringup {
             .tls
             .as_ref()
             .ok_or_else(|| ClusterError::Tls("S3 has not made certificates yet".into()))?;
-        let staged = config::stage(
+        let (staged, configs) = provision::stage_with_boot_scripts(
             &self.cluster,
             &self.layout,
             tls,
             &self.work.join("staged"),
             opts,
+            self.provision.timing,
         )?;
         self.staged = Some(staged);
-        self.configs.clear();
-        self.check_configs()?;
-        // The first-boot script too, so a user's own provisioner can install it as is.
-        let staged = self.staged()?;
-        for cfg in &self.configs {
-            let p = staged
-                .node_dir(&cfg.node_id)
-                .join(provision::BOOT_SCRIPT_FILE);
-            let body = provision::boot_script(cfg, &self.layout, self.provision.timing);
-            tls::write_with_mode(&p, &body, 0o755)?;
-        }
+        self.configs = configs;
         self.timings.insert("s4_configs".into(), t.elapsed());
         Ok(())
     }

@@ -14,6 +14,7 @@ pub mod external;
 pub mod lab;
 pub mod provision;
 pub mod quorum;
+pub mod stack;
 pub mod tls;
 pub mod topology;
 pub mod transport;

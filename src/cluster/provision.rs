@@ -9,11 +9,11 @@
 use std::fs;
 use std::time::Duration;
 
-use super::config::{self, HOSTS_FILE, NodeConfig, SECRETS_DIR, StagedCluster};
+use super::config::{self, HOSTS_FILE, NodeConfig, SECRETS_DIR, StageOptions, StagedCluster};
 use super::error::ClusterError;
 use super::etcd::{self, RaftTiming, sh_quote};
-use super::tls::{CERT_MODE, KEY_MODE, TlsFileNames};
-use super::topology::GuestLayout;
+use super::tls::{self, CERT_MODE, ClusterTls, KEY_MODE, TlsFileNames};
+use super::topology::{ClusterSpec, GuestLayout};
 use super::transport::NodeShell;
 use crate::mutants::{self, Mutant};
 
@@ -29,10 +29,38 @@ pub const HEALTHY_MARKER: &str = "cluster-boot: member healthy";
 /// What `boot.sh` prints when it cannot start the service.
 pub const BOOT_FAILED_MARKER: &str = "cluster-boot: FAILED";
 
+/// Where on a node the cluster's files go, and what starts the service at boot.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Onto {
+    /// A partition made on the node's blank second disk, labelled [`DISK_LABEL`]; the netboot
+    /// image's boot hook mounts it and runs `boot.sh` from it.
+    #[default]
+    BlankDisk,
+    /// A directory on a cloud image's persistent file system (the project's image mounts its
+    /// data partition at `/data`), bound at the layout's mount point. A cloud-init per-boot
+    /// script ([`PER_BOOT_SCRIPT`]) runs `boot.sh` on every boot, as it would on a real cloud
+    /// image; the boot disk itself is never partitioned.
+    CloudImage { dir: String },
+}
+
+impl Onto {
+    /// The project's cloud image: `/data/cluster`.
+    pub fn cloud_image() -> Self {
+        Onto::CloudImage {
+            dir: "/data/cluster".to_owned(),
+        }
+    }
+}
+
+/// Where cloud-init runs scripts on every boot (its `scripts-per-boot` module).
+pub const PER_BOOT_SCRIPT: &str = "/var/lib/cloud/scripts/per-boot/50-cluster.sh";
+
 /// How to provision.
 #[derive(Debug, Clone)]
 pub struct ProvisionOptions {
+    pub onto: Onto,
     /// The node's disk as the guest sees it; `None` picks the first of `/dev/vda`, `/dev/sda`.
+    /// Only for [`Onto::BlankDisk`].
     pub disk: Option<String>,
     /// Size of the cluster partition. The rest of the disk stays unallocated: formatting all of
     /// a 100 GB sparse disk under TCG would write gigabytes of inode tables for nothing.
@@ -44,6 +72,7 @@ pub struct ProvisionOptions {
 impl Default for ProvisionOptions {
     fn default() -> Self {
         Self {
+            onto: Onto::BlankDisk,
             disk: None,
             partition_mib: 1024,
             timing: RaftTiming::default(),
@@ -52,10 +81,49 @@ impl Default for ProvisionOptions {
     }
 }
 
-/// The script that partitions and formats the disk and mounts it at the layout's mount point.
-/// It copies `etcd`/`etcdctl` from the netboot image onto the disk, so the service boots from the
-/// disk afterwards.
+/// The script that prepares where the cluster's files go ([`Onto`]) and mounts it at the
+/// layout's mount point. It copies `etcd`/`etcdctl` from the node's image onto the disk, so the
+/// service boots from the disk afterwards.
 pub fn disk_script(layout: &GuestLayout, opts: &ProvisionOptions) -> String {
+    match &opts.onto {
+        Onto::BlankDisk => blank_disk_script(layout, opts),
+        Onto::CloudImage { dir } => cloud_dir_script(layout, dir),
+    }
+}
+
+/// [`Onto::CloudImage`]: a directory on the image's persistent file system, bound at the mount
+/// point; the per-boot directory made for [`PER_BOOT_SCRIPT`].
+fn cloud_dir_script(layout: &GuestLayout, dir: &str) -> String {
+    let per_boot = PER_BOOT_SCRIPT.rsplit_once('/').map_or("", |(d, _)| d);
+    format!(
+        r#"set -u
+fail() {{ code=$1; shift; echo "provision: $*" >&2; exit "$code"; }}
+DIR={dir}
+MNT={mnt}
+for b in etcd etcdctl; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the node's image"; done
+mounted() {{ awk -v m="$1" '$2 == m {{ f = 1 }} END {{ exit !f }}' /proc/mounts; }}
+PARENT=$(dirname "$DIR")
+mounted "$PARENT" || fail 20 "$PARENT is not mounted: the image has no persistent file system there"
+mkdir -p "$DIR" "$MNT" || fail 25 "cannot create $DIR"
+mounted "$MNT" || mount -o bind "$DIR" "$MNT" || fail 24 "cannot bind $DIR on $MNT"
+mkdir -p {bin} {etc} {secrets} "$MNT/log" {data} {per_boot} || fail 25 "cannot create directories on $MNT"
+chmod 700 {secrets} {data}
+cp "$(command -v etcd)" "$(command -v etcdctl)" {bin}/ || fail 26 "cannot copy etcd onto the disk"
+sync
+echo "provision: $DIR bound on $MNT"
+"#,
+        dir = sh_quote(dir),
+        mnt = sh_quote(&layout.mount),
+        bin = sh_quote(&layout.bin_dir()),
+        etc = sh_quote(&layout.etc_dir()),
+        secrets = sh_quote(&layout.secrets_dir()),
+        data = sh_quote(&layout.data_dir()),
+        per_boot = sh_quote(per_boot),
+    )
+}
+
+/// [`Onto::BlankDisk`]: partition and format the node's blank disk.
+fn blank_disk_script(layout: &GuestLayout, opts: &ProvisionOptions) -> String {
     let disk = match &opts.disk {
         Some(d) => format!("DISK={}", sh_quote(d)),
         None => {
@@ -158,6 +226,51 @@ say "{marker} (pid $!)"
     )
 }
 
+/// S2's check: every node answers over SSH as itself (its hostname is its name), in parallel.
+pub async fn check_hostnames<S: NodeShell>(
+    shells: &[S],
+    timeout: Duration,
+) -> Result<(), ClusterError> {
+    let checks = shells.iter().map(|s| async move {
+        let out = s
+            .run("hostname", timeout)
+            .await?
+            .check(s.node(), "hostname over SSH")?;
+        if out.stdout.trim() != s.node() {
+            return Err(ClusterError::Remote {
+                node: s.node().to_owned(),
+                step: "hostname over SSH".into(),
+                code: 0,
+                detail: format!("answered as {:?}", out.stdout.trim()),
+            });
+        }
+        Ok(())
+    });
+    for r in futures::future::join_all(checks).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// S4: stages every node's config, hosts mapping and secrets under `dir`, checks them, and adds
+/// each node's first-boot script, so a user's own provisioner can install it as is.
+pub fn stage_with_boot_scripts(
+    cluster: &ClusterSpec,
+    layout: &GuestLayout,
+    tls: &ClusterTls,
+    dir: &std::path::Path,
+    opts: StageOptions,
+    timing: RaftTiming,
+) -> Result<(StagedCluster, Vec<NodeConfig>), ClusterError> {
+    let staged = config::stage(cluster, layout, tls, dir, opts)?;
+    let configs = config::check_all(&staged)?;
+    for cfg in &configs {
+        let p = staged.node_dir(&cfg.node_id).join(BOOT_SCRIPT_FILE);
+        tls::write_with_mode(&p, &boot_script(cfg, layout, timing), 0o755)?;
+    }
+    Ok((staged, configs))
+}
+
 /// One file to put on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallFile {
@@ -166,13 +279,15 @@ pub struct InstallFile {
     pub mode: u32,
 }
 
-/// Every file S5 installs on one node (config, hosts, certificates, boot script), read from the
-/// staged directory after it passed its checks.
+/// Every file S5 installs on one node (config, hosts, certificates, boot script, and on a cloud
+/// image the per-boot script that runs it), read from the staged directory after it passed its
+/// checks.
 pub fn install_files(
     staged: &StagedCluster,
     cfg: &NodeConfig,
-    timing: RaftTiming,
+    opts: &ProvisionOptions,
 ) -> Result<Vec<InstallFile>, ClusterError> {
+    let timing = opts.timing;
     let layout = &staged.layout;
     let dir = staged.node_dir(&cfg.node_id);
     let read = |p: std::path::PathBuf| fs::read(&p).map_err(|e| ClusterError::io(&p, e));
@@ -213,6 +328,17 @@ pub fn install_files(
         contents: boot_script(cfg, layout, timing).into_bytes(),
         mode: 0o755,
     });
+    if let Onto::CloudImage { dir } = &opts.onto {
+        files.push(InstallFile {
+            remote: PER_BOOT_SCRIPT.to_owned(),
+            contents: format!(
+                "#!/bin/sh\n# Starts the cluster member on every boot (installed by provision-harness).\nexec {}/{BOOT_SCRIPT_FILE}\n",
+                sh_quote(dir)
+            )
+            .into_bytes(),
+            mode: 0o755,
+        });
+    }
     Ok(files)
 }
 
@@ -244,8 +370,14 @@ pub async fn provision_node<S: NodeShell>(
     shell
         .run(&disk_script(&staged.layout, opts), t)
         .await?
-        .check(&node.name, "partition and format the disk")?;
-    let files = install_files(staged, &cfg, opts.timing)?;
+        .check(
+            &node.name,
+            match opts.onto {
+                Onto::BlankDisk => "partition and format the disk",
+                Onto::CloudImage { .. } => "prepare the cluster directory on the disk",
+            },
+        )?;
+    let files = install_files(staged, &cfg, opts)?;
     for f in &files {
         shell.write_file(&f.remote, &f.contents, f.mode, t).await?;
     }

@@ -198,12 +198,17 @@ pub fn lab_rollout(image: &Path) -> Result<Rollout, RehearseError> {
 /// The project's cloud image (built from Debian packages, or vm-lab's cached build) converted
 /// to qcow2 in `dir`, as cloud images ship. Blocking.
 pub fn cloud_image_qcow2(dir: &Path) -> Result<std::path::PathBuf, RehearseError> {
-    use vm_lab::image::cloud::{CloudImageRequest, build};
-    let img = build(
-        &vm_lab::image::default_cache_dir(),
-        &CloudImageRequest::default(),
-    )
-    .map_err(|e| RehearseError::Image(e.to_string()))?;
+    cloud_image_qcow2_with(dir, &vm_lab::image::cloud::CloudImageRequest::default())
+}
+
+/// [`cloud_image_qcow2`] of the image `req` asks for (a golden image with the cluster's
+/// packages baked in, say).
+pub fn cloud_image_qcow2_with(
+    dir: &Path,
+    req: &vm_lab::image::cloud::CloudImageRequest,
+) -> Result<std::path::PathBuf, RehearseError> {
+    let img = vm_lab::image::cloud::build(&vm_lab::image::default_cache_dir(), req)
+        .map_err(|e| RehearseError::Image(e.to_string()))?;
     let out = dir.join("provision-harness-cloud.qcow2");
     let run = std::process::Command::new("qemu-img")
         .args(["convert", "-O", "qcow2"])

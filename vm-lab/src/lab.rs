@@ -48,6 +48,12 @@ pub fn remove_run_dirs_on_sigterm() -> Result<()> {
     Ok(())
 }
 
+/// Adds `dir` to what [`remove_run_dirs_on_sigterm`] removes (or, with `live` false, takes it
+/// off): a runner's own temporary directories beside its labs (keys, a fake's state).
+pub fn remove_on_sigterm(dir: &Path, live: bool) {
+    track_run_dir(dir, live);
+}
+
 fn track_run_dir(dir: &Path, live: bool) {
     if let Ok(mut g) = LIVE_RUN_DIRS.lock() {
         g.retain(|d| d != dir);

@@ -23,6 +23,10 @@ pub(crate) enum ImageKind {
         /// about twice as slow to boot under TCG as the default cloud kernel.
         #[arg(long)]
         generic_kernel: bool,
+        /// A Debian package to bake into the image besides its own (repeatable), e.g.
+        /// `--package etcd-server`.
+        #[arg(long = "package", value_name = "NAME")]
+        packages: Vec<String>,
     },
 }
 
@@ -30,6 +34,7 @@ pub(super) async fn cloud_image(
     out: Option<&Path>,
     disk_mib: u64,
     generic_kernel: bool,
+    packages: Vec<String>,
 ) -> Result<ExitCode> {
     let cache = vm_lab::image::default_cache_dir();
     let kernel = if generic_kernel {
@@ -37,7 +42,11 @@ pub(super) async fn cloud_image(
     } else {
         CloudKernel::Cloud
     };
-    let req = CloudImageRequest { disk_mib, kernel };
+    let req = CloudImageRequest {
+        disk_mib,
+        kernel,
+        packages,
+    };
     let img = tokio::task::spawn_blocking(move || cloud::build(&cache, &req)).await??;
     eprintln!(
         "kernel {} · initramfs {} bytes · disk {} MiB, {} MiB allocated · {} modules",

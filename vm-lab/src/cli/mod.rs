@@ -312,9 +312,10 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
                     out,
                     disk_mib,
                     generic_kernel,
+                    packages,
                 }),
             ..
-        } => cloud::cloud_image(out.as_deref(), disk_mib, generic_kernel).await,
+        } => cloud::cloud_image(out.as_deref(), disk_mib, generic_kernel, packages).await,
         Cmd::Image { spec, kind: None } => image(spec.as_deref()).await,
     }
 }

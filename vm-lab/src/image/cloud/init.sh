@@ -202,12 +202,15 @@ BOOT_PART=$(wait_label 60 CLOUDIMG)
 if [ -n "$BOOT_PART" ]; then setup_data "$BOOT_PART"
 else echo "cloudimg: the boot disk (label CLOUDIMG) did not appear: its bus may lack a driver"; fi
 
-# SSH host keys live on /data, so they stay the same across reboots.
+# SSH host keys live on /data, so they stay the same across reboots; so does cloud-init's
+# /var/lib/cloud (its per-boot scripts, below), which a real image keeps on its root disk.
 if [ "$DATA" != none ]; then
-  mkdir -p /data/.cloudimg/dropbear
+  mkdir -p /data/.cloudimg/dropbear /data/.cloudimg/cloud
   chmod 700 /data/.cloudimg/dropbear
   rm -rf /etc/dropbear
   ln -s /data/.cloudimg/dropbear /etc/dropbear
+  mkdir -p /var/lib
+  ln -s /data/.cloudimg/cloud /var/lib/cloud
 fi
 
 # --- the cloud-init drive ----------------------------------------------------------------
@@ -365,6 +368,14 @@ dropbear -R -s -E -p 22 >/run/dropbear.log 2>&1
 if [ -s "$CI/user-script" ]; then
   "$CI/user-script" >"$CI/user-script.log" 2>&1 || ci_error "the user-data script exited with $?"
 fi
+# cloud-init's scripts-per-boot: every executable file in /var/lib/cloud/scripts/per-boot, in
+# name order, on every boot, after the network and SSH are up (where a provisioner installs what
+# must start with the machine, as it would on a real cloud image).
+for _s in /var/lib/cloud/scripts/per-boot/*; do
+  [ -f "$_s" ] && [ -x "$_s" ] || continue
+  echo "cloudimg: per-boot script $_s"
+  "$_s" </dev/null >>/run/per-boot.log 2>&1 || ci_error "the per-boot script $_s exited with $?"
+done
 if [ -s "$CI/errors" ]; then echo error > "$CI/status"; else echo done > "$CI/status"; fi
 
 ADDRS=$(ip -o addr show | awk '$2 != "lo" && ($3 == "inet" || $3 == "inet6") && $4 !~ /^fe80/ { printf "%s%s=%s", s, $2, $4; s = "," }')

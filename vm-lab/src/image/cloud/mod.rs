@@ -145,6 +145,9 @@ pub struct CloudImageRequest {
     /// The disk's virtual size; the data partition takes what the boot partition leaves.
     pub disk_mib: u64,
     pub kernel: CloudKernel,
+    /// Debian packages baked in besides the image's own (with their dependencies), as a team
+    /// bakes its software into a golden image: `etcd-server` for the cluster, say.
+    pub packages: Vec<String>,
 }
 
 impl Default for CloudImageRequest {
@@ -152,6 +155,7 @@ impl Default for CloudImageRequest {
         CloudImageRequest {
             disk_mib: 1024,
             kernel: CloudKernel::default(),
+            packages: Vec::new(),
         }
     }
 }
@@ -178,7 +182,12 @@ pub struct CloudImage {
 pub fn build(cache: &Path, req: &CloudImageRequest) -> Result<CloudImage> {
     std::fs::create_dir_all(cache).map_err(|e| Error::io(cache, e))?;
     let _lock = lock(&cache.join("cloud-image.lock"))?;
-    let roots: Vec<String> = PACKAGES.iter().map(|s| s.to_string()).collect();
+    let mut roots: Vec<String> = PACKAGES.iter().map(|s| s.to_string()).collect();
+    for p in &req.packages {
+        if !roots.contains(p) {
+            roots.push(p.clone());
+        }
+    }
     let resolved = resolve(cache, &roots, Some(req.kernel.meta_package()))?;
     let boot_roots: Vec<String> = SYSLINUX_PACKAGES.iter().map(|s| s.to_string()).collect();
     let boot_pkgs = debs::candidate_versions(&boot_roots.iter().cloned().collect())?;
@@ -327,6 +336,7 @@ fn input_hash(
     }
     h.update(req.disk_mib.to_le_bytes());
     h.update(req.kernel.meta_package());
+    h.update(req.packages.join(","));
     hex::encode(h.finalize())
 }
 
@@ -422,6 +432,11 @@ mod tests {
             ..r.clone()
         };
         assert_ne!(a, input_hash(&v, &boot, &generic));
+        let golden = CloudImageRequest {
+            packages: vec!["etcd-server".to_string()],
+            ..r.clone()
+        };
+        assert_ne!(a, input_hash(&v, &boot, &golden));
         v.insert("busybox-static".to_string(), "2".to_string());
         assert_ne!(a, input_hash(&v, &boot, &r));
     }

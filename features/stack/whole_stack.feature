@@ -1,0 +1,48 @@
+@stack
+Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the PVE API, on real guests
+  The deployer makes seed 002's three PhotonCloud nodes through the PVE API of a lab-backed
+  fake-proxmox: every VM is a real QEMU guest that boots the project's cloud image (imported with
+  import-from, the cluster's packages baked in) and applies its cloud-init drive. The cluster
+  provisioner then takes over on those VMs: certificates, node configs with the hosts mapping,
+  files onto each VM's persistent disk over SSH, and a restart through the PVE API; a cloud-init
+  per-boot script starts the member. Every later power change goes through the PVE API too.
+
+  @leaves-cluster-formed
+  Scenario: The deployer makes the cluster's VMs and the cluster forms on them
+    Given the PhotonCloud manifests for the lab-backed site
+    When the deployer rolls them out
+    Then every VM is running with the address its manifest asked for, as its guest agent reports it
+    When the cluster provisioner takes over on the deployer's VMs
+    Then the cluster has 3 started members and one leader
+    And every member speaks only TLS on its client and peer ports and asks clients for a certificate
+    And every member reports healthy
+    When node01 writes "photoncloud/stack" = "formed"
+    Then node03 reads "photoncloud/stack" = "formed"
+    When every VM is rebooted through the PVE API
+    Then the cluster has 3 started members and one leader
+    And node02 reads "photoncloud/stack" = "formed"
+
+  Scenario: Day 2 through the API: the leader's VM stopped, a new leader, the old one back
+    Given the cluster formed on the deployer's VMs
+    When the leader's VM is stopped through the PVE API
+    Then the other two elect a new leader
+    When a running member writes "photoncloud/day2" = "while-one-was-down"
+    And the old leader's VM is started through the PVE API
+    Then the cluster has 3 started members and one leader
+    And the old leader reads "photoncloud/day2" = "while-one-was-down"
+
+  Scenario: A manifest without SSH keys: the guest boots, refuses SSH, and the cluster step names it
+    Given the PhotonCloud manifests for the lab-backed site
+    And node03's manifest carries no SSH keys
+    When the deployer rolls them out
+    Then every VM is running with the address its manifest asked for, as its guest agent reports it
+    When the cluster provisioner is attempted on the deployer's VMs
+    Then the cluster step fails naming node03 and "Permission denied"
+
+  Scenario: A wrong netmask in ipconfig0: the guest applies it, the harness cannot reach it, its console says why
+    Given the PhotonCloud manifests for the lab-backed site
+    And node02's manifest asks for the address "192.168.100.12/30"
+    When the deployer rolls them out
+    Then every VM is running with the address its manifest asked for, as its guest agent reports it
+    When the cluster provisioner is attempted on the deployer's VMs
+    Then the cluster step fails naming node02 and "addrs=eth0=192.168.100.12/30"

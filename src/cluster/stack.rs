@@ -1,0 +1,614 @@
+//! The cluster on VMs a deployer made through the PVE API (the whole stack): the same S2–S6 as
+//! on a vm-lab lab, but each VM is reached over SSH at the address its guest agent reported, the
+//! cluster's files go onto the cloud image's persistent disk ([`Onto::CloudImage`]), and every
+//! restart, stop and start goes through the PVE API (`POST …/status/reboot|stop|start`), never
+//! around it. What a boot did is read from the VM's serial console when the target offers one
+//! (a lab-backed fake does), otherwise from the node over SSH.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::config::{NodeConfig, StageOptions, StagedCluster};
+use super::error::ClusterError;
+use super::provision::{
+    self, BOOT_FAILED_MARKER, BOOT_MARKER, Onto, PER_BOOT_SCRIPT, ProvisionOptions,
+};
+use super::quorum::{self, Node, Quorum};
+use super::tls::{self, ClusterTls};
+use super::topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};
+use super::transport::{NodeShell, SshShell, SshTarget, last_lines};
+use crate::deployer::pve::PveClient;
+use crate::deployer::pve::tasks::TaskWait;
+
+/// What the project's cloud image prints once a boot is done (its per-boot scripts ran).
+const CLOUD_READY: &str = "CLOUDIMG-READY";
+/// The prefix of the cloud image's cloud-init failures.
+const CLOUD_ERROR: &str = "CLOUDINIT-ERROR:";
+
+/// One VM of the cluster, as the deployer made it and the target lets the harness reach it.
+#[derive(Debug, Clone)]
+pub struct StackVm {
+    /// The VM's name (also its hostname and its member name).
+    pub name: String,
+    /// The PVE node it runs on.
+    pub node: String,
+    pub vmid: u32,
+    /// The address its guest agent reported.
+    pub address: IpAddr,
+    /// How to reach its SSH server.
+    pub ssh: SshTarget,
+    /// Its serial console on this host, when the target offers it.
+    pub serial_log: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// How long a boot may take until the service reports started.
+    pub boot_timeout: Duration,
+    /// How the PVE power tasks are awaited.
+    pub task_wait: TaskWait,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            boot_timeout: Duration::from_secs(300),
+            task_wait: TaskWait {
+                poll: Duration::from_millis(200),
+                timeout: Duration::from_secs(300),
+            },
+        }
+    }
+}
+
+/// A cluster being brought up on the deployer's VMs.
+pub struct StackCluster {
+    pve: Arc<PveClient>,
+    pub vms: Vec<StackVm>,
+    pub cluster: ClusterSpec,
+    pub layout: GuestLayout,
+    pub tls: Option<ClusterTls>,
+    pub staged: Option<StagedCluster>,
+    pub configs: Vec<NodeConfig>,
+    pub shells: Vec<SshShell>,
+    pub provision: ProvisionOptions,
+    pub options: StackOptions,
+    /// Wall time of each step.
+    pub timings: BTreeMap<String, Duration>,
+    work: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for StackCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackCluster")
+            .field("cluster", &self.cluster.name)
+            .field("vms", &self.vms)
+            .finish()
+    }
+}
+
+impl StackCluster {
+    /// The cluster `name` on `vms`, powered through `pve`.
+    pub fn new(
+        name: &str,
+        vms: Vec<StackVm>,
+        pve: Arc<PveClient>,
+        options: StackOptions,
+    ) -> Result<Self, ClusterError> {
+        let cluster = ClusterSpec {
+            name: name.to_owned(),
+            nodes: vms
+                .iter()
+                .map(|v| NodeIdentity {
+                    name: v.name.clone(),
+                    hostname: v.name.clone(),
+                    address: v.address,
+                })
+                .collect(),
+            ports: Ports::default(),
+        };
+        cluster.check()?;
+        let work = tempfile::Builder::new()
+            .prefix("stack-cluster-")
+            .tempdir()
+            .map_err(|e| ClusterError::io(std::env::temp_dir(), e))?;
+        let shells = vms.iter().map(|v| SshShell::new(v.ssh.clone())).collect();
+        Ok(Self {
+            pve,
+            vms,
+            cluster,
+            layout: GuestLayout::default(),
+            tls: None,
+            staged: None,
+            configs: Vec::new(),
+            shells,
+            provision: ProvisionOptions {
+                onto: Onto::cloud_image(),
+                ..ProvisionOptions::default()
+            },
+            options,
+            timings: BTreeMap::new(),
+            work,
+        })
+    }
+
+    pub fn work_dir(&self) -> &Path {
+        self.work.path()
+    }
+
+    pub fn vm(&self, name: &str) -> Result<&StackVm, ClusterError> {
+        self.vms
+            .iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| ClusterError::Spec(format!("no VM named {name} in the cluster")))
+    }
+
+    pub fn shell(&self, name: &str) -> Result<&SshShell, ClusterError> {
+        self.shells
+            .iter()
+            .find(|s| s.node() == name)
+            .ok_or_else(|| ClusterError::Spec(format!("no VM named {name} in the cluster")))
+    }
+
+    /// S2: every VM answers over SSH as itself, once its boot is done (the agent, and so the
+    /// deployer, sees the address before the SSH server runs). A VM that does not answer is
+    /// named with what its console says it applied (addresses, users).
+    pub async fn check_ssh(&mut self) -> Result<(), ClusterError> {
+        let t = Instant::now();
+        let boot_timeout = self.options.boot_timeout;
+        let checks = self
+            .vms
+            .iter()
+            .zip(&self.shells)
+            .map(|(vm, shell)| async move {
+                if let Some(log) = &vm.serial_log {
+                    wait_console(&vm.name, log, CLOUD_READY, boot_timeout).await?;
+                }
+                provision::check_hostnames(std::slice::from_ref(shell), Duration::from_secs(60))
+                    .await
+                    .map_err(|e| with_console(vm, e))
+            });
+        for r in futures::future::join_all(checks).await {
+            r?;
+        }
+        self.timings.insert("s2_ssh".into(), t.elapsed());
+        Ok(())
+    }
+
+    /// S3: the CA and node certificates.
+    pub fn make_certificates(&mut self) -> Result<(), ClusterError> {
+        let t = Instant::now();
+        self.tls = Some(tls::generate(&self.cluster)?);
+        self.timings.insert("s3_tls".into(), t.elapsed());
+        Ok(())
+    }
+
+    /// S4: configs, hosts mappings, secrets and first-boot scripts, staged and checked.
+    pub fn stage_configs(&mut self, opts: StageOptions) -> Result<(), ClusterError> {
+        let t = Instant::now();
+        let tls = self
+            .tls
+            .as_ref()
+            .ok_or_else(|| ClusterError::Tls("S3 has not made certificates yet".into()))?;
+        let (staged, configs) = provision::stage_with_boot_scripts(
+            &self.cluster,
+            &self.layout,
+            tls,
+            &self.work.path().join("staged"),
+            opts,
+            self.provision.timing,
+        )?;
+        self.staged = Some(staged);
+        self.configs = configs;
+        self.timings.insert("s4_configs".into(), t.elapsed());
+        Ok(())
+    }
+
+    pub fn staged(&self) -> Result<&StagedCluster, ClusterError> {
+        self.staged
+            .as_ref()
+            .ok_or_else(|| ClusterError::Spec("S4 has not staged the node configs yet".into()))
+    }
+
+    /// S5: install every node's files onto its disk over SSH (in parallel), then reboot every
+    /// VM through the PVE API and wait until each one's per-boot script started the service.
+    pub async fn provision_over_ssh(&mut self) -> Result<(), ClusterError> {
+        let t = Instant::now();
+        self.install(None).await?;
+        self.timings.insert("s5_install".into(), t.elapsed());
+        self.reboot_all().await?;
+        self.timings.insert("s5_provision".into(), t.elapsed());
+        Ok(())
+    }
+
+    /// Installs the staged files onto every VM (or only `only`), without restarting it.
+    pub async fn install(&mut self, only: Option<&str>) -> Result<(), ClusterError> {
+        let staged = self.staged()?.clone();
+        let opts = self.provision.clone();
+        let jobs = self
+            .shells
+            .iter()
+            .filter(|s| only.is_none_or(|n| n == s.node()))
+            .map(|s| provision::provision_node(&staged, s, &opts));
+        let mut cfgs = Vec::new();
+        for r in futures::future::join_all(jobs).await {
+            cfgs.push(r?);
+        }
+        for cfg in cfgs {
+            self.configs.retain(|c| c.node_id != cfg.node_id);
+            self.configs.push(cfg);
+        }
+        Ok(())
+    }
+
+    /// Reboots every VM through the API (in parallel) and waits for each service to start.
+    pub async fn reboot_all(&self) -> Result<(), ClusterError> {
+        let jobs = self.vms.iter().map(|v| self.reboot(&v.name));
+        for r in futures::future::join_all(jobs).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// `POST …/status/reboot`, then the service's report on the boot that follows.
+    pub async fn reboot(&self, name: &str) -> Result<(), ClusterError> {
+        let mark = self.console_mark(name)?;
+        self.power(name, "reboot").await?;
+        self.wait_service_started(name, mark).await
+    }
+
+    /// `POST …/status/stop` (a hard stop, as PVE's stop is).
+    pub async fn stop(&self, name: &str) -> Result<(), ClusterError> {
+        self.power(name, "stop").await
+    }
+
+    /// `POST …/status/start`, then the service's report on that boot.
+    pub async fn start(&self, name: &str) -> Result<(), ClusterError> {
+        let mark = self.console_mark(name)?;
+        self.power(name, "start").await?;
+        self.wait_service_started(name, mark).await
+    }
+
+    /// A power verb through the PVE API, awaited as a task.
+    async fn power(&self, name: &str, verb: &str) -> Result<(), ClusterError> {
+        let vm = self.vm(name)?;
+        let api = |e: crate::deployer::pve::PveError| ClusterError::Remote {
+            node: name.to_owned(),
+            step: format!("{verb} through the PVE API"),
+            code: 0,
+            detail: e.to_string(),
+        };
+        let upid: String = self
+            .pve
+            .post(
+                &format!("/nodes/{}/qemu/{}/status/{verb}", vm.node, vm.vmid),
+                &[],
+            )
+            .await
+            .map_err(api)?;
+        self.pve
+            .await_task(&upid, self.options.task_wait)
+            .await
+            .map_err(api)?;
+        Ok(())
+    }
+
+    /// Where the VM's console log ends now (so a wait reads only what a later boot printed).
+    fn console_mark(&self, name: &str) -> Result<ConsoleMark, ClusterError> {
+        Ok(match &self.vm(name)?.serial_log {
+            Some(p) => ConsoleMark::of(p),
+            None => ConsoleMark::default(),
+        })
+    }
+
+    /// Waits until the boot after `mark` reported the service started (or why it did not).
+    pub async fn wait_service_started(
+        &self,
+        name: &str,
+        mark: ConsoleMark,
+    ) -> Result<(), ClusterError> {
+        let vm = self.vm(name)?;
+        match &vm.serial_log {
+            Some(log) => wait_console_report(name, log, mark, self.options.boot_timeout).await,
+            None => self.wait_service_over_ssh(name).await,
+        }
+    }
+
+    /// Without a console: the node answers over SSH and runs etcd.
+    async fn wait_service_over_ssh(&self, name: &str) -> Result<(), ClusterError> {
+        let shell = self.shell(name)?;
+        quorum::wait_until(
+            &format!("{name}: etcd running after boot"),
+            self.options.boot_timeout,
+            || async {
+                shell
+                    .run("pidof etcd", Duration::from_secs(20))
+                    .await?
+                    .check(name, "etcd running after boot")
+                    .map(|_| ())
+            },
+        )
+        .await
+    }
+
+    /// The nodes with their configs, for the S6 checks.
+    pub fn members(&self) -> Vec<Node<'_, SshShell>> {
+        self.shells
+            .iter()
+            .filter_map(|s| {
+                self.configs
+                    .iter()
+                    .find(|c| c.node_id == s.node())
+                    .map(|c| Node::new(s, c))
+            })
+            .collect()
+    }
+
+    pub fn member(&self, name: &str) -> Result<Node<'_, SshShell>, ClusterError> {
+        self.members()
+            .into_iter()
+            .find(|m| m.cfg.node_id == name)
+            .ok_or_else(|| ClusterError::Spec(format!("{name} is not a provisioned member")))
+    }
+
+    /// S6: `expected` members started, at least `answering` of them answer and agree on one
+    /// leader. Only the VMs in `via` are asked (all when empty).
+    pub async fn wait_for_quorum(
+        &mut self,
+        via: &[&str],
+        expected: usize,
+        answering: usize,
+        timeout: Duration,
+    ) -> Result<Quorum, ClusterError> {
+        let t = Instant::now();
+        let members: Vec<_> = self
+            .members()
+            .into_iter()
+            .filter(|m| via.is_empty() || via.contains(&m.cfg.node_id.as_str()))
+            .collect();
+        let q =
+            quorum::wait_for_quorum(&members, &self.layout, expected, answering, timeout).await?;
+        self.timings.insert("s6_quorum".into(), t.elapsed());
+        Ok(q)
+    }
+
+    /// Replaces a VM (re-created by the deployer: new VMID, maybe a new address) and its shell.
+    pub fn replace_vm(&mut self, vm: StackVm) -> Result<(), ClusterError> {
+        let i = self
+            .vms
+            .iter()
+            .position(|v| v.name == vm.name)
+            .ok_or_else(|| ClusterError::Spec(format!("no VM named {} in the cluster", vm.name)))?;
+        if vm.address != self.vms[i].address {
+            return Err(ClusterError::Spec(format!(
+                "{} came back at {} instead of {}: its peers' configs name the old address",
+                vm.name, vm.address, self.vms[i].address
+            )));
+        }
+        self.shells[i] = SshShell::new(vm.ssh.clone());
+        self.vms[i] = vm;
+        Ok(())
+    }
+}
+
+/// Waits until the console shows `marker` (from its start).
+async fn wait_console(
+    name: &str,
+    log: &Path,
+    marker: &str,
+    timeout: Duration,
+) -> Result<(), ClusterError> {
+    let start = Instant::now();
+    loop {
+        let text = read_from(log, 0);
+        if text.contains(marker) {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(ClusterError::Remote {
+                node: name.to_owned(),
+                step: "boot".into(),
+                code: 1,
+                detail: format!(
+                    "no {marker} on its console within {} s; it ends: {}",
+                    timeout.as_secs(),
+                    last_lines(&text, 6)
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// `e` with what the VM's console says its last boot applied (the cloud image's ready line:
+/// hostname, users, addresses), when there is a console.
+fn with_console(vm: &StackVm, e: ClusterError) -> ClusterError {
+    let Some(log) = &vm.serial_log else { return e };
+    let text = read_from(log, 0);
+    let Some(line) = text.lines().rev().find(|l| l.contains(CLOUD_READY)) else {
+        return e;
+    };
+    let applied: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| {
+            ["host=", "users=", "addrs=", "cloudinit="]
+                .iter()
+                .any(|k| w.starts_with(k))
+        })
+        .collect();
+    ClusterError::Remote {
+        node: vm.name.clone(),
+        step: "SSH".into(),
+        code: 0,
+        detail: format!("{e}; its console says it applied {}", applied.join(" ")),
+    }
+}
+
+/// A place in a console log: the file (its inode and birth time, which tell a file made anew
+/// even when the inode number is reused) and its length then. A guest's next QEMU may write a new
+/// file (the lab backend makes a guest's run directory anew on every start), whose text all
+/// counts as later.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsoleMark {
+    inode: u64,
+    born: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+impl ConsoleMark {
+    pub fn of(log: &Path) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(log)
+            .map(|m| Self {
+                inode: m.ino(),
+                born: m.created().ok(),
+                len: m.len(),
+            })
+            .unwrap_or_default()
+    }
+
+    /// Where in `log`, as it is now, the text after this mark begins.
+    fn offset_in(self, log: &Path) -> u64 {
+        let now = Self::of(log);
+        if now.inode == self.inode && now.born == self.born && now.len >= self.len {
+            self.len
+        } else {
+            0
+        }
+    }
+}
+
+/// What a boot printed after `mark`: the first-boot script's report, a failure, or a boot that
+/// finished without either (no per-boot script on the disk).
+async fn wait_console_report(
+    name: &str,
+    log: &Path,
+    mark: ConsoleMark,
+    timeout: Duration,
+) -> Result<(), ClusterError> {
+    let start = Instant::now();
+    let fail = |detail: String| ClusterError::Remote {
+        node: name.to_owned(),
+        step: "boot".into(),
+        code: 1,
+        detail,
+    };
+    loop {
+        let text = read_from(log, mark.offset_in(log));
+        if text.contains(BOOT_MARKER) {
+            return Ok(());
+        }
+        if let Some(l) = text.lines().find(|l| l.contains(BOOT_FAILED_MARKER)) {
+            return Err(fail(l.trim().to_owned()));
+        }
+        if text.contains(CLOUD_READY) {
+            // The image runs its per-boot scripts before it reports ready.
+            let errors: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains(CLOUD_ERROR))
+                .map(str::trim)
+                .collect();
+            return Err(fail(if errors.is_empty() {
+                format!(
+                    "the VM booted and no first-boot script reported: no {PER_BOOT_SCRIPT} \
+                     on its disk"
+                )
+            } else {
+                errors.join(" | ")
+            }));
+        }
+        if start.elapsed() >= timeout {
+            return Err(fail(format!(
+                "no report within {} s; its console ends: {}",
+                timeout.as_secs(),
+                last_lines(&text, 6)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The console log from byte `mark` on (empty when it cannot be read).
+fn read_from(log: &Path, mark: u64) -> String {
+    let bytes = std::fs::read(log).unwrap_or_default();
+    let from = usize::try_from(mark).unwrap_or(usize::MAX).min(bytes.len());
+    String::from_utf8_lossy(&bytes[from..]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn log_with(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("serial.log");
+        std::fs::write(&p, text).unwrap();
+        (d, p)
+    }
+
+    #[tokio::test]
+    async fn a_boot_report_counts_only_after_the_mark() {
+        let before = format!("{BOOT_MARKER} (pid 1)\n");
+        let (_d, p) = log_with(&before);
+        let mark = ConsoleMark::of(&p);
+        std::fs::write(&p, format!("{before}{CLOUD_READY} host=node01\n")).unwrap();
+        let err = wait_console_report("node01", &p, mark, Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no first-boot script reported"), "{err}");
+        wait_console_report("node01", &p, ConsoleMark::default(), Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_console_made_anew_by_the_next_boot_counts_from_its_start() {
+        let (d, p) = log_with(&"SeaBIOS and a long first boot\n".repeat(50));
+        let mark = ConsoleMark::of(&p);
+        // The next QEMU writes a new, shorter file at the same path.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(
+            d.path().join("serial.log"),
+            format!("{BOOT_MARKER} (pid 7)\n"),
+        )
+        .unwrap();
+        wait_console_report("node01", &p, mark, Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_boot_names_its_cause() {
+        let (_d, p) = log_with(&format!(
+            "cloudimg: per-boot\n{BOOT_FAILED_MARKER}: /cluster/secrets/ca.crt is missing\n"
+        ));
+        let err = wait_console_report("node02", &p, ConsoleMark::default(), Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("node02") && err.contains("ca.crt is missing"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_console_times_out_with_its_tail() {
+        let (_d, p) = log_with("SeaBIOS\nBooting from Hard Disk...\n");
+        let err = wait_console_report(
+            "node03",
+            &p,
+            ConsoleMark::default(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("Booting from Hard Disk"), "{err}");
+    }
+}

@@ -1,0 +1,297 @@
+//! The `@stack` steps: the deployer's rollout against a lab-backed fake, the cluster on the VMs it
+//! made, day-2 operations through the PVE API, and the mistakes only a real guest shows.
+
+use std::time::Duration;
+
+use cucumber::{given, then, when};
+use provision_harness::cluster::ClusterError;
+use provision_harness::cluster::quorum::wait_until;
+
+use crate::params::LabNode;
+use crate::world::{QUORUM_TIMEOUT, StackWorld};
+
+fn fail(msg: String) -> ClusterError {
+    ClusterError::Validation(msg)
+}
+
+#[given("the PhotonCloud manifests for the lab-backed site")]
+async fn manifests(w: &mut StackWorld) -> Result<(), ClusterError> {
+    w.start_target().await
+}
+
+#[given(expr = "{node}'s manifest carries no SSH keys")]
+async fn no_keys(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    let m = manifest_of(w, &node)?;
+    m.ssh_keys.clear();
+    Ok(())
+}
+
+#[given(expr = "{node}'s manifest asks for the address {string}")]
+async fn other_address(
+    w: &mut StackWorld,
+    node: LabNode,
+    address: String,
+) -> Result<(), ClusterError> {
+    let m = manifest_of(w, &node)?;
+    m.ip_address = Some(address);
+    Ok(())
+}
+
+fn manifest_of<'a>(
+    w: &'a mut StackWorld,
+    node: &str,
+) -> Result<&'a mut provision_harness::manifest::ForProvider, ClusterError> {
+    w.tm()?
+        .rollout
+        .manifests
+        .vms
+        .iter_mut()
+        .map(|m| &mut m.vm.spec.for_provider)
+        .find(|fp| fp.name == node)
+        .ok_or_else(|| fail(format!("no manifest for {node}")))
+}
+
+#[when("the deployer rolls them out")]
+async fn roll_out(w: &mut StackWorld) -> Result<(), ClusterError> {
+    w.roll_out().await
+}
+
+#[then(
+    "every VM is running with the address its manifest asked for, as its guest agent reports it"
+)]
+async fn running_at_asked(w: &mut StackWorld) -> Result<(), ClusterError> {
+    let d = w.deployed()?;
+    if !d.all_ready() {
+        return Err(fail(format!("not every VM is ready: {d:#?}")));
+    }
+    let pve = w.pve()?;
+    let t = w.t()?;
+    for m in &t.rollout.manifests.vms {
+        let fp = &m.vm.spec.for_provider;
+        let v = d
+            .vms
+            .iter()
+            .find(|v| v.name == fp.name)
+            .ok_or_else(|| fail(format!("the deployer reports no {}", fp.name)))?;
+        let vmid = v
+            .vmid
+            .ok_or_else(|| fail(format!("{} has no VMID", v.name)))?;
+        let cur = pve
+            .vm_current(&v.node, vmid)
+            .await
+            .map_err(|e| fail(format!("{}: status/current: {e}", v.name)))?;
+        if cur.status != "running" {
+            return Err(fail(format!("{} is {}, not running", v.name, cur.status)));
+        }
+        let agent = pve
+            .agent_interfaces(&v.node, vmid)
+            .await
+            .map_err(|e| fail(format!("{}: agent: {e}", v.name)))?
+            .primary_ipv4();
+        let asked = fp
+            .ip_address
+            .as_deref()
+            .map(|a| a.split('/').next().unwrap_or(a).to_owned());
+        if agent.is_none() || agent != asked || v.ip != agent {
+            return Err(fail(format!(
+                "{}: asked for {asked:?}, the guest agent reports {agent:?}, the deployer {:?}",
+                v.name, v.ip
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[when("the cluster provisioner takes over on the deployer's VMs")]
+async fn provisioner(w: &mut StackWorld) -> Result<(), ClusterError> {
+    w.stage_cluster().await?;
+    w.cm()?.provision_over_ssh().await
+}
+
+#[when("the cluster provisioner is attempted on the deployer's VMs")]
+async fn provisioner_attempt(w: &mut StackWorld) {
+    let r = match w.stage_cluster().await {
+        Ok(()) => match w.cm() {
+            Ok(c) => c.provision_over_ssh().await,
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    w.last_error = r.err().map(|e| e.to_string());
+}
+
+#[then(expr = "the cluster step fails naming {node} and {string}")]
+async fn step_fails(w: &mut StackWorld, node: LabNode, cause: String) -> Result<(), ClusterError> {
+    let e = w
+        .last_error
+        .as_deref()
+        .ok_or_else(|| fail("the cluster step succeeded".into()))?;
+    if !(e.contains(&node.0) && e.contains(&cause)) {
+        return Err(fail(format!(
+            "the error names not {node} and {cause:?}: {e}"
+        )));
+    }
+    Ok(())
+}
+
+#[given("the cluster formed on the deployer's VMs")]
+async fn formed(w: &mut StackWorld) -> Result<(), ClusterError> {
+    w.formed_cluster().await
+}
+
+#[then(expr = "the cluster has {int} started members and one leader")]
+async fn quorum(w: &mut StackWorld, n: usize) -> Result<(), ClusterError> {
+    // Every member must answer and agree, not only a majority.
+    let q = w.cm()?.wait_for_quorum(&[], n, n, QUORUM_TIMEOUT).await?;
+    w.quorum = Some(q);
+    Ok(())
+}
+
+#[then(
+    "every member speaks only TLS on its client and peer ports and asks clients for a certificate"
+)]
+async fn tls_only(w: &mut StackWorld) -> Result<(), ClusterError> {
+    let c = w.c()?;
+    let members = c.members();
+    if members.len() != c.cluster.nodes.len() {
+        return Err(fail(format!(
+            "{} provisioned members, not {}",
+            members.len(),
+            c.cluster.nodes.len()
+        )));
+    }
+    let checks = members
+        .into_iter()
+        .map(|m| async move { m.check_tls_only(&c.layout, QUORUM_TIMEOUT).await });
+    for r in futures::future::join_all(checks).await {
+        r?;
+    }
+    Ok(())
+}
+
+#[then("every member reports healthy")]
+async fn healthy(w: &mut StackWorld) -> Result<(), ClusterError> {
+    let c = w.c()?;
+    for m in c.members() {
+        let h = m.health(&c.layout).await?;
+        let ok = h.iter().filter(|(_, ok)| *ok).count();
+        if h.len() != c.cluster.nodes.len() || ok != h.len() {
+            return Err(fail(format!("{}: health {h:?}", m.cfg.node_id)));
+        }
+    }
+    Ok(())
+}
+
+#[when(expr = "{node} writes {string} = {string}")]
+async fn write(
+    w: &mut StackWorld,
+    node: LabNode,
+    key: String,
+    value: String,
+) -> Result<(), ClusterError> {
+    let c = w.c()?;
+    // A put that lands mid-election times out and is retried, as a real client does; a put of
+    // the same value is idempotent.
+    wait_until(
+        &format!("{node} writing {key}"),
+        Duration::from_secs(60),
+        || async { c.member(&node)?.put(&c.layout, &key, &value).await },
+    )
+    .await
+}
+
+#[when(expr = "a running member writes {string} = {string}")]
+async fn survivor_writes(
+    w: &mut StackWorld,
+    key: String,
+    value: String,
+) -> Result<(), ClusterError> {
+    let old = w.resolve("the old leader")?;
+    let node = w
+        .c()?
+        .vms
+        .iter()
+        .map(|v| v.name.clone())
+        .find(|n| *n != old)
+        .ok_or_else(|| fail("no running member".into()))?;
+    write(w, LabNode(node), key, value).await
+}
+
+async fn reads(w: &StackWorld, node: &str, key: &str, value: &str) -> Result<(), ClusterError> {
+    let c = w.c()?;
+    wait_until(
+        &format!("{node} reading {key}"),
+        Duration::from_secs(60),
+        || async {
+            let got = c.member(node)?.get(&c.layout, key).await?;
+            if got.as_deref() == Some(value) {
+                Ok(())
+            } else {
+                Err(fail(format!("{node} reads {key} = {got:?}, not {value:?}")))
+            }
+        },
+    )
+    .await
+}
+
+#[then(expr = "{node} reads {string} = {string}")]
+async fn read(
+    w: &mut StackWorld,
+    node: LabNode,
+    key: String,
+    value: String,
+) -> Result<(), ClusterError> {
+    reads(w, &node, &key, &value).await
+}
+
+#[then(expr = "the old leader reads {string} = {string}")]
+async fn old_leader_reads(
+    w: &mut StackWorld,
+    key: String,
+    value: String,
+) -> Result<(), ClusterError> {
+    let node = w.resolve("the old leader")?;
+    reads(w, &node, &key, &value).await
+}
+
+#[when("every VM is rebooted through the PVE API")]
+async fn reboot_all(w: &mut StackWorld) -> Result<(), ClusterError> {
+    w.c()?.reboot_all().await
+}
+
+#[when("the leader's VM is stopped through the PVE API")]
+async fn stop_leader(w: &mut StackWorld) -> Result<(), ClusterError> {
+    let leader = w
+        .quorum
+        .as_ref()
+        .map(|q| q.leader.clone())
+        .ok_or_else(|| fail("no leader was recorded".into()))?;
+    w.c()?.stop(&leader).await?;
+    w.old_leader = Some(leader);
+    Ok(())
+}
+
+#[then("the other two elect a new leader")]
+async fn new_leader(w: &mut StackWorld) -> Result<(), ClusterError> {
+    let old = w.resolve("the old leader")?;
+    let via: Vec<String> = w
+        .c()?
+        .vms
+        .iter()
+        .map(|v| v.name.clone())
+        .filter(|n| *n != old)
+        .collect();
+    let via: Vec<&str> = via.iter().map(String::as_str).collect();
+    let q = w.cm()?.wait_for_quorum(&via, 3, 2, QUORUM_TIMEOUT).await?;
+    if q.leader == old {
+        return Err(fail(format!("{old} is still the leader: {q:?}")));
+    }
+    w.quorum = Some(q);
+    Ok(())
+}
+
+#[when("the old leader's VM is started through the PVE API")]
+async fn start_old_leader(w: &mut StackWorld) -> Result<(), ClusterError> {
+    let old = w.resolve("the old leader")?;
+    w.c()?.start(&old).await
+}

@@ -1,0 +1,344 @@
+//! The World of the `@stack` features: a lab-backed fake-proxmox whose VMs are real QEMU guests,
+//! the deployer's rollout against it, and the cluster formed on the VMs it made.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fake_proxmox::{ClockMode, FakeProxmox};
+use provision_harness::cluster::ClusterError;
+use provision_harness::cluster::config::StageOptions;
+use provision_harness::cluster::quorum::Quorum;
+use provision_harness::cluster::stack::{StackCluster, StackOptions, StackVm};
+use provision_harness::cluster::transport::SshTarget;
+use provision_harness::deploy::RolloutResult;
+use provision_harness::pve::tls::parse_fingerprint;
+use provision_harness::pve::{ClientOptions, PveClient, TlsMode};
+use provision_harness::rehearse::{RehearseOptions, Rollout, lab_rollout, run_against};
+
+/// The lab-backed site of `examples/photoncloud-t036/rollout/`.
+pub const SITE: &str = "lab";
+/// The cluster's name (seed 002's).
+pub const CLUSTER: &str = "photoncloud";
+/// Bounds for the cluster to reach a state; generous for three TCG guests on two cores.
+pub const QUORUM_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// What a running rollout target holds: the fake (and its real guests), the deployer's inputs,
+/// and the SSH key its manifests carry.
+pub struct Target {
+    pub fake: FakeProxmox,
+    pub rollout: Rollout,
+    pub options: RehearseOptions,
+    pub key: PathBuf,
+    /// The fake's state directory (its guests' run directories are under `lab/`).
+    pub state: PathBuf,
+    pub tmp: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+/// A formed cluster kept for the next scenario that starts from one.
+pub struct Formed {
+    pub target: Target,
+    pub deploy: RolloutResult,
+    pub cluster: StackCluster,
+}
+
+static FORMED: std::sync::Mutex<Option<Formed>> = std::sync::Mutex::new(None);
+
+pub fn take_formed() -> Option<Formed> {
+    FORMED.lock().map(|mut g| g.take()).unwrap_or(None)
+}
+
+pub fn keep_formed(f: Formed) {
+    if let Ok(mut g) = FORMED.lock() {
+        *g = Some(f);
+    }
+}
+
+/// The cloud image with the cluster's packages baked in, as qcow2 (built once per run).
+static IMAGE: tokio::sync::OnceCell<Result<(tempfile::TempDir, PathBuf), String>> =
+    tokio::sync::OnceCell::const_new();
+
+async fn golden_image() -> Result<PathBuf, ClusterError> {
+    let r = IMAGE
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(|| {
+                let dir = tempfile::Builder::new()
+                    .prefix("stack-image-")
+                    .tempdir()
+                    .map_err(|e| e.to_string())?;
+                let req = vm_lab::image::cloud::CloudImageRequest {
+                    packages: provision_harness::cluster::lab::PACKAGES
+                        .map(str::to_owned)
+                        .to_vec(),
+                    ..Default::default()
+                };
+                vm_lab::lab::remove_on_sigterm(dir.path(), true);
+                let p = provision_harness::rehearse::cloud_image_qcow2_with(dir.path(), &req)
+                    .map_err(|e| e.to_string())?;
+                Ok((dir, p))
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        })
+        .await;
+    match r {
+        Ok((_, p)) => Ok(p.clone()),
+        Err(e) => Err(ClusterError::Lab(format!("the cluster's cloud image: {e}"))),
+    }
+}
+
+#[derive(Debug, Default, cucumber::World)]
+pub struct StackWorld {
+    pub target: Option<Target>,
+    pub deploy: Option<RolloutResult>,
+    pub cluster: Option<StackCluster>,
+    pub quorum: Option<Quorum>,
+    pub old_leader: Option<String>,
+    /// The error of the last step that was expected to be able to fail.
+    pub last_error: Option<String>,
+}
+
+impl StackWorld {
+    /// A fresh lab-backed fake for the PhotonCloud rollout, its manifests carrying a new key.
+    pub async fn start_target(&mut self) -> Result<(), ClusterError> {
+        let image = golden_image().await?;
+        let mut rollout = lab_rollout(&image).map_err(|e| ClusterError::Spec(e.to_string()))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("stack-")
+            .tempdir()
+            .map_err(|e| ClusterError::Lab(e.to_string()))?;
+        // A CI timeout's SIGTERM must not leave the guests' disks and the fake's state behind.
+        vm_lab::lab::remove_on_sigterm(tmp.path(), true);
+        let key = tmp.path().join("id_ed25519");
+        let keygen = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .output()
+            .map_err(|e| ClusterError::Lab(format!("ssh-keygen (install openssh-client): {e}")))?;
+        if !keygen.status.success() {
+            return Err(ClusterError::Lab(format!(
+                "ssh-keygen: {}",
+                String::from_utf8_lossy(&keygen.stderr)
+            )));
+        }
+        let pubkey = std::fs::read_to_string(key.with_extension("pub"))
+            .map_err(|e| ClusterError::Lab(e.to_string()))?;
+        for m in &mut rollout.manifests.vms {
+            m.vm.spec.for_provider.ssh_keys = vec![pubkey.trim().to_owned()];
+        }
+        let mut options = RehearseOptions::lab();
+        // A guest that has no address by then will not get one.
+        options.deploy.pipeline.ip_wait = Duration::from_secs(300);
+        let state = tmp.path().join("state");
+        let mut lab = options.lab.clone();
+        lab.state_dir = Some(state.clone());
+        let fake = FakeProxmox::builder()
+            .scenario(rollout.scenario.clone())
+            .tls(true)
+            .auth_failure_delay(false)
+            .clock(ClockMode::Scaled {
+                factor: options.clock_factor,
+            })
+            .lab_options(lab)
+            .start()
+            .await
+            .map_err(|e| ClusterError::Lab(format!("the lab-backed fake: {e}")))?;
+        self.target = Some(Target {
+            fake,
+            rollout,
+            options,
+            key,
+            state,
+            tmp,
+        });
+        Ok(())
+    }
+
+    pub fn t(&self) -> Result<&Target, ClusterError> {
+        self.target
+            .as_ref()
+            .ok_or_else(|| ClusterError::Lab("no rollout target in this scenario".into()))
+    }
+
+    pub fn tm(&mut self) -> Result<&mut Target, ClusterError> {
+        self.target
+            .as_mut()
+            .ok_or_else(|| ClusterError::Lab("no rollout target in this scenario".into()))
+    }
+
+    pub fn c(&self) -> Result<&StackCluster, ClusterError> {
+        self.cluster
+            .as_ref()
+            .ok_or_else(|| ClusterError::Spec("the cluster provisioner has not run".into()))
+    }
+
+    pub fn cm(&mut self) -> Result<&mut StackCluster, ClusterError> {
+        self.cluster
+            .as_mut()
+            .ok_or_else(|| ClusterError::Spec("the cluster provisioner has not run".into()))
+    }
+
+    pub fn deployed(&self) -> Result<&RolloutResult, ClusterError> {
+        self.deploy
+            .as_ref()
+            .ok_or_else(|| ClusterError::Spec("the deployer has not run".into()))
+    }
+
+    /// The deployer plans and deploys the manifests against the target (a re-run converges).
+    pub async fn roll_out(&mut self) -> Result<(), ClusterError> {
+        let t = self.t()?;
+        let r = &t.rollout;
+        let report = run_against(
+            &t.fake,
+            r.label.clone(),
+            r.manifests.clone(),
+            r.provider.clone(),
+            &t.options,
+        )
+        .await
+        .map_err(|e| ClusterError::Spec(format!("the rollout: {e}")))?;
+        self.deploy = Some(report.deploy);
+        Ok(())
+    }
+
+    /// A PVE client for the site, as the deployer reaches it (token, pinned certificate).
+    pub fn pve(&self) -> Result<PveClient, ClusterError> {
+        let t = self.t()?;
+        let site = t
+            .fake
+            .site(SITE)
+            .ok_or_else(|| ClusterError::Spec(format!("no site {SITE}")))?;
+        let pin = parse_fingerprint(site.fingerprint()).map_err(ClusterError::Tls)?;
+        PveClient::new(
+            site.url(),
+            t.rollout.provider.credentials.clone(),
+            &ClientOptions {
+                tls: TlsMode::Pinned(pin),
+                timeout: Duration::from_secs(60),
+                ..ClientOptions::default()
+            },
+        )
+        .map_err(|e| ClusterError::Spec(e.to_string()))
+    }
+
+    /// How the harness reaches each VM the deployer reported ready: the address its agent
+    /// reported, SSH as root with the manifests' key, its console.
+    pub async fn stack_vms(&self) -> Result<Vec<StackVm>, ClusterError> {
+        let t = self.t()?;
+        let ctl = t
+            .fake
+            .site(SITE)
+            .ok_or_else(|| ClusterError::Spec(format!("no site {SITE}")))?
+            .control();
+        let mut vms = Vec::new();
+        for v in &self.deployed()?.vms {
+            let vmid = v
+                .vmid
+                .ok_or_else(|| ClusterError::Spec(format!("{} has no VMID", v.name)))?;
+            let address = v
+                .ip
+                .as_deref()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| ClusterError::Spec(format!("{} has no address: {v:?}", v.name)))?;
+            let access = ctl
+                .guest_access(&v.node, vmid, "root", &t.key)
+                .await
+                .map_err(|e| ClusterError::Lab(format!("{}: guest access: {e}", v.name)))?;
+            let ssh = ssh_target(&v.name, &access.ssh, &t.key)?;
+            vms.push(StackVm {
+                name: v.name.clone(),
+                node: v.node.clone(),
+                vmid,
+                address,
+                ssh,
+                serial_log: access.serial_log.map(PathBuf::from),
+            });
+        }
+        vms.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(vms)
+    }
+
+    /// The cluster provisioner on the deployer's VMs, up to S4 (nothing written to a VM yet).
+    pub async fn stage_cluster(&mut self) -> Result<(), ClusterError> {
+        let vms = self.stack_vms().await?;
+        let pve = Arc::new(self.pve()?);
+        let mut c = StackCluster::new(CLUSTER, vms, pve, StackOptions::default())?;
+        vm_lab::lab::remove_on_sigterm(c.work_dir(), true);
+        c.check_ssh().await?;
+        c.make_certificates()?;
+        c.stage_configs(StageOptions::default())?;
+        self.cluster = Some(c);
+        Ok(())
+    }
+
+    /// Rollout, S2–S5 and the quorum: a cluster formed from nothing, or the one an earlier
+    /// scenario left formed.
+    pub async fn formed_cluster(&mut self) -> Result<(), ClusterError> {
+        if let Some(f) = take_formed() {
+            self.target = Some(f.target);
+            self.deploy = Some(f.deploy);
+            self.cluster = Some(f.cluster);
+        } else {
+            self.start_target().await?;
+            self.roll_out().await?;
+            self.stage_cluster().await?;
+            self.cm()?.provision_over_ssh().await?;
+        }
+        let q = self
+            .cm()?
+            .wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT)
+            .await?;
+        self.quorum = Some(q);
+        Ok(())
+    }
+
+    /// A node named in a step: a VM name, or "the old leader".
+    pub fn resolve(&self, who: &str) -> Result<String, ClusterError> {
+        match who {
+            "the old leader" | "the old leader's VM" => self
+                .old_leader
+                .clone()
+                .ok_or_else(|| ClusterError::Validation("no leader was recorded".into())),
+            n => Ok(n.to_owned()),
+        }
+    }
+
+    /// Shuts the target down (its guests with it).
+    pub async fn shutdown(&mut self) {
+        self.cluster = None;
+        if let Some(t) = self.target.take() {
+            t.fake.shutdown().await;
+            vm_lab::lab::remove_on_sigterm(t.tmp.path(), false);
+        }
+    }
+}
+
+/// The guest's ready `ssh` argv (program first, remote command to append) as a target.
+fn ssh_target(
+    name: &str,
+    argv: &[String],
+    key: &std::path::Path,
+) -> Result<SshTarget, ClusterError> {
+    if argv.is_empty() {
+        return Err(ClusterError::Lab(format!(
+            "{name}: the target gave no ssh command"
+        )));
+    }
+    Ok(SshTarget {
+        node: name.to_owned(),
+        base: argv.to_vec(),
+        key: key.to_owned(),
+    })
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
