@@ -36,5 +36,5 @@ pub mod suite;
 
 pub use deployer::{
     config, deploy, errors, examples, image, lifecycle, manifest, order, pipeline, plan, pve,
-    rehearse, report, report_html, retry, rollout, site, state, validate,
+    rehearse, rehearse_stack, report, report_html, retry, rollout, site, state, validate,
 };

@@ -110,6 +110,7 @@ async fn main() {
     if let Some(f) = world::take_formed() {
         f.target.fake.shutdown().await;
     }
+    world::remove_image();
     println!(
         "stack steps: {} passed, {} failed, {} skipped",
         summary.passed_steps(),

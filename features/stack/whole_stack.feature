@@ -22,6 +22,7 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     Then the cluster has 3 started members and one leader
     And node02 reads "photoncloud/stack" = "formed"
 
+  @leaves-cluster-formed
   Scenario: Day 2 through the API: the leader's VM stopped, a new leader, the old one back
     Given the cluster formed on the deployer's VMs
     When the leader's VM is stopped through the PVE API
@@ -31,6 +32,18 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     Then the cluster has 3 started members and one leader
     And the old leader reads "photoncloud/day2" = "while-one-was-down"
 
+  Scenario: Day 2: a VM destroyed through the API and re-created by a re-run of the deployer joins again from an empty disk
+    Given the cluster formed on the deployer's VMs
+    When node01 writes "photoncloud/before-replace" = "kept"
+    And node03's VM is destroyed through the PVE API
+    Then the other two keep a leader without node03
+    When the deployer rolls them out again
+    Then every VM is running with the address its manifest asked for, as its guest agent reports it
+    And node03 is a new VM with an empty disk, reached at its old address
+    When the cluster provisioner replaces node03's member
+    Then the cluster has 3 started members and one leader
+    And node03 reads "photoncloud/before-replace" = "kept"
+
   Scenario: A manifest without SSH keys: the guest boots, refuses SSH, and the cluster step names it
     Given the PhotonCloud manifests for the lab-backed site
     And node03's manifest carries no SSH keys
@@ -39,10 +52,20 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     When the cluster provisioner is attempted on the deployer's VMs
     Then the cluster step fails naming node03 and "Permission denied"
 
-  Scenario: A wrong netmask in ipconfig0: the guest applies it, the harness cannot reach it, its console says why
+  Scenario: A wrong netmask and gateway in ipconfig0: the guest applies them, its peers cannot reach it, its console says why
     Given the PhotonCloud manifests for the lab-backed site
-    And node02's manifest asks for the address "192.168.100.12/30"
+    And node02's manifest asks for the address "192.168.100.12/30" with the gateway "192.168.100.254"
     When the deployer rolls them out
     Then every VM is running with the address its manifest asked for, as its guest agent reports it
     When the cluster provisioner is attempted on the deployer's VMs
     Then the cluster step fails naming node02 and "addrs=eth0=192.168.100.12/30"
+
+  Scenario: The same rollout on DHCP: the cluster forms on whatever addresses the guest agents report
+    Given the PhotonCloud manifests for the lab-backed site
+    And every manifest asks for an address from DHCP
+    When the deployer rolls them out
+    Then every VM is running with a distinct address from vmbr0's DHCP pool, as its guest agent reports it
+    When the cluster provisioner takes over on the deployer's VMs
+    Then the cluster has 3 started members and one leader
+    When node02 writes "photoncloud/dhcp" = "leased"
+    Then node01 reads "photoncloud/dhcp" = "leased"

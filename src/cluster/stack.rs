@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{NodeConfig, StageOptions, StagedCluster};
+use super::config::{self, NodeConfig, StageOptions, StagedCluster};
 use super::error::ClusterError;
+use super::etcd::{self, sh_quote};
 use super::provision::{
     self, BOOT_FAILED_MARKER, BOOT_MARKER, Onto, PER_BOOT_SCRIPT, ProvisionOptions,
 };
@@ -78,7 +79,44 @@ pub struct StackCluster {
     pub options: StackOptions,
     /// Wall time of each step.
     pub timings: BTreeMap<String, Duration>,
+    steps: StepLog,
     work: tempfile::TempDir,
+}
+
+/// The row of the cluster-wide steps (certificates, configs, quorum) in [`StackCluster::steps`].
+pub const CLUSTER_ROW: &str = "cluster";
+
+/// One step the harness took on one VM (or on the whole cluster, [`CLUSTER_ROW`]), as it saw it.
+#[derive(Debug, Clone)]
+pub struct StackStep {
+    pub vm: String,
+    pub step: String,
+    pub start: Instant,
+    pub end: Instant,
+    /// The error, when the step failed.
+    pub error: Option<String>,
+}
+
+/// The steps, recorded from the parallel per-VM jobs.
+#[derive(Debug, Default)]
+struct StepLog(std::sync::Mutex<Vec<StackStep>>);
+
+impl StepLog {
+    fn record<T>(&self, vm: &str, step: &str, start: Instant, r: &Result<T, ClusterError>) {
+        let s = StackStep {
+            vm: vm.to_owned(),
+            step: step.to_owned(),
+            start,
+            end: Instant::now(),
+            error: r.as_ref().err().map(ToString::to_string),
+        };
+        // A panic elsewhere leaves plain data behind; keep recording.
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
+
+    fn all(&self) -> Vec<StackStep> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl std::fmt::Debug for StackCluster {
@@ -131,6 +169,7 @@ impl StackCluster {
             },
             options,
             timings: BTreeMap::new(),
+            steps: StepLog::default(),
             work,
         })
     }
@@ -159,17 +198,24 @@ impl StackCluster {
     pub async fn check_ssh(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         let boot_timeout = self.options.boot_timeout;
+        let steps = &self.steps;
         let checks = self
             .vms
             .iter()
             .zip(&self.shells)
             .map(|(vm, shell)| async move {
-                if let Some(log) = &vm.serial_log {
-                    wait_console(&vm.name, log, CLOUD_READY, boot_timeout).await?;
+                let start = Instant::now();
+                let r = async {
+                    if let Some(log) = &vm.serial_log {
+                        wait_console(&vm.name, log, CLOUD_READY, boot_timeout).await?;
+                    }
+                    provision::check_hostnames(std::slice::from_ref(shell), Duration::from_secs(60))
+                        .await
+                        .map_err(|e| with_console(vm, e))
                 }
-                provision::check_hostnames(std::slice::from_ref(shell), Duration::from_secs(60))
-                    .await
-                    .map_err(|e| with_console(vm, e))
+                .await;
+                steps.record(&vm.name, "SSH up (as itself)", start, &r);
+                r
             });
         for r in futures::future::join_all(checks).await {
             r?;
@@ -181,7 +227,9 @@ impl StackCluster {
     /// S3: the CA and node certificates.
     pub fn make_certificates(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
-        self.tls = Some(tls::generate(&self.cluster)?);
+        let r = tls::generate(&self.cluster);
+        self.steps.record(CLUSTER_ROW, "CA and certificates", t, &r);
+        self.tls = Some(r?);
         self.timings.insert("s3_tls".into(), t.elapsed());
         Ok(())
     }
@@ -193,14 +241,17 @@ impl StackCluster {
             .tls
             .as_ref()
             .ok_or_else(|| ClusterError::Tls("S3 has not made certificates yet".into()))?;
-        let (staged, configs) = provision::stage_with_boot_scripts(
+        let r = provision::stage_with_boot_scripts(
             &self.cluster,
             &self.layout,
             tls,
             &self.work.path().join("staged"),
             opts,
             self.provision.timing,
-        )?;
+        );
+        self.steps
+            .record(CLUSTER_ROW, "configs and hosts mapping", t, &r);
+        let (staged, configs) = r?;
         self.staged = Some(staged);
         self.configs = configs;
         self.timings.insert("s4_configs".into(), t.elapsed());
@@ -232,7 +283,15 @@ impl StackCluster {
             .shells
             .iter()
             .filter(|s| only.is_none_or(|n| n == s.node()))
-            .map(|s| provision::provision_node(&staged, s, &opts));
+            .map(|s| {
+                let (staged, opts, steps) = (&staged, &opts, &self.steps);
+                async move {
+                    let start = Instant::now();
+                    let r = provision::provision_node(staged, s, opts).await;
+                    steps.record(s.node(), "install over SSH", start, &r);
+                    r
+                }
+            });
         let mut cfgs = Vec::new();
         for r in futures::future::join_all(jobs).await {
             cfgs.push(r?);
@@ -255,21 +314,43 @@ impl StackCluster {
 
     /// `POST …/status/reboot`, then the service's report on the boot that follows.
     pub async fn reboot(&self, name: &str) -> Result<(), ClusterError> {
-        let mark = self.console_mark(name)?;
-        self.power(name, "reboot").await?;
-        self.wait_service_started(name, mark).await
+        let start = Instant::now();
+        let r = async {
+            let mark = self.console_mark(name)?;
+            self.power(name, "reboot").await?;
+            self.wait_service_started(name, mark).await
+        }
+        .await;
+        self.steps
+            .record(name, "reboot (PVE API) until etcd started", start, &r);
+        r
     }
 
     /// `POST …/status/stop` (a hard stop, as PVE's stop is).
     pub async fn stop(&self, name: &str) -> Result<(), ClusterError> {
-        self.power(name, "stop").await
+        let start = Instant::now();
+        let r = self.power(name, "stop").await;
+        self.steps.record(name, "stop (PVE API)", start, &r);
+        r
     }
 
     /// `POST …/status/start`, then the service's report on that boot.
     pub async fn start(&self, name: &str) -> Result<(), ClusterError> {
-        let mark = self.console_mark(name)?;
-        self.power(name, "start").await?;
-        self.wait_service_started(name, mark).await
+        let start = Instant::now();
+        let r = async {
+            let mark = self.console_mark(name)?;
+            self.power(name, "start").await?;
+            self.wait_service_started(name, mark).await
+        }
+        .await;
+        self.steps
+            .record(name, "start (PVE API) until etcd started", start, &r);
+        r
+    }
+
+    /// Every step the harness took on each VM so far, in the order they ended.
+    pub fn steps(&self) -> Vec<StackStep> {
+        self.steps.all()
     }
 
     /// A power verb through the PVE API, awaited as a task.
@@ -369,10 +450,77 @@ impl StackCluster {
             .into_iter()
             .filter(|m| via.is_empty() || via.contains(&m.cfg.node_id.as_str()))
             .collect();
-        let q =
-            quorum::wait_for_quorum(&members, &self.layout, expected, answering, timeout).await?;
+        let r = quorum::wait_for_quorum(&members, &self.layout, expected, answering, timeout).await;
+        self.steps.record(CLUSTER_ROW, "quorum", t, &r);
+        let q = r?;
         self.timings.insert("s6_quorum".into(), t.elapsed());
         Ok(q)
+    }
+
+    /// Day 2: `name`'s VM came back with an empty disk (destroyed and re-created by the
+    /// deployer). Through a surviving member its old member is removed and added anew (etcd's
+    /// runtime reconfiguration: a member with an empty data directory must not rejoin under its
+    /// old identity), its config is staged again with `initial-cluster-state=existing`, its files
+    /// are installed, and it is rebooted through the PVE API to start from them.
+    pub async fn replace_member(&mut self, name: &str) -> Result<(), ClusterError> {
+        let t = Instant::now();
+        let layout = self.layout.clone();
+        let cfg = self
+            .configs
+            .iter()
+            .find(|c| c.node_id == name)
+            .cloned()
+            .ok_or_else(|| ClusterError::Spec(format!("{name} is not a provisioned member")))?;
+        let peer_url = format!("https://{}:{}", cfg.hostname, cfg.ports.peer);
+        let survivor = self
+            .members()
+            .into_iter()
+            .find(|m| m.cfg.node_id != name)
+            .ok_or_else(|| ClusterError::Spec(format!("no member besides {name}")))?;
+        let ctl = |args: &str| etcd::etcdctl(survivor.cfg, &layout, args);
+        let via = survivor.cfg.node_id.clone();
+        let timeout = Duration::from_secs(60);
+        let listed = survivor
+            .shell
+            .run(&ctl("member list -w json"), timeout)
+            .await?
+            .check(&via, "etcdctl member list")?;
+        let members = etcd::parse_member_list(&listed.stdout)?;
+        if let Some(old) = members
+            .iter()
+            .find(|m| m.name == name || m.peer_urls.contains(&peer_url))
+        {
+            survivor
+                .shell
+                .run(&ctl(&format!("member remove {:x}", old.id)), timeout)
+                .await?
+                .check(&via, &format!("etcdctl member remove ({name})"))?;
+        }
+        survivor
+            .shell
+            .run(
+                &ctl(&format!(
+                    "member add {} --peer-urls={}",
+                    sh_quote(name),
+                    sh_quote(&peer_url)
+                )),
+                timeout,
+            )
+            .await?
+            .check(&via, &format!("etcdctl member add ({name})"))?;
+        let staged = self.staged()?;
+        let path = staged.node_dir(name).join(config::CONFIG_FILE);
+        let joining = NodeConfig {
+            bootstrap: false,
+            ..cfg
+        };
+        let body = serde_json::to_string_pretty(&joining)
+            .map_err(|e| ClusterError::Spec(format!("{name}'s config: {e}")))?;
+        std::fs::write(&path, body).map_err(|e| ClusterError::io(&path, e))?;
+        self.install(Some(name)).await?;
+        self.reboot(name).await?;
+        self.timings.insert(format!("replace_{name}"), t.elapsed());
+        Ok(())
     }
 
     /// Replaces a VM (re-created by the deployer: new VMID, maybe a new address) and its shell.
@@ -444,6 +592,78 @@ fn with_console(vm: &StackVm, e: ClusterError) -> ClusterError {
         step: "SSH".into(),
         code: 0,
         detail: format!("{e}; its console says it applied {}", applied.join(" ")),
+    }
+}
+
+/// A guest-side milestone: when the harness first saw it on a VM's console.
+#[derive(Debug, Clone)]
+pub struct Milestone {
+    pub vm: String,
+    pub what: &'static str,
+    pub at: Instant,
+}
+
+/// What each boot prints on the project's cloud image, in order, and what it means.
+pub const CONSOLE_MILESTONES: [(&str, &str); 4] = [
+    ("CLOUDIMG-INIT", "booted (init runs)"),
+    (CLOUD_READY, "cloud-init applied, SSH up"),
+    (BOOT_MARKER, "etcd started"),
+    (provision::HEALTHY_MARKER, "etcd healthy"),
+];
+
+/// Watches the VMs' consoles in the background and timestamps every milestone of every boot
+/// ([`CONSOLE_MILESTONES`]) as it appears, to put the guest's side on the same time axis as the
+/// API's. Resolution: its poll interval (200 ms); what was there when it started is stamped then.
+pub struct ConsoleWatch {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: tokio::task::JoinHandle<Vec<Milestone>>,
+}
+
+impl ConsoleWatch {
+    pub fn start(vms: &[StackVm]) -> Self {
+        let logs: Vec<(String, PathBuf)> = vms
+            .iter()
+            .filter_map(|v| v.serial_log.clone().map(|p| (v.name.clone(), p)))
+            .collect();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = tokio::spawn(async move {
+            let mut seen: BTreeMap<String, (ConsoleMark, [usize; 4])> = BTreeMap::new();
+            let mut out = Vec::new();
+            loop {
+                let done = flag.load(std::sync::atomic::Ordering::Relaxed);
+                for (vm, log) in &logs {
+                    let mark = ConsoleMark::of(log);
+                    let text = read_from(log, 0);
+                    let entry = seen.entry(vm.clone()).or_insert((mark, [0; 4]));
+                    if entry.0.inode != mark.inode || entry.0.born != mark.born {
+                        *entry = (mark, [0; 4]);
+                    }
+                    for (i, (marker, what)) in CONSOLE_MILESTONES.iter().enumerate() {
+                        let n = text.matches(marker).count();
+                        for _ in entry.1[i]..n {
+                            out.push(Milestone {
+                                vm: vm.clone(),
+                                what,
+                                at: Instant::now(),
+                            });
+                        }
+                        entry.1[i] = entry.1[i].max(n);
+                    }
+                }
+                if done {
+                    return out;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Self { stop, handle }
+    }
+
+    /// Stops watching (after one last look) and returns the milestones in the order seen.
+    pub async fn finish(self) -> Vec<Milestone> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.await.unwrap_or_default()
     }
 }
 
@@ -580,6 +800,44 @@ mod tests {
         wait_console_report("node01", &p, mark, Duration::from_secs(1))
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_console_watch_stamps_each_boot_s_milestones_as_they_appear() {
+        let (d, p) = log_with("CLOUDIMG-INIT\n");
+        let vm = StackVm {
+            name: "node01".into(),
+            node: "pve-01".into(),
+            vmid: 100,
+            address: "192.168.100.11".parse().unwrap(),
+            ssh: SshTarget {
+                node: "node01".into(),
+                base: vec!["ssh".into()],
+                key: d.path().join("key"),
+            },
+            serial_log: Some(p.clone()),
+        };
+        let watch = ConsoleWatch::start(std::slice::from_ref(&vm));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        std::fs::write(
+            &p,
+            format!("CLOUDIMG-INIT\n{CLOUD_READY} host=node01\n{BOOT_MARKER} (pid 9)\n"),
+        )
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The next boot writes a new file: its init counts again.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, "CLOUDIMG-INIT\n").unwrap();
+        let seen: Vec<&str> = watch.finish().await.iter().map(|m| m.what).collect();
+        assert_eq!(
+            seen,
+            [
+                "booted (init runs)",
+                "cloud-init applied, SSH up",
+                "etcd started",
+                "booted (init runs)"
+            ]
+        );
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod pve;
 pub mod rehearse;
+pub mod rehearse_stack;
 pub mod report;
 pub mod report_html;
 pub mod retry;

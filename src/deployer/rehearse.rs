@@ -128,6 +128,8 @@ pub enum RehearseError {
     Image(String),
     #[error(transparent)]
     Deploy(#[from] crate::deployer::deploy::DeployError),
+    #[error("the cluster on the deployer's VMs: {0}")]
+    Stack(String),
 }
 
 fn embedded_provider(config: &str, secret: &str) -> Result<Provider, RehearseError> {

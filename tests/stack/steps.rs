@@ -26,14 +26,16 @@ async fn no_keys(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> 
     Ok(())
 }
 
-#[given(expr = "{node}'s manifest asks for the address {string}")]
+#[given(expr = "{node}'s manifest asks for the address {string} with the gateway {string}")]
 async fn other_address(
     w: &mut StackWorld,
     node: LabNode,
     address: String,
+    gateway: String,
 ) -> Result<(), ClusterError> {
     let m = manifest_of(w, &node)?;
     m.ip_address = Some(address);
+    m.gateway = Some(gateway);
     Ok(())
 }
 
@@ -294,4 +296,137 @@ async fn new_leader(w: &mut StackWorld) -> Result<(), ClusterError> {
 async fn start_old_leader(w: &mut StackWorld) -> Result<(), ClusterError> {
     let old = w.resolve("the old leader")?;
     w.c()?.start(&old).await
+}
+
+#[when(expr = "{node}'s VM is destroyed through the PVE API")]
+async fn destroy(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    let pve = w.pve()?;
+    let vm = w.c()?.vm(&node)?.clone();
+    let wait = provision_harness::pve::tasks::TaskWait {
+        poll: Duration::from_millis(200),
+        timeout: Duration::from_secs(120),
+    };
+    let api = |e: provision_harness::pve::PveError| fail(format!("{node}: {e}"));
+    let upid = pve.stop_vm(&vm.node, vm.vmid).await.map_err(api)?;
+    pve.await_task(&upid, wait).await.map_err(api)?;
+    let upid = pve.destroy_vm(&vm.node, vm.vmid).await.map_err(api)?;
+    pve.await_task(&upid, wait).await.map_err(api)?;
+    w.old_leader = None;
+    Ok(())
+}
+
+#[then(expr = "the other two keep a leader without {node}")]
+async fn others_keep_leader(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    let via: Vec<String> = w
+        .c()?
+        .vms
+        .iter()
+        .map(|v| v.name.clone())
+        .filter(|n| *n != node.0)
+        .collect();
+    let via: Vec<&str> = via.iter().map(String::as_str).collect();
+    let q = w.cm()?.wait_for_quorum(&via, 3, 2, QUORUM_TIMEOUT).await?;
+    if q.leader == node.0 {
+        return Err(fail(format!("{node} is still the leader: {q:?}")));
+    }
+    Ok(())
+}
+
+#[when("the deployer rolls them out again")]
+async fn roll_out_again(w: &mut StackWorld) -> Result<(), ClusterError> {
+    w.roll_out().await
+}
+
+#[then(expr = "{node} is a new VM with an empty disk, reached at its old address")]
+async fn new_vm(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    use provision_harness::cluster::transport::NodeShell as _;
+    let vm = w
+        .stack_vms()
+        .await?
+        .into_iter()
+        .find(|v| v.name == node.0)
+        .ok_or_else(|| fail(format!("the deployer reports no {node}")))?;
+    // PVE hands out the lowest free VMID, so the new VM may well have the old one's number:
+    // what tells it is new is its disk, which the provisioner's files are not on.
+    let c = w.cm()?;
+    c.replace_vm(vm)?;
+    c.check_ssh().await?;
+    let out = c
+        .shell(&node)?
+        .run(
+            "if [ -e /data/cluster ]; then echo provisioned; else echo empty; fi",
+            Duration::from_secs(60),
+        )
+        .await?
+        .check(&node, "look at the disk")?;
+    if out.stdout.trim() != "empty" {
+        return Err(fail(format!(
+            "{node}'s disk still holds the cluster's files: not a new VM"
+        )));
+    }
+    Ok(())
+}
+
+#[when(expr = "the cluster provisioner replaces {node}'s member")]
+async fn replace_member(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    w.cm()?.replace_member(&node).await
+}
+
+#[given("every manifest asks for an address from DHCP")]
+async fn dhcp(w: &mut StackWorld) -> Result<(), ClusterError> {
+    for m in &mut w.tm()?.rollout.manifests.vms {
+        m.vm.spec.for_provider.ip_address = None;
+        m.vm.spec.for_provider.gateway = None;
+    }
+    Ok(())
+}
+
+#[then(
+    expr = "every VM is running with a distinct address from {word}'s DHCP pool, as its guest agent reports it"
+)]
+async fn running_with_lease(w: &mut StackWorld, bridge: String) -> Result<(), ClusterError> {
+    let d = w.deployed()?;
+    if !d.all_ready() {
+        return Err(fail(format!("not every VM is ready: {d:#?}")));
+    }
+    let t = w.t()?;
+    let b = t
+        .rollout
+        .scenario
+        .sites
+        .iter()
+        .flat_map(|s| &s.nodes)
+        .flat_map(|n| &n.bridges)
+        .find(|b| b.name == bridge)
+        .ok_or_else(|| fail(format!("the scenario has no bridge {bridge}")))?;
+    let pool = |a: &Option<String>| {
+        a.as_deref()
+            .and_then(|s| s.parse::<std::net::Ipv4Addr>().ok())
+    };
+    let (Some(lo), Some(hi)) = (pool(&b.dhcp_start), pool(&b.dhcp_end)) else {
+        return Err(fail(format!("{bridge} has no DHCP pool")));
+    };
+    let pve = w.pve()?;
+    let mut seen = std::collections::BTreeSet::new();
+    for v in &d.vms {
+        let vmid = v
+            .vmid
+            .ok_or_else(|| fail(format!("{} has no VMID", v.name)))?;
+        let agent = pve
+            .agent_interfaces(&v.node, vmid)
+            .await
+            .map_err(|e| fail(format!("{}: agent: {e}", v.name)))?
+            .primary_ipv4();
+        let ip: std::net::Ipv4Addr = agent
+            .as_deref()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| fail(format!("{}: the agent reports no IPv4 address", v.name)))?;
+        if !(lo..=hi).contains(&ip) || v.ip != agent || !seen.insert(ip) {
+            return Err(fail(format!(
+                "{}: the agent reports {ip}, the deployer {:?}; pool {lo}–{hi}, seen {seen:?}",
+                v.name, v.ip
+            )));
+        }
+    }
+    Ok(())
 }

@@ -2,26 +2,20 @@
 //! the deployer's rollout against it, and the cluster formed on the VMs it made.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use fake_proxmox::{ClockMode, FakeProxmox};
 use provision_harness::cluster::ClusterError;
-use provision_harness::cluster::config::StageOptions;
 use provision_harness::cluster::quorum::Quorum;
-use provision_harness::cluster::stack::{StackCluster, StackOptions, StackVm};
-use provision_harness::cluster::transport::SshTarget;
+use provision_harness::cluster::stack::{StackCluster, StackVm};
 use provision_harness::deploy::RolloutResult;
-use provision_harness::pve::tls::parse_fingerprint;
-use provision_harness::pve::{ClientOptions, PveClient, TlsMode};
-use provision_harness::rehearse::{RehearseOptions, Rollout, lab_rollout, run_against};
+use provision_harness::pve::PveClient;
+use provision_harness::rehearse::{RehearseOptions, Rollout, run_against};
+use provision_harness::rehearse_stack::{
+    SITE, golden_image_qcow2, pve_client, ssh_keypair, stack_options, stack_rollout, stack_vms,
+    stage_cluster,
+};
 
-/// The lab-backed site of `examples/photoncloud-t036/rollout/`.
-pub const SITE: &str = "lab";
-/// The cluster's name (seed 002's).
-pub const CLUSTER: &str = "photoncloud";
-/// Bounds for the cluster to reach a state; generous for three TCG guests on two cores.
-pub const QUORUM_TIMEOUT: Duration = Duration::from_secs(180);
+pub use provision_harness::rehearse_stack::QUORUM_TIMEOUT;
 
 /// What a running rollout target holds: the fake (and its real guests), the deployer's inputs,
 /// and the SSH key its manifests carry.
@@ -74,15 +68,8 @@ async fn golden_image() -> Result<PathBuf, ClusterError> {
                     .prefix("stack-image-")
                     .tempdir()
                     .map_err(|e| e.to_string())?;
-                let req = vm_lab::image::cloud::CloudImageRequest {
-                    packages: provision_harness::cluster::lab::PACKAGES
-                        .map(str::to_owned)
-                        .to_vec(),
-                    ..Default::default()
-                };
                 vm_lab::lab::remove_on_sigterm(dir.path(), true);
-                let p = provision_harness::rehearse::cloud_image_qcow2_with(dir.path(), &req)
-                    .map_err(|e| e.to_string())?;
+                let p = golden_image_qcow2(dir.path()).map_err(|e| e.to_string())?;
                 Ok((dir, p))
             })
             .await
@@ -92,6 +79,13 @@ async fn golden_image() -> Result<PathBuf, ClusterError> {
     match r {
         Ok((_, p)) => Ok(p.clone()),
         Err(e) => Err(ClusterError::Lab(format!("the cluster's cloud image: {e}"))),
+    }
+}
+
+/// Removes the image built for this run (a static's value is never dropped).
+pub fn remove_image() {
+    if let Some(Ok((dir, _))) = IMAGE.get() {
+        let _ = std::fs::remove_dir_all(dir.path());
     }
 }
 
@@ -110,33 +104,16 @@ impl StackWorld {
     /// A fresh lab-backed fake for the PhotonCloud rollout, its manifests carrying a new key.
     pub async fn start_target(&mut self) -> Result<(), ClusterError> {
         let image = golden_image().await?;
-        let mut rollout = lab_rollout(&image).map_err(|e| ClusterError::Spec(e.to_string()))?;
         let tmp = tempfile::Builder::new()
             .prefix("stack-")
             .tempdir()
             .map_err(|e| ClusterError::Lab(e.to_string()))?;
         // A CI timeout's SIGTERM must not leave the guests' disks and the fake's state behind.
         vm_lab::lab::remove_on_sigterm(tmp.path(), true);
-        let key = tmp.path().join("id_ed25519");
-        let keygen = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&key)
-            .output()
-            .map_err(|e| ClusterError::Lab(format!("ssh-keygen (install openssh-client): {e}")))?;
-        if !keygen.status.success() {
-            return Err(ClusterError::Lab(format!(
-                "ssh-keygen: {}",
-                String::from_utf8_lossy(&keygen.stderr)
-            )));
-        }
-        let pubkey = std::fs::read_to_string(key.with_extension("pub"))
-            .map_err(|e| ClusterError::Lab(e.to_string()))?;
-        for m in &mut rollout.manifests.vms {
-            m.vm.spec.for_provider.ssh_keys = vec![pubkey.trim().to_owned()];
-        }
-        let mut options = RehearseOptions::lab();
-        // A guest that has no address by then will not get one.
-        options.deploy.pipeline.ip_wait = Duration::from_secs(300);
+        let (key, public) = ssh_keypair(tmp.path())?;
+        let rollout =
+            stack_rollout(&image, &public).map_err(|e| ClusterError::Spec(e.to_string()))?;
+        let options = stack_options();
         let state = tmp.path().join("state");
         let mut lab = options.lab.clone();
         lab.state_dir = Some(state.clone());
@@ -212,69 +189,19 @@ impl StackWorld {
     /// A PVE client for the site, as the deployer reaches it (token, pinned certificate).
     pub fn pve(&self) -> Result<PveClient, ClusterError> {
         let t = self.t()?;
-        let site = t
-            .fake
-            .site(SITE)
-            .ok_or_else(|| ClusterError::Spec(format!("no site {SITE}")))?;
-        let pin = parse_fingerprint(site.fingerprint()).map_err(ClusterError::Tls)?;
-        PveClient::new(
-            site.url(),
-            t.rollout.provider.credentials.clone(),
-            &ClientOptions {
-                tls: TlsMode::Pinned(pin),
-                timeout: Duration::from_secs(60),
-                ..ClientOptions::default()
-            },
-        )
-        .map_err(|e| ClusterError::Spec(e.to_string()))
+        pve_client(&t.fake, SITE, &t.rollout)
     }
 
-    /// How the harness reaches each VM the deployer reported ready: the address its agent
-    /// reported, SSH as root with the manifests' key, its console.
+    /// How the harness reaches each VM the deployer reported.
     pub async fn stack_vms(&self) -> Result<Vec<StackVm>, ClusterError> {
         let t = self.t()?;
-        let ctl = t
-            .fake
-            .site(SITE)
-            .ok_or_else(|| ClusterError::Spec(format!("no site {SITE}")))?
-            .control();
-        let mut vms = Vec::new();
-        for v in &self.deployed()?.vms {
-            let vmid = v
-                .vmid
-                .ok_or_else(|| ClusterError::Spec(format!("{} has no VMID", v.name)))?;
-            let address = v
-                .ip
-                .as_deref()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| ClusterError::Spec(format!("{} has no address: {v:?}", v.name)))?;
-            let access = ctl
-                .guest_access(&v.node, vmid, "root", &t.key)
-                .await
-                .map_err(|e| ClusterError::Lab(format!("{}: guest access: {e}", v.name)))?;
-            let ssh = ssh_target(&v.name, &access.ssh, &t.key)?;
-            vms.push(StackVm {
-                name: v.name.clone(),
-                node: v.node.clone(),
-                vmid,
-                address,
-                ssh,
-                serial_log: access.serial_log.map(PathBuf::from),
-            });
-        }
-        vms.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(vms)
+        stack_vms(&t.fake, SITE, self.deployed()?, &t.key).await
     }
 
     /// The cluster provisioner on the deployer's VMs, up to S4 (nothing written to a VM yet).
     pub async fn stage_cluster(&mut self) -> Result<(), ClusterError> {
-        let vms = self.stack_vms().await?;
-        let pve = Arc::new(self.pve()?);
-        let mut c = StackCluster::new(CLUSTER, vms, pve, StackOptions::default())?;
-        vm_lab::lab::remove_on_sigterm(c.work_dir(), true);
-        c.check_ssh().await?;
-        c.make_certificates()?;
-        c.stage_configs(StageOptions::default())?;
+        let t = self.t()?;
+        let c = stage_cluster(&t.fake, &t.rollout, self.deployed()?, &t.key).await?;
         self.cluster = Some(c);
         Ok(())
     }
@@ -319,24 +246,6 @@ impl StackWorld {
             vm_lab::lab::remove_on_sigterm(t.tmp.path(), false);
         }
     }
-}
-
-/// The guest's ready `ssh` argv (program first, remote command to append) as a target.
-fn ssh_target(
-    name: &str,
-    argv: &[String],
-    key: &std::path::Path,
-) -> Result<SshTarget, ClusterError> {
-    if argv.is_empty() {
-        return Err(ClusterError::Lab(format!(
-            "{name}: the target gave no ssh command"
-        )));
-    }
-    Ok(SshTarget {
-        node: name.to_owned(),
-        base: argv.to_vec(),
-        key: key.to_owned(),
-    })
 }
 
 pub fn workspace_root() -> PathBuf {
