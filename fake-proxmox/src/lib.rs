@@ -78,6 +78,7 @@ pub mod cluster;
 pub mod control;
 pub mod exec;
 pub mod faults;
+pub mod firewall;
 pub mod journal;
 pub mod nodes;
 pub mod qemu;
