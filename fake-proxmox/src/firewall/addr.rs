@@ -373,6 +373,7 @@ pub fn parse_address_list(s: &str) -> Result<Option<u8>, String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

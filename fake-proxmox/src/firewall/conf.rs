@@ -331,6 +331,7 @@ fn push_comment(raw: &mut String, comment: Option<&str>) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

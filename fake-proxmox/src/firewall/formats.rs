@@ -190,6 +190,7 @@ pub fn check(name: &str, v: &str) -> Option<Result<(), String>> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -115,6 +115,7 @@ impl Site {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     const LINES: [&str; 3] = [

@@ -403,6 +403,7 @@ fn collect_refs(conf: &FwConf, kind: Option<&str>, scope: &str) -> Vec<Value> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

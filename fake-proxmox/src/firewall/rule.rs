@@ -412,7 +412,7 @@ impl Verifier<'_, '_> {
                 &format!("missing property - '{key}' requires this property"),
             )?;
         }
-        if !formats::has_ports(proto) && !(dport && is_icmp) {
+        if !(formats::has_ports(proto) || dport && is_icmp) {
             self.add(key, &format!("protocol '{proto}' does not support ports"))?;
         }
         Ok(())
@@ -500,6 +500,7 @@ impl Verifier<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn empty() -> BTreeMap<String, Alias> {

@@ -202,7 +202,7 @@ impl Site {
         let cidr = req.p.req_str("cidr")?;
         self.firewall_ipset(req)?
             .into_iter()
-            .find(|e| e["cidr"] == Value::from(cidr.clone()))
+            .find(|e| e["cidr"].as_str() == Some(cidr.as_str()))
             .ok_or_else(|| PveError::param("cidr", "no such IP/Network"))
     }
 
