@@ -10,8 +10,9 @@
 //! - PVE reads `/etc/pve/firewall/<vmid>.fw` whatever the node and whether or not the VM
 //!   exists (an empty firewall); here the VM must be on the node of the path (500 as for
 //!   its config otherwise).
-//! - The cluster-level firewall routes are not modelled: `cluster.fw` is empty, so VM rules
-//!   can name only the VM's own aliases and ipsets. SDN ipsets do not exist.
+//! - The cluster-level firewall routes are not modelled: `cluster.fw` is what the scenario's
+//!   `cluster_firewall` says (nothing by default) and only its aliases, ipsets and group
+//!   names are read. SDN ipsets do not exist.
 //! - A `group` rule's security group is not checked to exist (PVE does not check either).
 //! - No traffic is simulated: the firewall log holds no lines (`no content`).
 //! - `/etc/services` and `/etc/protocols` are Debian's (netbase) as of 2021.

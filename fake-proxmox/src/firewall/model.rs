@@ -15,7 +15,7 @@ use crate::world::Site;
 #[derive(Clone, Debug, Default)]
 pub struct ClusterFirewall {
     /// `/etc/pve/firewall/cluster.fw`: the aliases, ipsets and security groups guests may
-    /// name (no cluster-level route writes it; a site starts with none).
+    /// name, as the scenario's `cluster_firewall` gives it (no cluster-level route writes it).
     pub cluster_fw: String,
     /// `/var/log/pve-firewall.log`, as pvefw-logger writes it:
     /// `VMID LEVEL CHAIN DD/Mon/YYYY:HH:MM:SS +ZZZZ MESSAGE`. No simulated traffic logs.

@@ -615,3 +615,83 @@ async fn index_and_an_empty_log() {
     assert_eq!(r.data(), &json!([{"n": 1, "t": "no content"}]));
     assert_eq!(r.json["total"], 1);
 }
+
+/// A site whose `cluster.fw` (from the scenario) defines an alias, an ipset and a group.
+async fn with_cluster_firewall() -> (Fake, Api) {
+    let mut scenario = fake_proxmox::Scenario::embedded_default();
+    scenario.sites[0].cluster_firewall = Some(
+        "[OPTIONS]\n\nenable: 1\n\n[ALIASES]\n\nOffice 192.0.2.0/24 # head office\n\n\
+         [IPSET monitoring] # prometheus\n\n198.51.100.7\n\n[group webservers]\n\nIN HTTP(ACCEPT)\n"
+            .into(),
+    );
+    let f = start_with(scenario, fake_proxmox::ClockMode::Stepped).await;
+    let api = f.api("site-1");
+    vm(&f, &api, "100").await;
+    (f, api)
+}
+
+#[tokio::test]
+async fn rules_and_refs_see_the_clusters_aliases_and_ipsets() {
+    let (_f, api) = with_cluster_firewall().await;
+    api.post(&format!("{FW}/ipset"), &[("name", "local")]).await;
+
+    let r = api.get(&format!("{FW}/refs")).await;
+    assert_eq!(
+        r.data(),
+        &json!([
+            {"type": "ipset", "name": "monitoring", "ref": "+monitoring", "scope": "dc", "comment": "prometheus"},
+            {"type": "alias", "name": "office", "ref": "office", "scope": "dc", "comment": "head office"},
+            {"type": "ipset", "name": "local", "ref": "+local", "scope": "guest"},
+        ])
+    );
+    let r = api
+        .send("GET", &format!("{FW}/refs"), &[("type", "ipset")])
+        .await;
+    assert_eq!(r.data().as_array().unwrap().len(), 2);
+
+    for form in [
+        vec![
+            ("type", "in"),
+            ("action", "ACCEPT"),
+            ("source", "dc/office"),
+        ],
+        vec![
+            ("type", "in"),
+            ("action", "ACCEPT"),
+            ("source", "+dc/monitoring"),
+        ],
+        vec![
+            ("type", "group"),
+            ("action", "webservers"),
+            ("iface", "net0"),
+        ],
+    ] {
+        add_rule(&api, &form).await;
+    }
+    let list = rules(&api).await;
+    assert_eq!(list[0]["type"], "group");
+    assert_eq!(list[0]["action"], "webservers");
+    assert_eq!(
+        list[2]["ipversion"], 4,
+        "the cluster alias gives the family"
+    );
+    let (status, errors) = refused(
+        &api,
+        &[("type", "in"), ("action", "ACCEPT"), ("source", "+dc/nope")],
+    )
+    .await;
+    assert_eq!(
+        (status, errors["source"].as_str()),
+        (400, Some("no such ipset 'nope'"))
+    );
+    let (status, errors) = refused(&api, &[("type", "group"), ("action", "bad name!")]).await;
+    assert_eq!(status, 400, "{errors}");
+
+    // An ipset entry may name the cluster's alias.
+    let r = api
+        .post(&format!("{FW}/ipset/local"), &[("cidr", "dc/office")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = api.get(&format!("{FW}/ipset/local")).await;
+    assert_eq!(r.data()[0]["cidr"], "dc/office");
+}
