@@ -695,3 +695,47 @@ async fn rules_and_refs_see_the_clusters_aliases_and_ipsets() {
     let r = api.get(&format!("{FW}/ipset/local")).await;
     assert_eq!(r.data()[0]["cidr"], "dc/office");
 }
+
+#[tokio::test]
+async fn auditors_read_the_firewall_but_may_not_change_it() {
+    let mut scenario = fake_proxmox::Scenario::embedded_default();
+    let site = &mut scenario.sites[0];
+    site.users.push(fake_proxmox::scenario::UserSpec {
+        userid: "audit@pve".into(),
+        password: "audit-pass".into(),
+        enable: true,
+    });
+    site.acls.push(fake_proxmox::scenario::AclSpec {
+        path: "/vms/100".into(),
+        ugid: "audit@pve".into(),
+        role: "PVEAuditor".into(),
+        propagate: true,
+    });
+    let f = start_with(scenario, fake_proxmox::ClockMode::Stepped).await;
+    let root = f.api("site-1");
+    vm(&f, &root, "100").await;
+    let auditor = root.login("audit@pve", "audit-pass").await;
+
+    let r = auditor.get(&format!("{FW}/rules")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let writes: [(&str, &str, Form); 3] = [
+        ("POST", "rules", vec![("type", "in"), ("action", "DROP")]),
+        ("PUT", "options", vec![("enable", "1")]),
+        (
+            "POST",
+            "aliases",
+            vec![("name", "gw"), ("cidr", "10.0.0.1")],
+        ),
+    ];
+    for (method, path, form) in writes {
+        let r = auditor.send(method, &format!("{FW}/{path}"), &form).await;
+        assert_eq!(r.status, 403, "{method} {path}: {}", r.body);
+        assert_eq!(
+            r.message(),
+            "Permission check failed (/vms/100, VM.Config.Network)\n"
+        );
+    }
+    // The log needs VM.Console, which an auditor lacks.
+    let r = auditor.get(&format!("{FW}/log")).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+}
