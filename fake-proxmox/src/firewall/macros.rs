@@ -961,3 +961,23 @@ pub fn templates(name: &str, ipversion: Option<u8>) -> &'static [T] {
         _ => find(MACROS).or(find(IPV6_MACROS)).unwrap_or(&[]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_case_insensitively_and_families_pick_templates() {
+        assert_eq!(preferred_name("https"), Some("HTTPS"));
+        assert_eq!(
+            preferred_name("neighbordiscovery"),
+            Some("NeighborDiscovery")
+        );
+        assert_eq!(preferred_name("nope"), None);
+        assert_eq!(templates("Ping", Some(6))[0].proto, Some("icmpv6"));
+        assert_eq!(templates("Ping", None)[0].proto, Some("icmp"));
+        // IPv6-only macros check nothing on an IPv4 rule.
+        assert!(templates("DHCPv6", Some(4)).is_empty());
+        assert_eq!(templates("DNS", None).len(), 2);
+    }
+}

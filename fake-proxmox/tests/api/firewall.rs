@@ -67,6 +67,7 @@ async fn rules_go_first_and_list_back_in_order_with_positions() {
             ("proto", "tcp"),
             ("dport", "25"),
             ("comment", "b"),
+            ("pos", "1"),
         ],
     )
     .await;
@@ -86,7 +87,7 @@ async fn rules_go_first_and_list_back_in_order_with_positions() {
     )
     .await;
     let list = rules(&api).await;
-    // PVE puts every new rule first (`pos` is ignored on create).
+    // PVE puts every new rule first (`pos` is ignored on create: `moveto` places it).
     assert_eq!(comments(&list), ["c", "b", "a"]);
     for (i, r) in list.iter().enumerate() {
         assert_eq!(r["pos"], json!(i));
