@@ -7,9 +7,9 @@
 //! `cluster.fw` (`model::ClusterFirewall`).
 //!
 //! # Deviations from real PVE
-//! - PVE reads `/etc/pve/firewall/<vmid>.fw` whatever the node and whether or not the VM
-//!   exists (an empty firewall); here the VM must be on the node of the path (500 as for
-//!   its config otherwise).
+//! - PVE reads `/etc/pve/firewall/<vmid>.fw` whether or not the VM exists (an empty
+//!   firewall); here a VMID without a VM answers as for its missing config (500). Like PVE,
+//!   any node of the path will do.
 //! - The cluster-level firewall routes are not modelled: `cluster.fw` is what the scenario's
 //!   `cluster_firewall` says (nothing by default) and only its aliases, ipsets and group
 //!   names are read. SDN ipsets do not exist.

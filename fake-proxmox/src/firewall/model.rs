@@ -7,6 +7,7 @@ use sha1::{Digest, Sha1};
 
 use super::conf::{Alias, FwConf, IpsetEntry};
 use super::rule::{INTEGER_FIELDS, PROPERTIES, Refusal, Rule, Scope};
+use crate::qemu::model::Vm;
 use crate::request::Request;
 use crate::wire::PveError;
 use crate::world::Site;
@@ -190,10 +191,18 @@ impl Site {
     ) -> Result<(FwConf, FwConf), PveError> {
         let (node, vmid) = (req.node()?, req.vmid()?);
         self.require(&req.who, &format!("/vms/{vmid}"), privilege)?;
-        let vm = self.vm_on(&node, vmid)?;
+        let vm = self.firewall_vm(&node, vmid)?;
         let cluster = self.cluster_firewall();
         let conf = FwConf::parse_guest(&vm.firewall, &cluster);
         Ok((cluster, conf))
+    }
+
+    /// The VM whose `<vmid>.fw` the request is about. The file is cluster-wide, so any node
+    /// of the path will do, as in PVE (which also answers for a VMID without a VM).
+    pub(crate) fn firewall_vm(&self, node: &str, vmid: u32) -> Result<&Vm, PveError> {
+        self.vms
+            .get(&vmid)
+            .ok_or_else(|| PveError::no_vm_config(node, vmid))
     }
 
     /// `save_vmfw_conf`
