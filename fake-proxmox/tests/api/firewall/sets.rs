@@ -97,9 +97,13 @@ async fn ipsets_hold_entries_and_rules_and_refs_name_them() {
     let (_f, api) = setup().await;
     let sets = format!("{FW}/ipset");
     let r = api
-        .post(&sets, &[("name", "admins"), ("comment", "ops team")])
+        .post(&sets, &[("name", "Admins"), ("comment", "ops team")])
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
+    // PVE reads ipset names back in lower case.
+    let listed = api.get(&sets).await.data().clone();
+    assert_eq!(listed[0]["name"], "admins");
+    assert_eq!(listed[0]["comment"], "ops team");
     let r = api.post(&sets, &[("name", "admins")]).await;
     assert_eq!(r.json["errors"]["name"], "IPSet 'admins' already exists");
 
