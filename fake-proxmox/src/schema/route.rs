@@ -74,9 +74,9 @@ impl Router {
             } else if let Some((name, next)) = &node.param {
                 node = next;
                 if REST_PARAMS.contains(&name.as_str()) {
-                    // pve-manager API2/Storage/Status.pm mounts the content handler with
-                    // `fragmentDelimiter => ''` because volume IDs may contain '/': the
-                    // volume is the whole rest of the path.
+                    // pve-manager API2/Storage/Status.pm mounts the content handler (and
+                    // pve-firewall its ipset entries) with `fragmentDelimiter => ''`
+                    // because volume IDs and CIDRs contain '/': the whole rest of the path.
                     params.insert(name.clone(), rest.trim_end_matches('/').to_string());
                     break;
                 }

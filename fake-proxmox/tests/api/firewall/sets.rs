@@ -24,7 +24,10 @@ async fn aliases_are_named_by_rules_and_renamed() {
     // Read back as PVE reads its file: the `/32` dropped, the family added.
     assert_eq!(
         list,
-        json!([{"name": "Web", "cidr": "10.0.0.5", "ipversion": 4, "comment": "front", "digest": digest}])
+        json!([{
+            "name": "Web", "cidr": "10.0.0.5", "ipversion": 4, "comment": "front",
+            "digest": digest,
+        }])
     );
     let r = api
         .post(&path, &[("name", "web"), ("cidr", "10.0.0.6")])
@@ -175,7 +178,8 @@ async fn ipsets_hold_entries_and_rules_and_refs_name_them() {
     assert_eq!(
         r.data(),
         &json!([
-            {"type": "ipset", "name": "admins", "ref": "+admins", "scope": "guest", "comment": "ops team"},
+            {"type": "ipset", "name": "admins", "ref": "+admins", "scope": "guest",
+             "comment": "ops team"},
             {"type": "alias", "name": "gw", "ref": "gw", "scope": "guest", "comment": "router"},
         ])
     );
@@ -239,8 +243,10 @@ async fn rules_and_refs_see_the_clusters_aliases_and_ipsets() {
     assert_eq!(
         r.data(),
         &json!([
-            {"type": "ipset", "name": "monitoring", "ref": "+monitoring", "scope": "dc", "comment": "prometheus"},
-            {"type": "alias", "name": "office", "ref": "office", "scope": "dc", "comment": "head office"},
+            {"type": "ipset", "name": "monitoring", "ref": "+monitoring", "scope": "dc",
+             "comment": "prometheus"},
+            {"type": "alias", "name": "office", "ref": "office", "scope": "dc",
+             "comment": "head office"},
             {"type": "ipset", "name": "local", "ref": "+local", "scope": "guest"},
         ])
     );

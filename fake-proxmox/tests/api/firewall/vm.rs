@@ -113,7 +113,10 @@ async fn index_and_an_empty_log() {
     let r = api.get(FW).await;
     assert_eq!(
         r.data(),
-        &json!([{"name": "rules"}, {"name": "aliases"}, {"name": "ipset"}, {"name": "refs"}, {"name": "options"}])
+        &json!([
+            {"name": "rules"}, {"name": "aliases"}, {"name": "ipset"}, {"name": "refs"},
+            {"name": "options"},
+        ])
     );
     let r = api.get(&format!("{FW}/log")).await;
     assert_eq!(r.status, 200, "{}", r.body);
