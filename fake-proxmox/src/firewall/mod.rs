@@ -14,7 +14,8 @@
 //!   `cluster_firewall` says (nothing by default) and only its aliases, ipsets and group
 //!   names are read. SDN ipsets do not exist.
 //! - A `group` rule's security group is not checked to exist (PVE does not check either).
-//! - No traffic is simulated: the firewall log holds no lines (`no content`).
+//! - No traffic is simulated: the firewall log holds the scenario's `firewall_log` lines
+//!   (none by default: `no content`), one log for all the site's nodes.
 //! - `/etc/services` and `/etc/protocols` are Debian's (netbase) as of 2021.
 
 mod addr;

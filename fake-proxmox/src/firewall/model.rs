@@ -19,7 +19,8 @@ pub struct ClusterFirewall {
     /// name, as the scenario's `cluster_firewall` gives it (no cluster-level route writes it).
     pub cluster_fw: String,
     /// `/var/log/pve-firewall.log`, as pvefw-logger writes it:
-    /// `VMID LEVEL CHAIN DD/Mon/YYYY:HH:MM:SS +ZZZZ MESSAGE`. No simulated traffic logs.
+    /// `VMID LEVEL CHAIN DD/Mon/YYYY:HH:MM:SS +ZZZZ MESSAGE`: the scenario's `firewall_log`
+    /// (no traffic is simulated), one log for all nodes.
     pub log: Vec<String>,
 }
 

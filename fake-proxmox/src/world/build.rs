@@ -122,7 +122,7 @@ impl Site {
             copy_logs: Vec::new(),
             firewall: crate::firewall::model::ClusterFirewall {
                 cluster_fw: spec.cluster_firewall.clone().unwrap_or_default(),
-                log: Vec::new(),
+                log: spec.firewall_log.clone(),
             },
         }
     }

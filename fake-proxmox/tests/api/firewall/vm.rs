@@ -167,3 +167,40 @@ async fn auditors_read_the_firewall_but_may_not_change_it() {
     let r = auditor.get(&format!("{FW}/log")).await;
     assert_eq!(r.status, 403, "{}", r.body);
 }
+
+#[tokio::test]
+async fn the_log_pages_the_vms_lines_as_pve_does() {
+    let mut scenario = fake_proxmox::Scenario::embedded_default();
+    scenario.sites[0].firewall_log = [
+        "100 6 tap100i0-IN 02/Dec/2026:10:00:00 +0000 ACCEPT: IN=fwbr100i0 PROTO=TCP DPT=22",
+        "101 6 tap101i0-IN 02/Dec/2026:10:30:00 +0000 ACCEPT: IN=fwbr101i0 PROTO=TCP DPT=22",
+        "100 4 tap100i0-IN 02/Dec/2026:11:00:00 +0000 policy DROP: IN=fwbr100i0 PROTO=UDP",
+        "100 4 tap100i0-IN 02/Dec/2026:12:00:00 +0000 policy DROP: IN=fwbr100i0 PROTO=ICMP",
+    ]
+    .map(String::from)
+    .to_vec();
+    let f = start_with(scenario, fake_proxmox::ClockMode::Stepped).await;
+    let api = f.api("site-1");
+    vm(&f, &api, "100").await;
+    let log = |q: &'static [(&'static str, &'static str)]| {
+        let api = api.clone();
+        async move { api.send("GET", &format!("{FW}/log"), q).await }
+    };
+    let r = log(&[]).await;
+    assert_eq!(r.json["total"], 3);
+    let texts: Vec<&str> = r
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["t"].as_str().unwrap())
+        .collect();
+    assert!(texts.iter().all(|t| t.starts_with("100 ")), "{texts:?}");
+    let r = log(&[("start", "1"), ("limit", "1")]).await;
+    assert_eq!(r.data()[0]["n"], 2);
+    assert_eq!(r.data().as_array().unwrap().len(), 1);
+    // 2026-12-02 10:30 UTC: only the two later lines.
+    let r = log(&[("since", "1796207400")]).await;
+    assert_eq!(r.json["total"], 2, "{}", r.body);
+    assert!(r.data()[0]["t"].as_str().unwrap().contains("PROTO=UDP"));
+}
