@@ -63,6 +63,15 @@ pub fn net_ip_new(s: &str) -> Result<u8, String> {
         }
         return Ok(version);
     }
+    // `address+count`: Net::IP's "IP + number" range form.
+    if let Some((a, _)) = s
+        .split_once('+')
+        .filter(|(a, n)| !a.is_empty() && !n.is_empty())
+    {
+        let version = ip_get_version(a)?;
+        expand(a, version)?;
+        return Ok(version);
+    }
     let version = ip_get_version(s)?;
     expand(s, version)?;
     Ok(version)
@@ -403,6 +412,7 @@ mod tests {
         assert_eq!(parse_address_list("fd00::/8"), Ok(Some(6)));
         assert_eq!(parse_address_list("+web"), Ok(None));
         assert_eq!(parse_address_list("dc/office"), Ok(None));
+        assert_eq!(parse_address_list("10.0.0.1+15"), Ok(Some(4)));
         assert_eq!(
             parse_address_list("10.0.0.1,fd00::1").unwrap_err(),
             "detected mixed ipv4/ipv6 addresses in address list '10.0.0.1,fd00::1'"
