@@ -36,11 +36,11 @@
 //!   `tasks`, `access` (users, tokens, ACLs, tickets), the site's seeded random source and
 //!   its executor. `world::build` makes it from a [`Scenario`]; no model knows the
 //!   scenario's types.
-//! - Families (`access`, `cluster`, `nodes`, `storage`, `tasks`, `qemu`, `agent`): the state
-//!   and PVE's rules in `model.rs` and verb files named after what they decide
-//!   (`qemu/create.rs`, `storage/download.rs`, `access/verbs.rs`, …; no HTTP types), the
-//!   wire side in `routes.rs`, which nothing but the route table imports. Each `mod.rs`
-//!   lists its deviations from real PVE.
+//! - Families (`access`, `cluster`, `nodes`, `storage`, `tasks`, `qemu`, `agent`,
+//!   `firewall`): the state and PVE's rules in `model.rs` and verb files named after what
+//!   they decide (`qemu/create.rs`, `storage/download.rs`, `access/verbs.rs`, …; no HTTP
+//!   types), the wire side in `routes.rs`, which nothing but the route table imports. Each
+//!   `mod.rs` lists its deviations from real PVE.
 //! - [`control`]: the `/_fake` control plane for tests (reset, state, clock, faults), apart
 //!   from the emulated API.
 //!
@@ -78,6 +78,7 @@ pub mod cluster;
 pub mod control;
 pub mod exec;
 pub mod faults;
+pub mod firewall;
 pub mod journal;
 pub mod nodes;
 pub mod qemu;

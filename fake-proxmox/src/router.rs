@@ -31,11 +31,17 @@ static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     v.extend(crate::tasks::routes::routes());
     v.extend(crate::qemu::routes::routes());
     v.extend(crate::agent::routes::routes());
+    v.extend(crate::firewall::routes::routes());
     v
 });
 
 pub fn table() -> &'static [Route] {
     &TABLE
+}
+
+/// The path parameters PVE mounts with `fragmentDelimiter => ''`: they take the rest.
+fn takes_rest(segment: &str) -> bool {
+    segment == "{volume}" || segment == "{cidr}"
 }
 
 /// Match `path` against a template; on success the `{param}` captures.
@@ -46,8 +52,9 @@ pub fn match_template(template: &str, path: &str) -> Option<BTreeMap<String, Str
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect();
-    // A trailing `{volume}` takes the rest of the path: volids contain `/` once unescaped.
-    if t.last() == Some(&"{volume}") && p.len() > t.len() && !t.is_empty() {
+    // A trailing `{volume}` or `{cidr}` takes the rest of the path: volids and CIDRs
+    // contain `/` once unescaped.
+    if t.last().is_some_and(|s| takes_rest(s)) && p.len() > t.len() && !t.is_empty() {
         let rest = p.split_off(t.len() - 1).join("/");
         p.push(rest);
     }
@@ -70,7 +77,7 @@ pub fn find_template(path: &str) -> Option<(&'static str, BTreeMap<String, Strin
     let p: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let mut best: Option<(usize, &'static str)> = None;
     for (r, segs, literal) in SEGMENTS.iter() {
-        let volume_tail = segs.last() == Some(&"{volume}") && p.len() > segs.len();
+        let volume_tail = segs.last().is_some_and(|s| takes_rest(s)) && p.len() > segs.len();
         if segs.len() != p.len() && !volume_tail {
             continue;
         }

@@ -24,8 +24,10 @@ impl Site {
         let src = self.clone_source(&op)?;
         self.check_clone(&op, &src, newid)?;
         let cfg = self.clone_config(&src, p);
-        self.vms
-            .insert(newid, Vm::stopped(newid, node, cfg, Some("clone")));
+        let mut clone = Vm::stopped(newid, node, cfg, Some("clone"));
+        // `clone_vmfw_conf`: the clone starts with the source's firewall config.
+        clone.firewall = src.firewall.clone();
+        self.vms.insert(newid, clone);
         let target_storage = p.str("storage");
         let mut plan = op.plan("qmclone", Work::Noop);
         let (t, err) = self.lay_out_clone(node, &src, target_storage.as_deref(), &mut plan);

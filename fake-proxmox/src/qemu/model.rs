@@ -44,6 +44,8 @@ pub struct Vm {
     pub cloudinit: super::cloudinit::Section,
     /// The config file's snapshot sections by name (see `snapshot`).
     pub snapshots: BTreeMap<String, super::snapshot::Snapshot>,
+    /// The VM's firewall config file, `/etc/pve/firewall/<vmid>.fw` (see `firewall`).
+    pub firewall: String,
 }
 
 impl Vm {
@@ -67,6 +69,7 @@ impl Vm {
             pending: Pending::default(),
             cloudinit: Default::default(),
             snapshots: BTreeMap::new(),
+            firewall: String::new(),
         }
     }
 }

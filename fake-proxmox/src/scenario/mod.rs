@@ -58,6 +58,14 @@ pub struct SiteSpec {
     /// with real volume files). Unset: the server's default (`serve --backend`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
+    /// The site's `/etc/pve/firewall/cluster.fw` (PVE's syntax): the aliases, ipsets and
+    /// security groups VM firewall rules may name. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_firewall: Option<String>,
+    /// Lines of the nodes' `/var/log/pve-firewall.log` as pvefw-logger writes them
+    /// (`VMID LEVEL CHAIN DD/Mon/YYYY:HH:MM:SS +ZZZZ MESSAGE`): no traffic is simulated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub firewall_log: Vec<String>,
     pub nodes: Vec<NodeSpec>,
 }
 

@@ -7,8 +7,9 @@
 //! `pve-qm-bootdev`, `pve-hotplug-features`, `pve-cpuset`) and `pve-access-control`
 //! (`pve-userid`, `pve-realm`).
 //!
-//! Formats not listed in [`check_named`] (firewall specs, `pve-qm-hostpci`, `pve-priv`,
-//! `pve-poolid`, …) are accepted unchecked — a deliberate leniency: real PVE checks them.
+//! The firewall's formats (`pve-fw-*-spec`, `IPorCIDR`, …) are `firewall::formats`'.
+//! Formats not listed in [`check_named`] (`pve-qm-hostpci`, `pve-priv`, `pve-poolid`, …)
+//! are accepted unchecked — a deliberate leniency: real PVE checks them.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -231,6 +232,7 @@ pub(crate) fn check_named(name: &str, v: &str) -> Result<(), String> {
     id_format(name, v)
         .or_else(|| network_format(name, v))
         .or_else(|| vm_format(name, v))
+        .or_else(|| crate::firewall::formats::check(name, v))
         // Accepted unchecked: see the module docs.
         .unwrap_or(Ok(()))
 }

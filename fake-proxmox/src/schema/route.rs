@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use super::RouteMatch;
 
-/// The one path parameter that takes the rest of the path, slashes included.
-const REST_PARAM: &str = "volume";
+/// The path parameters that take the rest of the path, slashes included: storage volumes
+/// and firewall ipset entries (CIDRs), both mounted with `fragmentDelimiter => ''`.
+const REST_PARAMS: &[&str] = &["volume", "cidr"];
 
 #[derive(Default, Debug)]
 struct Node {
@@ -72,10 +73,10 @@ impl Router {
                 node = next;
             } else if let Some((name, next)) = &node.param {
                 node = next;
-                if name == REST_PARAM {
-                    // pve-manager API2/Storage/Status.pm mounts the content handler with
-                    // `fragmentDelimiter => ''` because volume IDs may contain '/': the
-                    // volume is the whole rest of the path.
+                if REST_PARAMS.contains(&name.as_str()) {
+                    // pve-manager API2/Storage/Status.pm mounts the content handler (and
+                    // pve-firewall its ipset entries) with `fragmentDelimiter => ''`
+                    // because volume IDs and CIDRs contain '/': the whole rest of the path.
                     params.insert(name.clone(), rest.trim_end_matches('/').to_string());
                     break;
                 }

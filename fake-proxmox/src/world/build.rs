@@ -120,6 +120,10 @@ impl Site {
             disks: Arc::new(SimulatedDisks),
             node_runners: BTreeMap::new(),
             copy_logs: Vec::new(),
+            firewall: crate::firewall::model::ClusterFirewall {
+                cluster_fw: spec.cluster_firewall.clone().unwrap_or_default(),
+                log: spec.firewall_log.clone(),
+            },
         }
     }
 

@@ -93,6 +93,8 @@ pub struct Site {
     /// The log lines of the disk copies the task being completed ran, in order (see
     /// `tasks::model`): they replace its laid-out transfers.
     pub copy_logs: Vec<crate::exec::CopyLog>,
+    /// The cluster-level firewall objects VM rules may name, and the firewall log.
+    pub firewall: crate::firewall::model::ClusterFirewall,
 }
 
 impl Site {

@@ -9,6 +9,7 @@ mod auth;
 mod cloudinit;
 mod control;
 mod exec;
+mod firewall;
 mod move_disk;
 mod pending;
 mod snapshot;
