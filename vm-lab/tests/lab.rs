@@ -812,5 +812,10 @@ async fn sigterm_removes_the_run_dir_of_an_in_process_lab() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!alive(qemu), "QEMU outlived its driver");
-    assert!(pids_mentioning(&root).is_empty());
+    // The namespace's other processes die with it too, a moment later on a loaded machine.
+    let start = Instant::now();
+    while !pids_mentioning(&root).is_empty() && start.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(pids_mentioning(&root), Vec::<u32>::new());
 }
