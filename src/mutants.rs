@@ -44,6 +44,9 @@ pub enum Mutant {
     /// etcd serves TLS but asks clients for no certificate (no client CA, no client-cert-auth):
     /// anyone who reaches the client port reads and writes the cluster.
     ClientsWithoutCertificates,
+    // The deployer's, which only a real guest shows (killed by `@stack` scenarios):
+    NoGuestAgent,
+    DefaultScsiController,
 }
 
 impl Mutant {
@@ -63,9 +66,35 @@ impl Mutant {
             Mutant::CertsUnderWrongNames => "certs-under-wrong-names",
             Mutant::EtcdWithoutTls => "etcd-without-tls",
             Mutant::ClientsWithoutCertificates => "clients-without-certificates",
+            Mutant::NoGuestAgent => "no-guest-agent",
+            Mutant::DefaultScsiController => "default-scsi-controller",
         }
     }
+
+    /// The mutant named `name` (as [`Mutant::name`] spells it).
+    pub fn by_name(name: &str) -> Option<Mutant> {
+        ALL.into_iter().find(|m| m.name() == name)
+    }
 }
+
+/// Every mutant.
+pub const ALL: [Mutant; 15] = [
+    Mutant::NeverWaitsForTasks,
+    Mutant::TokenAsCookie,
+    Mutant::Qcow2OnLvmThin,
+    Mutant::RetriesFailFast,
+    Mutant::DuplicateOnRerun,
+    Mutant::NoCleanupAfterFailedCreate,
+    Mutant::DestroyWithoutPurge,
+    Mutant::WrongIp,
+    Mutant::DisksInGb,
+    Mutant::SkipsFirstBootScript,
+    Mutant::CertsUnderWrongNames,
+    Mutant::EtcdWithoutTls,
+    Mutant::ClientsWithoutCertificates,
+    Mutant::NoGuestAgent,
+    Mutant::DefaultScsiController,
+];
 
 /// The cluster provisioner's mutants, in the order the lab self-test runs them.
 pub const LAB: [Mutant; 4] = [

@@ -60,6 +60,24 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     When the cluster provisioner is attempted on the deployer's VMs
     Then the cluster step fails naming node02 and "addrs=eth0=192.168.100.12/30"
 
+  Scenario: A deployer that leaves the guest agent off: the VM runs, its address never comes, the deploy says why
+    Given the PhotonCloud manifests for the lab-backed site
+    And only node01's manifest
+    And the deployer has the bug "no-guest-agent"
+    And the deployer waits at most 60 s for a VM's address
+    When the deployer rolls them out
+    Then the deployer reports node01 running without an address, because "No QEMU guest agent configured"
+
+  Scenario: A deployer that leaves the SCSI controller to PVE's default: the guest boots without its disk, the cluster step says so
+    Given the PhotonCloud manifests for the lab-backed site
+    And only node01's manifest
+    And the deployer has the bug "default-scsi-controller"
+    When the deployer rolls them out
+    Then every VM is running with the address its manifest asked for, as its guest agent reports it
+    When the cluster provisioner is attempted on the deployer's VMs
+    Then the cluster step fails naming node01 and "/data is not mounted"
+    And node01's console says "did not appear: its bus may lack a driver"
+
   Scenario: The same rollout on DHCP: the cluster forms on whatever addresses the guest agents report
     Given the PhotonCloud manifests for the lab-backed site
     And every manifest asks for an address from DHCP

@@ -430,3 +430,81 @@ async fn running_with_lease(w: &mut StackWorld, bridge: String) -> Result<(), Cl
     }
     Ok(())
 }
+
+#[given(expr = "only {node}'s manifest")]
+async fn only(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    let vms = &mut w.tm()?.rollout.manifests.vms;
+    vms.retain(|m| m.vm.spec.for_provider.name == node.0);
+    if vms.len() != 1 {
+        return Err(fail(format!("no manifest for {node}")));
+    }
+    Ok(())
+}
+
+#[given(expr = "the deployer has the bug {string}")]
+async fn bug(w: &mut StackWorld, name: String) -> Result<(), ClusterError> {
+    let m = provision_harness::mutants::Mutant::by_name(&name)
+        .ok_or_else(|| fail(format!("no deployer bug named {name:?}")))?;
+    w.mutant = Some(m);
+    Ok(())
+}
+
+#[given(expr = "the deployer waits at most {int} s for a VM's address")]
+async fn ip_wait(w: &mut StackWorld, secs: u64) -> Result<(), ClusterError> {
+    w.tm()?.options.deploy.pipeline.ip_wait = Duration::from_secs(secs);
+    Ok(())
+}
+
+#[then(expr = "the deployer reports {node} running without an address, because {string}")]
+async fn no_address(
+    w: &mut StackWorld,
+    node: LabNode,
+    because: String,
+) -> Result<(), ClusterError> {
+    let v = w
+        .deployed()?
+        .vms
+        .iter()
+        .find(|v| v.name == node.0)
+        .ok_or_else(|| fail(format!("the deployer reports no {node}")))?;
+    let cond = v
+        .conditions
+        .iter()
+        .find(|c| c.kind == "IPAssigned")
+        .ok_or_else(|| fail(format!("{node} has no IPAssigned condition: {v:?}")))?;
+    if v.state.as_deref() != Some("running") || v.ip.is_some() || cond.status != "False" {
+        return Err(fail(format!(
+            "{node}: expected running without an address: {v:?}"
+        )));
+    }
+    if !cond.message.contains(&because) {
+        return Err(fail(format!(
+            "{node}'s IPAssigned says {:?}, not {because:?}",
+            cond.message
+        )));
+    }
+    Ok(())
+}
+
+#[then(expr = "{node}'s console says {string}")]
+async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result<(), ClusterError> {
+    let vm = w.c()?.vm(&node)?.clone();
+    let log = vm
+        .serial_log
+        .ok_or_else(|| fail(format!("{node} has no console")))?;
+    let body = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
+    if !body.contains(&text) {
+        return Err(fail(format!(
+            "{node}'s console does not say {text:?}; it ends:\n{}",
+            body.lines()
+                .rev()
+                .take(15)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        )));
+    }
+    Ok(())
+}

@@ -98,6 +98,8 @@ pub struct StackWorld {
     pub old_leader: Option<String>,
     /// The error of the last step that was expected to be able to fail.
     pub last_error: Option<String>,
+    /// The deployer's bug this scenario runs it with (a mutant), if any.
+    pub mutant: Option<provision_harness::mutants::Mutant>,
 }
 
 impl StackWorld {
@@ -173,12 +175,16 @@ impl StackWorld {
     pub async fn roll_out(&mut self) -> Result<(), ClusterError> {
         let t = self.t()?;
         let r = &t.rollout;
-        let report = run_against(
-            &t.fake,
-            r.label.clone(),
-            r.manifests.clone(),
-            r.provider.clone(),
-            &t.options,
+        let report = provision_harness::mutants::run_as(
+            self.mutant,
+            None,
+            run_against(
+                &t.fake,
+                r.label.clone(),
+                r.manifests.clone(),
+                r.provider.clone(),
+                &t.options,
+            ),
         )
         .await
         .map_err(|e| ClusterError::Spec(format!("the rollout: {e}")))?;

@@ -87,7 +87,15 @@ pub fn create_params(
         ("cores", spec.cores.to_string()),
         ("memory", spec.memory_mib.to_string()),
         ("ostype", "l26".to_string()),
-        ("agent", "1".to_string()),
+        (
+            "agent",
+            if crate::mutants::active(crate::mutants::Mutant::NoGuestAgent) {
+                "0"
+            } else {
+                "1"
+            }
+            .to_string(),
+        ),
         ("scsihw", "virtio-scsi-single".to_string()),
         ("net0", format!("virtio,bridge={}", spec.bridge)),
         (
@@ -104,6 +112,10 @@ pub fn create_params(
         ("ipconfig0", ipconfig0(spec)),
         ("serial0", "socket".to_string()),
     ];
+    if crate::mutants::active(crate::mutants::Mutant::DefaultScsiController) {
+        // Left to PVE's default controller (LSI 53C895A), which many cloud kernels cannot drive.
+        p.retain(|(k, _)| *k != "scsihw");
+    }
     if let Some(s) = snippet {
         p.push(("cicustom", format!("user={s}")));
     }
