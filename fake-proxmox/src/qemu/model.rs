@@ -44,6 +44,9 @@ pub struct Vm {
     pub cloudinit: super::cloudinit::Section,
     /// The config file's snapshot sections by name (see `snapshot`).
     pub snapshots: BTreeMap<String, super::snapshot::Snapshot>,
+    /// The simulated guest behind the agent (files, processes, freeze; see `agent`).
+    #[serde(skip)]
+    pub guest: crate::agent::guest_os::GuestOs,
 }
 
 impl Vm {
@@ -67,6 +70,7 @@ impl Vm {
             pending: Pending::default(),
             cloudinit: Default::default(),
             snapshots: BTreeMap::new(),
+            guest: Default::default(),
         }
     }
 }

@@ -181,7 +181,7 @@ impl Executor for LabExecutor {
         self.agent_answers(vm)
     }
 
-    fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+    fn agent(&self, call: &mut AgentCall<'_>) -> Result<Value, String> {
         self.forward(call)
     }
 
