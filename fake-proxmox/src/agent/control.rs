@@ -31,13 +31,14 @@ fn with_guest(
         .world
         .site_of_node_mut(node)
         .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no node '{node}'")))?;
+    let setup = site.guest.clone();
     let vm = site
         .vms
         .get_mut(&vmid)
         .filter(|v| v.node == node)
         .ok_or_else(|| err(StatusCode::NOT_FOUND, format!("no VM {vmid} on '{node}'")))?;
     let host = crate::exec::guest_hostname(vm);
-    vm.guest.seed(&host);
+    vm.guest.seed(&host, &setup);
     Ok(Json(f(&mut vm.guest)).into_response())
 }
 

@@ -53,6 +53,12 @@ pub struct GuestSetup {
     pub files: BTreeMap<String, String>,
 }
 
+impl GuestSetup {
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty() && self.files.is_empty()
+    }
+}
+
 /// A password set through `guest-set-user-password`, as the guest's `chpasswd` got it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PasswordSet {
@@ -124,8 +130,9 @@ pub fn parent(path: &str) -> String {
 }
 
 impl GuestOs {
-    /// The image's own files, laid down on first use: the hostname from the VM's name.
-    pub fn seed(&mut self, hostname: &str) {
+    /// The image's own files, laid down on first use: the hostname from the VM's name, then
+    /// the site's scripted commands and files.
+    pub fn seed(&mut self, hostname: &str, site: &GuestSetup) {
         if self.seeded {
             return;
         }
@@ -180,6 +187,7 @@ impl GuestOs {
         for (p, c) in defaults {
             self.files.entry(p.into()).or_insert_with(|| c.into_bytes());
         }
+        self.apply(site);
     }
 
     /// The guest stops (or restarts): its processes, open files and freeze are gone; its
@@ -458,7 +466,7 @@ mod tests {
 
     fn os() -> GuestOs {
         let mut g = GuestOs::default();
-        g.seed("vm1");
+        g.seed("vm1", &GuestSetup::default());
         g
     }
 

@@ -142,6 +142,8 @@ impl Site {
         let Some(vm) = self.vms.get_mut(&vmid) else {
             return Err(PveError::die(format!("VM {vmid} is not running")));
         };
+        let host = crate::exec::guest_hostname(vm);
+        vm.guest.seed(&host, &self.guest);
         let was_running = vm.power != Power::Stopped;
         let mut call = AgentCall {
             vm,

@@ -757,7 +757,7 @@ mod tests {
 
     fn guest() -> GuestOs {
         let mut g = GuestOs::default();
-        g.seed("web1");
+        g.seed("web1", &Default::default());
         g
     }
 

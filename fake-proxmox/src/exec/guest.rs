@@ -53,7 +53,8 @@ fn sleep_state_enabled(vm: &Vm, key: &str) -> bool {
 /// Everything the simulated agent answers; a command that powers the guest off records it.
 pub(super) fn answer(call: &mut AgentCall<'_>) -> Value {
     let host = hostname(call.vm);
-    call.vm.guest.seed(&host);
+    // The model seeds it with the site's setup first; this only covers a direct call.
+    call.vm.guest.seed(&host, &Default::default());
     if call.vm.guest.frozen && !allowed_while_frozen(&call.command) {
         return json!({"error": {
             "class": "CommandNotFound",

@@ -120,6 +120,7 @@ impl Site {
             disks: Arc::new(SimulatedDisks),
             node_runners: BTreeMap::new(),
             copy_logs: Vec::new(),
+            guest: spec.guest.clone(),
         }
     }
 

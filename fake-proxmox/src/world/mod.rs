@@ -93,6 +93,8 @@ pub struct Site {
     /// The log lines of the disk copies the task being completed ran, in order (see
     /// `tasks::model`): they replace its laid-out transfers.
     pub copy_logs: Vec<crate::exec::CopyLog>,
+    /// What every simulated guest starts with (the scenario's `guest:`).
+    pub guest: crate::agent::guest_os::GuestSetup,
 }
 
 impl Site {

@@ -346,3 +346,42 @@ async fn suspend_to_ram_with_s3_enabled_stops_the_agent_answering() {
     let r = api.post(&format!("{agent}/ping"), &[]).await;
     assert_eq!(r.message(), "QEMU guest agent is not running\n");
 }
+
+#[tokio::test]
+async fn a_scenario_scripts_every_guest_of_its_site() {
+    let mut scenario = fake_proxmox::Scenario::embedded_default();
+    scenario.sites[0].guest = serde_json::from_value(serde_json::json!({
+        "commands": [{"command": ["/usr/bin/systemctl", "is-active", "app"],
+                      "exitcode": 3, "out": "inactive\n"}],
+        "files": {"/etc/app/app.conf": "port=8080\n"},
+    }))
+    .unwrap();
+    let f = start_with(scenario, fake_proxmox::ClockMode::Stepped).await;
+    let api = f.api("site-1");
+    let agent = running_vm(&f, &api, "158", &[]).await;
+    let r = api
+        .send(
+            "GET",
+            &format!("{agent}/file-read"),
+            &[("file", "/etc/app/app.conf")],
+        )
+        .await;
+    assert_eq!(r.data()["content"], "port=8080\n", "{}", r.body);
+    // Matched by program name inside a shell too.
+    let r = api
+        .post(
+            &format!("{agent}/exec"),
+            &[
+                ("command", "sh"),
+                ("command", "-c"),
+                ("command", "systemctl is-active app || echo 'not yet'"),
+            ],
+        )
+        .await;
+    let pid = r.data()["pid"].as_i64().unwrap().to_string();
+    let r = api
+        .send("GET", &format!("{agent}/exec-status"), &[("pid", &pid)])
+        .await;
+    assert_eq!(r.data()["out-data"], "inactive\nnot yet\n", "{}", r.body);
+    assert_eq!(r.data()["exitcode"], 0);
+}
