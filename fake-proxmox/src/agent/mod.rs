@@ -11,6 +11,7 @@
 //!   `suspended`.
 
 pub mod control;
+mod coreutils;
 pub mod guest_os;
 pub mod model;
 pub mod routes;

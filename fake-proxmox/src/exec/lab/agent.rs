@@ -256,4 +256,46 @@ mod tests {
             "guest-get-memory-block-info"
         );
     }
+
+    #[test]
+    fn commands_carry_the_arguments_pve_sends() {
+        let exec = AgentCommand::Exec {
+            path: "/bin/sh".into(),
+            args: vec!["-c".into(), "true".into()],
+            input_data: Some("aGk=".into()),
+        };
+        assert_eq!(qga_command(&exec), "guest-exec");
+        assert_eq!(
+            qga_arguments(&exec),
+            Some(json!({"path": "/bin/sh", "arg": ["-c", "true"],
+                        "capture-output": true, "input-data": "aGk="}))
+        );
+        let seek = AgentCommand::FileSeek {
+            handle: 1000,
+            offset: 5,
+        };
+        assert_eq!(
+            qga_arguments(&seek),
+            Some(json!({"handle": 1000, "offset": 5, "whence": "set"}))
+        );
+        let open = AgentCommand::FileOpen {
+            path: "/etc/hostname".into(),
+            mode: None,
+        };
+        assert_eq!(qga_arguments(&open), Some(json!({"path": "/etc/hostname"})));
+        assert_eq!(qga_arguments(&AgentCommand::FsfreezeFreeze), None);
+        assert!(answers_nothing(&AgentCommand::SuspendRam));
+        assert!(!answers_nothing(&AgentCommand::Fstrim));
+    }
+
+    #[test]
+    fn an_answered_error_is_kept_apart_from_a_failed_channel() {
+        assert!(answered_error(
+            "guest-file-open: failed to open file '/x' (mode: 'r'): No such file or directory"
+        ));
+        assert!(!answered_error("guest-exec: got timeout"));
+        assert!(!answered_error(
+            "guest-ping: the other side closed the connection"
+        ));
+    }
 }
