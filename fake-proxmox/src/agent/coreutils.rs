@@ -2,7 +2,7 @@
 //! `cloud-init status`, `grep`, with GNU's messages and exit codes; `sh` is `shell`'s.
 
 use super::guest_os::{normal_path, parent};
-use super::shell::{Ran, Shell};
+use super::shell::{Ran, STREAM_CAP, Shell};
 
 impl Shell<'_> {
     /// One of `BUILTINS` with its arguments, as GNU coreutils (and dash's builtins) answer.
@@ -53,6 +53,9 @@ impl Shell<'_> {
                 }
                 let (mut out, mut err, mut code) = (Vec::new(), Vec::new(), 0);
                 for f in args {
+                    if out.len() > STREAM_CAP {
+                        break;
+                    }
                     let p = normal_path(f);
                     match self.os.files.get(&p) {
                         Some(c) => out.extend_from_slice(c),

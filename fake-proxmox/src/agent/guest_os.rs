@@ -241,12 +241,19 @@ impl GuestOs {
 
     pub fn file_open(&mut self, path: &str, mode: Option<&str>) -> Value {
         let mode = mode.unwrap_or("r");
-        let p = normal_path(path);
+        let p = if path.is_empty() {
+            String::new()
+        } else {
+            normal_path(path)
+        };
         let fail = |why: &str| {
             qga_error(format!(
                 "failed to open file '{path}' (mode: '{mode}'): {why}"
             ))
         };
+        if p.is_empty() {
+            return fail("No such file or directory");
+        }
         let m = mode.replace('b', "");
         let (read, write, create, truncate, append) = match m.as_str() {
             "r" => (true, false, false, false, false),
@@ -344,6 +351,9 @@ impl GuestOs {
         let f = self.files.entry(h.path.clone()).or_default();
         if h.append {
             h.pos = f.len();
+        }
+        if h.pos.saturating_add(buf.len()) > super::shell::FILE_CAP {
+            return qga_error("failed to write to file: No space left on device");
         }
         if f.len() < h.pos {
             f.resize(h.pos, 0);

@@ -131,8 +131,8 @@ impl Site {
     }
 
     /// `mon_cmd($vmid, "guest-…")`: what the executor answers (an `Err` is `mon_cmd` dying).
-    /// A command that powered the guest off leaves the VM stopped with its pending changes
-    /// applied, as qmeventd's cleanup does.
+    /// A command that powered the guest off leaves the VM stopped; its pending changes stay
+    /// pending (qmeventd's `qm cleanup` calls `vm_stop_cleanup` without applying them).
     fn mon_cmd(&mut self, vmid: u32, command: AgentCommand, now: f64) -> Result<Value, PveError> {
         let Some(vm) = self.vms.get(&vmid) else {
             return Err(PveError::die(format!("VM {vmid} is not running")));
@@ -144,23 +144,13 @@ impl Site {
         };
         let host = crate::exec::guest_hostname(vm);
         vm.guest.seed(&host, &self.guest);
-        let was_running = vm.power != Power::Stopped;
         let mut call = AgentCall {
             vm,
             node: self.nodes.get(&node_name),
             command,
             now,
         };
-        let res = exec.agent(&mut call).map_err(PveError::die)?;
-        if was_running
-            && self
-                .vms
-                .get(&vmid)
-                .is_some_and(|v| v.power == Power::Stopped)
-        {
-            self.apply_pending(vmid);
-        }
-        Ok(res)
+        exec.agent(&mut call).map_err(PveError::die)
     }
 
     /// A simple guest agent command (`register_command`): checks, then QGA's answer as it

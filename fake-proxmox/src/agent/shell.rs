@@ -4,7 +4,7 @@
 //! does not exist fails the spawn itself, as GLib's does in qemu-ga; inside `sh` it is dash's
 //! `not found` and exit 127.
 
-use super::guest_os::{GuestOs, normal_path, parent};
+use super::guest_os::{EXEC_MAX_OUTPUT, GuestOs, normal_path, parent};
 
 /// How a process ended and what it printed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -94,6 +94,7 @@ pub fn spawn(
         os,
         hostname,
         secs: 0.0,
+        depth: 0,
     };
     if let Some(o) = sh.scripted(argv) {
         return Ok(o);
@@ -131,7 +132,16 @@ pub(super) struct Shell<'a> {
     pub(super) os: &'a mut GuestOs,
     pub(super) hostname: &'a str,
     pub(super) secs: f64,
+    /// Scripts running scripts: bounded, as a guest's process table is.
+    depth: u32,
 }
+
+/// How deep scripts may run scripts before the guest cannot fork any more.
+const MAX_DEPTH: u32 = 16;
+/// What one stream keeps: more than qemu-ga captures is never needed.
+pub(super) const STREAM_CAP: usize = EXEC_MAX_OUTPUT + 1;
+/// The largest file the guest's disk takes.
+pub(super) const FILE_CAP: usize = 64 * 1024 * 1024;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {
@@ -228,6 +238,20 @@ impl Shell<'_> {
 
     /// Run a script as dash does; `name` is `$0` in its messages.
     fn script(&mut self, text: &str, name: &str, stdin: &[u8], errexit: bool) -> Ran {
+        if self.depth >= MAX_DEPTH {
+            return (
+                2,
+                Vec::new(),
+                format!("{name}: 0: Cannot fork\n").into_bytes(),
+            );
+        }
+        self.depth += 1;
+        let ran = self.run_script(text, name, stdin, errexit);
+        self.depth -= 1;
+        ran
+    }
+
+    fn run_script(&mut self, text: &str, name: &str, stdin: &[u8], errexit: bool) -> Ran {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut status = 0;
         let mut errexit = errexit;
@@ -261,6 +285,8 @@ impl Shell<'_> {
                         status = c;
                         out.extend(o);
                         err.extend(e);
+                        out.truncate(STREAM_CAP);
+                        err.truncate(STREAM_CAP);
                         if errexit
                             && status != 0
                             && !matches!(toks.get(end), Some(Tok::Op("||" | "&&")))
@@ -358,6 +384,8 @@ impl Shell<'_> {
         if r.err_to_out {
             out.append(&mut err);
         }
+        out.truncate(STREAM_CAP);
+        err.truncate(STREAM_CAP);
         for (target, stream) in [(&r.out, &mut out), (&r.err, &mut err)] {
             if let Some((file, append)) = target {
                 let data = std::mem::take(stream);
@@ -385,6 +413,14 @@ impl Shell<'_> {
         }
         if !self.os.is_dir(&parent(&p)) {
             return Err("Directory nonexistent");
+        }
+        let kept = if append {
+            self.os.files.get(&p).map_or(0, Vec::len)
+        } else {
+            0
+        };
+        if kept + data.len() > FILE_CAP {
+            return Err("No space left on device");
         }
         let f = self.os.files.entry(p).or_default();
         if !append {
@@ -503,6 +539,16 @@ mod tests {
         );
         run(&mut g, &["chmod", "+x", "/root/setup.sh"]).unwrap();
         assert_eq!(run(&mut g, &["/root/setup.sh"]).unwrap().exitcode, 127);
+    }
+
+    #[test]
+    fn a_script_running_itself_stops_at_the_fork_limit() {
+        let mut g = guest();
+        g.files
+            .insert("/root/loop.sh".into(), b"sh /root/loop.sh\n".to_vec());
+        let o = run(&mut g, &["sh", "/root/loop.sh"]).unwrap();
+        assert_eq!(o.exitcode, 2);
+        assert!(String::from_utf8_lossy(&o.err).ends_with("Cannot fork\n"));
     }
 
     #[test]

@@ -328,10 +328,29 @@ async fn an_agent_shutdown_powers_the_vm_off_and_suspend_needs_s3() {
     );
     let state = f.ctl("site-1").guest_state("ml110-01", 156).await.unwrap();
     assert_eq!(state["passwords"]["ubuntu"]["password"], "s3cret!");
+    // A change that waits for the next start (vCPUs are not hot-plugged by default).
+    let r = api
+        .send("PUT", "/nodes/ml110-01/qemu/156/config", &[("cores", "2")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
     let r = api.post(&format!("{agent}/shutdown"), &[]).await;
     assert_eq!(r.data(), &serde_json::json!({"result": null}), "{}", r.body);
     let cur = api.get("/nodes/ml110-01/qemu/156/status/current").await;
     assert_eq!(cur.data()["status"], "stopped");
+    // A guest that powered itself off leaves pending changes pending (`qm cleanup`).
+    let pending = api.get("/nodes/ml110-01/qemu/156/pending").await;
+    let cores = pending
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "cores");
+    assert_eq!(
+        cores.map(|e| e["pending"].clone()),
+        Some(serde_json::json!(2)),
+        "{}",
+        pending.body
+    );
     let r = api.post(&format!("{agent}/ping"), &[]).await;
     assert_eq!(r.message(), "VM 156 is not running\n");
 }
