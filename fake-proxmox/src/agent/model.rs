@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::access::model::Identity;
 use crate::exec::{AgentCall, AgentCommand};
 use crate::qemu::model::{Power, Vm};
+use crate::version::PveVersion;
 use crate::wire::PveError;
 use crate::world::Site;
 
@@ -74,6 +75,18 @@ fn check_agent_error(res: Value, errmsg: &str) -> Result<Value, PveError> {
         return Err(PveError::die(format!("Agent error: {errmsg}")));
     }
     Ok(res)
+}
+
+/// `mon_cmd`'s death for an agent command: since qemu-server 9.1 the QMP client names the
+/// peer type (`VM 100 qga command 'guest-ping' failed - got timeout`); 8.x said `qmp` for all.
+fn peer_named(e: &str, version: PveVersion) -> String {
+    if version == PveVersion::V8_4 {
+        return e.to_string();
+    }
+    match e.split_once(" qmp command 'guest-") {
+        Some((vm, rest)) => format!("{vm} qga command 'guest-{rest}"),
+        None => e.to_string(),
+    }
 }
 
 /// A Perl byte string as the API's JSON encoder writes it: each byte one character.
@@ -150,7 +163,9 @@ impl Site {
             command,
             now,
         };
-        exec.agent(&mut call).map_err(PveError::die)
+        let version = self.version;
+        exec.agent(&mut call)
+            .map_err(|e| PveError::die(peer_named(&e, version)))
     }
 
     /// A simple guest agent command (`register_command`): checks, then QGA's answer as it
@@ -414,5 +429,11 @@ mod tests {
             Some("Agent error: can't open file\n".into())
         );
         assert_eq!(perl_bytes("é".as_bytes()), "Ã©");
+        let died = "VM 100 qmp command 'guest-ping' failed - got timeout";
+        assert_eq!(
+            peer_named(died, PveVersion::V9_1),
+            "VM 100 qga command 'guest-ping' failed - got timeout"
+        );
+        assert_eq!(peer_named(died, PveVersion::V8_4), died);
     }
 }
