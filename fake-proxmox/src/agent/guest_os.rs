@@ -107,6 +107,39 @@ pub fn qga_error(desc: impl Into<String>) -> Value {
     json!({"error": {"class": "GenericError", "desc": desc.into()}})
 }
 
+/// qemu's `qbase64_decode`: only the alphabet, `=` and newlines are allowed; GLib then decodes
+/// leniently (padding is not checked, a lone trailing character is dropped).
+pub fn qbase64_decode(text: &str) -> Result<Vec<u8>, Value> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if text.contains('\0') {
+        return Err(qga_error("Base64 data contains embedded NUL characters"));
+    }
+    let mut sextets = Vec::with_capacity(text.len());
+    for b in text.bytes() {
+        match ALPHABET.iter().position(|&a| a == b) {
+            Some(v) => sextets.push(v as u32),
+            None if b == b'=' || b == b'\n' => {}
+            None => return Err(qga_error("Base64 data contains invalid characters")),
+        }
+    }
+    let mut out = Vec::with_capacity(sextets.len() * 3 / 4);
+    for group in sextets.chunks(4) {
+        let v = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, s)| acc | (s << (18 - 6 * i)));
+        let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
+        let n = match group.len() {
+            4 => 3,
+            3 => 2,
+            2 => 1,
+            _ => 0,
+        };
+        out.extend_from_slice(&bytes[..n]);
+    }
+    Ok(out)
+}
+
 /// `path` made absolute and normal (qemu-ga's working directory is `/`).
 pub fn normal_path(path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
@@ -339,8 +372,9 @@ impl GuestOs {
     }
 
     pub fn file_write(&mut self, handle: i64, buf_b64: &str) -> Value {
-        let Ok(buf) = B64.decode(buf_b64.trim_end_matches(['\n', '\r'])) else {
-            return qga_error("Base64 data is not valid");
+        let buf = match qbase64_decode(buf_b64) {
+            Ok(b) => b,
+            Err(e) => return e,
         };
         let Some(h) = self.handles.get_mut(&handle) else {
             return Self::no_handle(handle);
@@ -428,8 +462,9 @@ impl GuestOs {
         password_b64: &str,
         crypted: bool,
     ) -> Value {
-        let Ok(raw) = B64.decode(password_b64.trim_end_matches(['\n', '\r'])) else {
-            return qga_error("Base64 data is not valid");
+        let raw = match qbase64_decode(password_b64) {
+            Ok(b) => b,
+            Err(e) => return e,
         };
         let password = String::from_utf8_lossy(&raw).into_owned();
         if password.contains('\n') {
@@ -517,6 +552,19 @@ mod tests {
         let h = g.file_open("/tmp/x", Some("wb")).as_i64().unwrap();
         assert_eq!(g.file_write(h, "aGk=")["count"], 2);
         assert_eq!(g.files["/tmp/x"], b"hi");
+    }
+
+    #[test]
+    fn base64_is_checked_for_its_alphabet_only() {
+        assert_eq!(qbase64_decode("aGk=\n"), Ok(b"hi".to_vec()));
+        assert_eq!(qbase64_decode("aGk"), Ok(b"hi".to_vec()));
+        assert_eq!(
+            qbase64_decode("a b")
+                .unwrap_err()
+                .pointer("/error/desc")
+                .cloned(),
+            Some(json!("Base64 data contains invalid characters"))
+        );
     }
 
     #[test]

@@ -4,12 +4,10 @@
 //! `agent::shell`'s. Answers are what PVE's `mon_cmd` returns: QGA's `return` value, or
 //! `{"error": …}` as qemu-ga refuses.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
 use super::{AgentCall, AgentCommand};
-use crate::agent::guest_os::{Process, qga_error};
+use crate::agent::guest_os::{Process, qbase64_decode, qga_error};
 use crate::agent::shell;
 use crate::qemu::model::{Nic, Power, Vm, is_ipconfig_key, is_net_key, prop, split_props};
 
@@ -81,10 +79,10 @@ pub(super) fn answer(call: &mut AgentCall<'_>) -> Value {
             args,
             input_data,
         } => {
-            let stdin = match input_data.as_deref().map(|d| B64.decode(d)) {
+            let stdin = match input_data.as_deref().map(qbase64_decode) {
                 None => Vec::new(),
                 Some(Ok(b)) => b,
-                Some(Err(_)) => return qga_error("Base64 data is not valid"),
+                Some(Err(e)) => return e,
             };
             let mut argv = vec![path.clone()];
             argv.extend(args.iter().cloned());

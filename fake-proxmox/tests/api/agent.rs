@@ -201,6 +201,20 @@ async fn files_round_trip_plain_and_base64_within_pves_limits() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
+    let r = api
+        .post(
+            &write,
+            &[
+                ("file", "/tmp/c"),
+                ("content", "not base64!"),
+                ("encode", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        r.message(),
+        "Agent error: Base64 data contains invalid characters\n"
+    );
     let r = read("/tmp/b", vec![("decode", "0")]).await;
     assert_eq!(r.data()["content"], "AAEC/w==");
     assert_eq!(r.data()["bytes-read"], 4);
