@@ -12,14 +12,17 @@ use crate::agent::shell;
 use crate::qemu::model::{Nic, Power, Vm, is_ipconfig_key, is_net_key, prop, split_props};
 
 /// What qemu-ga still runs while the file systems are frozen (`ga_freeze_allowlist`).
+const FROZEN_ALLOWLIST: [&str; 6] = [
+    "guest-ping",
+    "guest-info",
+    "guest-sync",
+    "guest-sync-delimited",
+    "guest-fsfreeze-status",
+    "guest-fsfreeze-thaw",
+];
+
 fn allowed_while_frozen(c: &AgentCommand) -> bool {
-    matches!(
-        c,
-        AgentCommand::Ping
-            | AgentCommand::Info
-            | AgentCommand::FsfreezeStatus
-            | AgentCommand::FsfreezeThaw
-    )
+    FROZEN_ALLOWLIST.contains(&super::lab::agent::qga_command(c))
 }
 
 /// The guest's host name: the VM's name, as cloud-init sets it.
@@ -141,7 +144,7 @@ pub(super) fn answer(call: &mut AgentCall<'_>) -> Value {
     let vm = &*call.vm;
     match call.command {
         AgentCommand::Ping => json!({}),
-        AgentCommand::Info => info(),
+        AgentCommand::Info => info(vm.guest.frozen),
         AgentCommand::NetworkGetInterfaces => interfaces(call),
         AgentCommand::GetHostName => json!({"host-name": host}),
         AgentCommand::GetOsinfo => json!({
@@ -184,7 +187,8 @@ fn power_off(vm: &mut Vm) {
     vm.guest.power_cycle();
 }
 
-fn info() -> Value {
+/// `guest-info`; while frozen, qemu-ga shows the commands it refuses as disabled.
+fn info(frozen: bool) -> Value {
     // (name, success-response): the commands that power the guest off send no answer.
     let cmds = [
         ("guest-ping", true),
@@ -222,7 +226,10 @@ fn info() -> Value {
     ];
     json!({
         "version": "8.2.2",
-        "supported_commands": cmds.iter().map(|(n, ok)| json!({"name": n, "enabled": true, "success-response": ok})).collect::<Vec<_>>(),
+        "supported_commands": cmds.iter().map(|(n, ok)| {
+            let enabled = !frozen || FROZEN_ALLOWLIST.contains(n);
+            json!({"name": n, "enabled": enabled, "success-response": ok})
+        }).collect::<Vec<_>>(),
     })
 }
 

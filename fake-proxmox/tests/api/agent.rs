@@ -304,6 +304,20 @@ async fn fsfreeze_freezes_blocks_other_commands_and_thaws() {
         r.message(),
         "Agent error: Command guest-exec has been disabled: the agent is in frozen state\n"
     );
+    let info = api.get(&format!("{agent}/info")).await;
+    let enabled = |name: &str| {
+        info.data()["result"]["supported_commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["enabled"].clone())
+    };
+    assert_eq!(enabled("guest-exec"), Some(serde_json::json!(false)));
+    assert_eq!(
+        enabled("guest-fsfreeze-thaw"),
+        Some(serde_json::json!(true))
+    );
     let r = api.post(&format!("{agent}/fsfreeze-thaw"), &[]).await;
     assert_eq!(r.data()["result"], 1);
     assert_eq!(api.post(&status, &[]).await.data()["result"], "thawed");
