@@ -1,7 +1,7 @@
 //! The programs of the simulated guest (`shell::BUILTINS`): a few coreutils, `hostname`,
 //! `cloud-init status`, `grep`, with GNU's messages and exit codes; `sh` is `shell`'s.
 
-use super::guest_os::{normal_path, parent};
+use super::guest_os::parent;
 use super::shell::{Ran, STREAM_CAP, Shell};
 
 impl Shell<'_> {
@@ -56,7 +56,7 @@ impl Shell<'_> {
                     if out.len() > STREAM_CAP {
                         break;
                     }
-                    let p = normal_path(f);
+                    let p = self.abs(f);
                     match self.os.files.get(&p) {
                         Some(c) => out.extend_from_slice(c),
                         None if self.os.is_dir(&p) => {
@@ -107,19 +107,23 @@ impl Shell<'_> {
                     }
                     a.pop();
                 }
+                let negate = a.first() == Some(&"!");
+                if negate {
+                    a.remove(0);
+                }
                 let truth = match a.as_slice() {
                     [] => false,
-                    ["-f", f] => self.os.files.contains_key(&normal_path(f)),
-                    ["-d", f] => self.os.is_dir(&normal_path(f)),
+                    ["-f", f] => self.os.files.contains_key(&self.abs(f)),
+                    ["-d", f] => self.os.is_dir(&self.abs(f)),
                     ["-e", f] => {
-                        let p = normal_path(f);
+                        let p = self.abs(f);
                         self.os.files.contains_key(&p) || self.os.is_dir(&p)
                     }
-                    ["-x", f] => self.os.executable.contains(&normal_path(f)),
+                    ["-x", f] => self.os.executable.contains(&self.abs(f)),
                     ["-s", f] => self
                         .os
                         .files
-                        .get(&normal_path(f))
+                        .get(&self.abs(f))
                         .is_some_and(|c| !c.is_empty()),
                     ["-n", s] => !s.is_empty(),
                     ["-z", s] => s.is_empty(),
@@ -128,12 +132,12 @@ impl Shell<'_> {
                     [s] => !s.is_empty(),
                     _ => return fail(2, format!("{prog}: unexpected operator\n")),
                 };
-                (i64::from(!truth), Vec::new(), Vec::new())
+                (i64::from(truth == negate), Vec::new(), Vec::new())
             }
             "mkdir" => {
                 let parents = args.iter().any(|a| a == "-p");
                 for d in args.iter().filter(|a| !a.starts_with('-')) {
-                    let p = normal_path(d);
+                    let p = self.abs(d);
                     if self.os.is_dir(&p) {
                         if !parents {
                             return fail(
@@ -156,7 +160,7 @@ impl Shell<'_> {
             }
             "touch" => {
                 for f in args.iter().filter(|a| !a.starts_with('-')) {
-                    let p = normal_path(f);
+                    let p = self.abs(f);
                     if !self.os.is_dir(&parent(&p)) {
                         return fail(
                             1,
@@ -175,7 +179,7 @@ impl Shell<'_> {
                     .iter()
                     .any(|a| a.starts_with('-') && (a.contains('r') || a.contains('R')));
                 for f in args.iter().filter(|a| !a.starts_with('-')) {
-                    let p = normal_path(f);
+                    let p = self.abs(f);
                     if self.os.files.remove(&p).is_some() {
                         self.os.executable.remove(&p);
                     } else if self.os.is_dir(&p) {
@@ -213,7 +217,7 @@ impl Shell<'_> {
                 let clear =
                     mode.starts_with("-") || mode.chars().all(|c| c.is_ascii_digit()) && !exec;
                 for f in files {
-                    let p = normal_path(f);
+                    let p = self.abs(f);
                     if !self.os.files.contains_key(&p) && !self.os.is_dir(&p) {
                         return fail(
                             1,
@@ -237,7 +241,7 @@ impl Shell<'_> {
                 };
                 let (mut out, mut err, mut code) = (String::new(), String::new(), 0);
                 for t in targets {
-                    let p = normal_path(&t);
+                    let p = self.abs(&t);
                     if self.os.files.contains_key(&p) {
                         out.push_str(&format!("{t}\n"));
                     } else if self.os.is_dir(&p) {
@@ -271,7 +275,98 @@ impl Shell<'_> {
             }
             "id" => ok("uid=0(root) gid=0(root) groups=0(root)\n".into()),
             "whoami" => ok("root\n".into()),
-            "pwd" => ok("/\n".into()),
+            "pwd" => ok(format!("{}\n", self.cwd)),
+            "apt-get" | "apt" => match args
+                .iter()
+                .find(|a| !a.starts_with('-'))
+                .map(String::as_str)
+            {
+                Some("update") => ok("Reading package lists... Done\n".into()),
+                Some("install" | "upgrade" | "remove" | "purge" | "autoremove") => ok(
+                    "Reading package lists... Done\nBuilding dependency tree... Done\n\
+                     Reading state information... Done\n"
+                        .into(),
+                ),
+                _ => fail(100, "E: Invalid operation\n".into()),
+            },
+            "cp" | "mv" => {
+                let paths: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+                let [src, dst] = paths.as_slice() else {
+                    return fail(1, format!("{prog}: missing file operand\n"));
+                };
+                let from = self.abs(src);
+                let Some(data) = self.os.files.get(&from).cloned() else {
+                    return fail(
+                        1,
+                        format!("{prog}: cannot stat '{src}': No such file or directory\n"),
+                    );
+                };
+                let mut to = self.abs(dst);
+                if self.os.is_dir(&to) {
+                    let base = from.rsplit('/').next().unwrap_or_default();
+                    to = format!("{}/{base}", to.trim_end_matches('/'));
+                }
+                if !self.os.is_dir(&parent(&to)) {
+                    return fail(
+                        1,
+                        format!(
+                            "{prog}: cannot create regular file '{dst}': No such file or directory\n"
+                        ),
+                    );
+                }
+                if prog == "mv" {
+                    self.os.files.remove(&from);
+                    if self.os.executable.remove(&from) {
+                        self.os.executable.insert(to.clone());
+                    }
+                }
+                self.os.files.insert(to, data);
+                ok(String::new())
+            }
+            "chown" | "ln" => ok(String::new()),
+            "useradd" | "adduser" => {
+                let Some(user) = args.iter().rfind(|a| !a.starts_with('-')) else {
+                    return fail(2, format!("Usage: {prog} [options] LOGIN\n"));
+                };
+                let passwd = self.os.files.entry("/etc/passwd".into()).or_default();
+                let text = String::from_utf8_lossy(passwd).into_owned();
+                if text
+                    .lines()
+                    .any(|l| l.split(':').next() == Some(user.as_str()))
+                {
+                    return fail(9, format!("{prog}: user '{user}' already exists\n"));
+                }
+                let uid = 1000 + text.lines().count();
+                passwd.extend(format!("{user}:x:{uid}:{uid}::/home/{user}:/bin/sh\n").into_bytes());
+                ok(String::new())
+            }
+            "basename" => ok(format!(
+                "{}\n",
+                args.first().map_or("", |a| a
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(""))
+            )),
+            "dirname" => ok(format!(
+                "{}\n",
+                args.first().map_or(".".into(), |a| parent(a))
+            )),
+            "wc" => {
+                let data = match args.iter().find(|a| !a.starts_with('-')) {
+                    Some(f) => match self.os.files.get(&self.abs(f)) {
+                        Some(c) => c.clone(),
+                        None => return fail(1, format!("wc: {f}: No such file or directory\n")),
+                    },
+                    None => stdin.to_vec(),
+                };
+                let n = if args.iter().any(|a| a == "-c") {
+                    data.len()
+                } else {
+                    data.iter().filter(|&&b| b == b'\n').count()
+                };
+                ok(format!("{n}\n"))
+            }
             "env" => {
                 ok("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n".into())
             }
@@ -302,7 +397,7 @@ impl Shell<'_> {
                     return fail(2, "Usage: grep [OPTION]... PATTERNS [FILE]...\n".into());
                 };
                 let text = match rest.next() {
-                    Some(f) => match self.os.files.get(&normal_path(f)) {
+                    Some(f) => match self.os.files.get(&self.abs(f)) {
                         Some(c) => c.clone(),
                         None => return fail(2, format!("grep: {f}: No such file or directory\n")),
                     },

@@ -15,4 +15,6 @@ mod coreutils;
 pub mod guest_os;
 pub mod model;
 pub mod routes;
+mod sh_expand;
+mod sh_parse;
 pub mod shell;

@@ -1,10 +1,15 @@
 //! What a simulated guest runs for `guest-exec`: scripted results first, then a small set of
-//! coreutils and a `sh` that knows simple scripts (`;`, `&&`, `||`, `|`, `>`, `>>`, `<`,
-//! `2>&1`, quotes, `exit`, `set -e`), enough for post-provisioning scripts. A program that
-//! does not exist fails the spawn itself, as GLib's does in qemu-ga; inside `sh` it is dash's
-//! `not found` and exit 127.
+//! coreutils and a `sh` (grammar in `sh_parse`: lists, pipelines, redirections, quotes,
+//! variables, `$?`, `$(…)`, `if`, `for`; builtins `exit`, `set -e`, `export`, `cd`, `.`),
+//! enough for post-provisioning scripts. A program that does not exist fails the spawn
+//! itself, as GLib's does in qemu-ga; inside `sh` it is dash's `not found` and exit 127.
+//! Not modelled: `while`/`case`/functions, field splitting of expansions, globs, background
+//! jobs.
+
+use std::collections::BTreeMap;
 
 use super::guest_os::{EXEC_MAX_OUTPUT, GuestOs, normal_path, parent};
+use super::sh_parse::{Node, Word, parse};
 
 /// How a process ended and what it printed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -46,6 +51,17 @@ const BUILTINS: &[&str] = &[
     "dash",
     "env",
     "pwd",
+    "apt-get",
+    "apt",
+    "cp",
+    "mv",
+    "chown",
+    "ln",
+    "useradd",
+    "adduser",
+    "basename",
+    "dirname",
+    "wc",
 ];
 const BIN_DIRS: &[&str] = &["/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin"];
 
@@ -90,12 +106,7 @@ pub fn spawn(
     let Some(program) = argv.first() else {
         return Err("Failed to execute child process “” (No such file or directory)".into());
     };
-    let mut sh = Shell {
-        os,
-        hostname,
-        secs: 0.0,
-        depth: 0,
-    };
+    let mut sh = Shell::new(os, hostname);
     if let Some(o) = sh.scripted(argv) {
         return Ok(o);
     }
@@ -134,6 +145,15 @@ pub(super) struct Shell<'a> {
     pub(super) secs: f64,
     /// Scripts running scripts: bounded, as a guest's process table is.
     depth: u32,
+    pub(super) vars: BTreeMap<String, String>,
+    /// `$?`.
+    pub(super) status: i64,
+    /// `exit N` ran: the script ends with N.
+    exiting: Option<i64>,
+    errexit: bool,
+    pub(super) cwd: String,
+    /// What command substitutions wrote to stderr (it goes to the command's stderr).
+    pub(super) sub_err: Vec<u8>,
 }
 
 /// How deep scripts may run scripts before the guest cannot fork any more.
@@ -142,88 +162,52 @@ const MAX_DEPTH: u32 = 16;
 pub(super) const STREAM_CAP: usize = EXEC_MAX_OUTPUT + 1;
 /// The largest file the guest's disk takes.
 pub(super) const FILE_CAP: usize = 64 * 1024 * 1024;
+/// The most iterations a `for` runs over (its words come from a command line).
+const MAX_LOOP: usize = 10_000;
 
-#[derive(Clone, Debug, PartialEq)]
-enum Tok {
-    Word(String),
-    Op(&'static str),
-}
-
-fn tokenize(line: &str) -> Vec<Tok> {
-    let mut toks = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let cs: Vec<char> = line.chars().collect();
-    let mut i = 0;
-    let flush = |cur: &mut String, in_word: &mut bool, toks: &mut Vec<Tok>| {
-        if *in_word {
-            toks.push(Tok::Word(std::mem::take(cur)));
-            *in_word = false;
+impl<'a> Shell<'a> {
+    fn new(os: &'a mut GuestOs, hostname: &'a str) -> Shell<'a> {
+        let vars = [
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
+            ("PWD", "/"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        Shell {
+            os,
+            hostname,
+            secs: 0.0,
+            depth: 0,
+            vars,
+            status: 0,
+            exiting: None,
+            errexit: false,
+            cwd: "/".into(),
+            sub_err: Vec::new(),
         }
-    };
-    while i < cs.len() {
-        let c = cs[i];
-        let rest: String = cs[i..].iter().take(4).collect();
-        match c {
-            '\'' => {
-                in_word = true;
-                i += 1;
-                while i < cs.len() && cs[i] != '\'' {
-                    cur.push(cs[i]);
-                    i += 1;
-                }
-            }
-            '"' => {
-                in_word = true;
-                i += 1;
-                while i < cs.len() && cs[i] != '"' {
-                    if cs[i] == '\\' && i + 1 < cs.len() && matches!(cs[i + 1], '"' | '\\' | '$') {
-                        i += 1;
-                    }
-                    cur.push(cs[i]);
-                    i += 1;
-                }
-            }
-            '\\' if i + 1 < cs.len() => {
-                in_word = true;
-                cur.push(cs[i + 1]);
-                i += 1;
-            }
-            '#' if !in_word => break,
-            ' ' | '\t' => flush(&mut cur, &mut in_word, &mut toks),
-            _ => {
-                let op = ["2>&1", "&&", "||", ">>", "2>", ";", "|", ">", "<"]
-                    .into_iter()
-                    .find(|op| rest.starts_with(op) && (!op.starts_with('2') || !in_word));
-                match op {
-                    Some(op) => {
-                        flush(&mut cur, &mut in_word, &mut toks);
-                        toks.push(Tok::Op(op));
-                        i += op.len() - 1;
-                    }
-                    None => {
-                        in_word = true;
-                        cur.push(c);
-                    }
-                }
-            }
-        }
-        i += 1;
     }
-    flush(&mut cur, &mut in_word, &mut toks);
-    toks
 }
 
-/// Where a command's streams go.
-#[derive(Default)]
-struct Redirs {
-    out: Option<(String, bool)>,
-    err: Option<(String, bool)>,
-    err_to_out: bool,
-    input: Option<String>,
+/// Add `more` to a stream, keeping at most `STREAM_CAP`.
+pub(super) fn append(into: &mut Vec<u8>, more: &[u8]) {
+    let room = STREAM_CAP.saturating_sub(into.len());
+    into.extend_from_slice(&more[..more.len().min(room)]);
 }
 
 impl Shell<'_> {
+    /// `p` made absolute against the working directory.
+    pub(super) fn abs(&self, p: &str) -> String {
+        if p.starts_with('/') {
+            normal_path(p)
+        } else {
+            normal_path(&format!("{}/{p}", self.cwd))
+        }
+    }
+
     fn scripted(&mut self, argv: &[String]) -> Option<Outcome> {
         let s = self.os.script_for(argv)?.clone();
         self.secs += s.secs;
@@ -237,7 +221,7 @@ impl Shell<'_> {
     }
 
     /// Run a script as dash does; `name` is `$0` in its messages.
-    fn script(&mut self, text: &str, name: &str, stdin: &[u8], errexit: bool) -> Ran {
+    pub(super) fn script(&mut self, text: &str, name: &str, stdin: &[u8], errexit: bool) -> Ran {
         if self.depth >= MAX_DEPTH {
             return (
                 2,
@@ -245,157 +229,304 @@ impl Shell<'_> {
                 format!("{name}: 0: Cannot fork\n").into_bytes(),
             );
         }
-        self.depth += 1;
-        let ran = self.run_script(text, name, stdin, errexit);
-        self.depth -= 1;
-        ran
-    }
-
-    fn run_script(&mut self, text: &str, name: &str, stdin: &[u8], errexit: bool) -> Ran {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let mut status = 0;
-        let mut errexit = errexit;
-        for (n, line) in text.lines().enumerate() {
-            let toks = tokenize(line);
-            let mut i = 0;
-            let mut skip = false;
-            while i < toks.len() {
-                let end = toks[i..]
-                    .iter()
-                    .position(|t| matches!(t, Tok::Op(";" | "&&" | "||")))
-                    .map_or(toks.len(), |p| i + p);
-                let pipeline = &toks[i..end];
-                if !skip && !pipeline.is_empty() {
-                    if let [Tok::Word(w), rest @ ..] = pipeline
-                        && w == "exit"
-                    {
-                        let code = match rest.first() {
-                            Some(Tok::Word(c)) => c.parse().unwrap_or(2),
-                            _ => status,
-                        };
-                        return (code, out, err);
-                    }
-                    if let [Tok::Word(w), Tok::Word(f)] = pipeline
-                        && w == "set"
-                        && f.starts_with('-')
-                    {
-                        errexit |= f.contains('e');
-                    } else {
-                        let (c, o, e) = self.pipeline(pipeline, stdin, name, n + 1);
-                        status = c;
-                        out.extend(o);
-                        err.extend(e);
-                        out.truncate(STREAM_CAP);
-                        err.truncate(STREAM_CAP);
-                        if errexit
-                            && status != 0
-                            && !matches!(toks.get(end), Some(Tok::Op("||" | "&&")))
-                        {
-                            return (status, out, err);
-                        }
-                    }
-                }
-                skip = match toks.get(end) {
-                    Some(Tok::Op("&&")) => status != 0,
-                    Some(Tok::Op("||")) => status == 0,
-                    _ => false,
-                };
-                i = end + 1;
+        let tree = match parse(text) {
+            Ok(t) => t,
+            Err(e) => {
+                let msg = format!("{name}: {}: Syntax error: {}\n", e.line, e.msg);
+                return (2, Vec::new(), msg.into_bytes());
             }
-        }
-        (status, out, err)
-    }
-
-    fn pipeline(&mut self, toks: &[Tok], stdin: &[u8], name: &str, line: usize) -> Ran {
-        let mut input = stdin.to_vec();
-        let mut err = Vec::new();
-        let mut status = 0;
-        let parts: Vec<&[Tok]> = toks.split(|t| *t == Tok::Op("|")).collect();
-        let last = parts.len() - 1;
-        let mut out = Vec::new();
-        for (k, part) in parts.into_iter().enumerate() {
-            let (c, o, e) = self.command(part, &input, name, line);
-            status = c;
-            err.extend(e);
-            if k == last {
-                out = o;
-            } else {
-                input = o;
-            }
-        }
-        (status, out, err)
-    }
-
-    fn command(&mut self, toks: &[Tok], stdin: &[u8], name: &str, line: usize) -> Ran {
-        let mut argv = Vec::new();
-        let mut r = Redirs::default();
-        let mut it = toks.iter();
-        while let Some(t) = it.next() {
-            match t {
-                Tok::Word(w) => argv.push(w.clone()),
-                Tok::Op("2>&1") => r.err_to_out = true,
-                Tok::Op(op) => {
-                    let Some(Tok::Word(target)) = it.next() else {
-                        let msg = format!("{name}: {line}: Syntax error: redirection unexpected\n");
-                        return (2, Vec::new(), msg.into_bytes());
-                    };
-                    match *op {
-                        ">" => r.out = Some((target.clone(), false)),
-                        ">>" => r.out = Some((target.clone(), true)),
-                        "2>" => r.err = Some((target.clone(), false)),
-                        _ => r.input = Some(target.clone()),
-                    }
-                }
-            }
-        }
-        let input = match &r.input {
-            Some(f) => match self.os.files.get(&normal_path(f)) {
-                Some(c) => c.clone(),
-                None => {
-                    let msg = format!("{name}: {line}: cannot open {f}: No such file\n");
-                    return (2, Vec::new(), msg.into_bytes());
-                }
-            },
-            None => stdin.to_vec(),
         };
+        self.depth += 1;
+        let saved = (self.errexit, self.exiting.take());
+        self.errexit = errexit;
+        let (mut code, out, err) = self.run(&tree, stdin, name);
+        if let Some(c) = self.exiting.take() {
+            code = c;
+        }
+        (self.errexit, self.exiting) = saved;
+        self.depth -= 1;
+        self.status = code;
+        (code, out, err)
+    }
+
+    fn run(&mut self, node: &Node, stdin: &[u8], name: &str) -> Ran {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = match node {
+            Node::List(items) => {
+                let mut code = 0;
+                for item in items {
+                    let (c, o, e) = self.run(item, stdin, name);
+                    append(&mut out, &o);
+                    append(&mut err, &e);
+                    code = c;
+                    if self.exiting.is_some() {
+                        break;
+                    }
+                    if self.errexit
+                        && c != 0
+                        && !matches!(item, Node::AndOr(_, rest) if !rest.is_empty())
+                    {
+                        self.exiting = Some(c);
+                        break;
+                    }
+                }
+                code
+            }
+            Node::AndOr(first, rest) => {
+                let (mut code, o, e) = self.run(first, stdin, name);
+                append(&mut out, &o);
+                append(&mut err, &e);
+                for (op, next) in rest {
+                    if self.exiting.is_some() || (*op == "&&") != (code == 0) {
+                        continue;
+                    }
+                    let (c, o, e) = self.run(next, stdin, name);
+                    append(&mut out, &o);
+                    append(&mut err, &e);
+                    code = c;
+                }
+                code
+            }
+            Node::Pipeline(cmds) => {
+                let mut input = stdin.to_vec();
+                let mut code = 0;
+                let last = cmds.len().saturating_sub(1);
+                for (k, cmd) in cmds.iter().enumerate() {
+                    let (c, o, e) = self.run(cmd, &input, name);
+                    append(&mut err, &e);
+                    code = c;
+                    if k == last {
+                        out = o;
+                    } else {
+                        input = o;
+                    }
+                }
+                code
+            }
+            Node::If {
+                branches,
+                otherwise,
+            } => {
+                let mut chosen = otherwise.as_deref();
+                for (cond, body) in branches {
+                    // A failing condition does not trip `set -e`.
+                    let errexit = std::mem::replace(&mut self.errexit, false);
+                    let (c, o, e) = self.run(cond, stdin, name);
+                    self.errexit = errexit;
+                    append(&mut out, &o);
+                    append(&mut err, &e);
+                    if self.exiting.is_some() {
+                        chosen = None;
+                        break;
+                    }
+                    if c == 0 {
+                        chosen = Some(body);
+                        break;
+                    }
+                }
+                match chosen {
+                    Some(body) => {
+                        let (c, o, e) = self.run(body, stdin, name);
+                        append(&mut out, &o);
+                        append(&mut err, &e);
+                        c
+                    }
+                    None => 0,
+                }
+            }
+            Node::For { var, items, body } => {
+                let mut values = Vec::new();
+                for w in items {
+                    let v = self.expand_word(w, name);
+                    values.extend(v.split_whitespace().map(str::to_string));
+                }
+                let mut code = 0;
+                for v in values.into_iter().take(MAX_LOOP) {
+                    self.vars.insert(var.clone(), v);
+                    let (c, o, e) = self.run(body, stdin, name);
+                    append(&mut out, &o);
+                    append(&mut err, &e);
+                    code = c;
+                    if self.exiting.is_some() {
+                        break;
+                    }
+                }
+                code
+            }
+            Node::Simple {
+                words,
+                redirs,
+                line,
+            } => return self.simple(words, redirs, *line, stdin, name),
+        };
+        self.status = code;
+        (code, out, err)
+    }
+
+    fn simple(
+        &mut self,
+        words: &[Word],
+        redirs: &[(&'static str, Word)],
+        line: usize,
+        stdin: &[u8],
+        name: &str,
+    ) -> Ran {
+        self.sub_err.clear();
+        let mut argv: Vec<String> = words.iter().map(|w| self.expand_word(w, name)).collect();
+        // Leading `NAME=value`: alone they set shell variables; before a command, only its
+        // environment (not modelled).
+        let assigns = argv.iter().take_while(|a| is_assignment(a)).count();
+        if assigns == argv.len() {
+            for a in &argv {
+                if let Some((k, v)) = a.split_once('=') {
+                    self.vars.insert(k.into(), v.into());
+                }
+            }
+        }
+        argv.drain(..assigns);
+        let mut input = stdin.to_vec();
+        let mut targets = Vec::new();
+        let mut err_to_out = false;
+        for (op, target) in redirs {
+            let t = self.expand_word(target, name);
+            match *op {
+                "2>&1" => err_to_out = true,
+                "<" => match self.os.files.get(&self.abs(&t)) {
+                    Some(c) => input = c.clone(),
+                    None => {
+                        let msg = format!("{name}: {line}: cannot open {t}: No such file\n");
+                        return (2, Vec::new(), msg.into_bytes());
+                    }
+                },
+                op => targets.push((op, t)),
+            }
+        }
         let (code, mut out, mut err) = match argv.first() {
             None => (0, Vec::new(), Vec::new()),
-            Some(prog) => match self.scripted(&argv) {
-                Some(o) => (o.exitcode, o.out, o.err),
-                None => match resolve(self.os, prog) {
-                    Ok(Program::Builtin(b)) => self.builtin(&b, &argv[1..], &input),
-                    Ok(Program::Script(path, body)) => {
-                        let text = String::from_utf8_lossy(&body).into_owned();
-                        self.script(&text, &path, &input, false)
-                    }
-                    Err(Missing::NotFound) => (
-                        127,
-                        Vec::new(),
-                        format!("{name}: {line}: {prog}: not found\n").into_bytes(),
-                    ),
-                    Err(Missing::NotExecutable) => (
-                        126,
-                        Vec::new(),
-                        format!("{name}: {line}: {prog}: Permission denied\n").into_bytes(),
-                    ),
-                },
-            },
+            Some(_) => self.invoke(&argv, &input, line, name),
         };
-        if r.err_to_out {
-            out.append(&mut err);
+        let mut all_err = std::mem::take(&mut self.sub_err);
+        append(&mut all_err, &err);
+        err = all_err;
+        if err_to_out {
+            append(&mut out, &err);
+            err.clear();
         }
-        out.truncate(STREAM_CAP);
-        err.truncate(STREAM_CAP);
-        for (target, stream) in [(&r.out, &mut out), (&r.err, &mut err)] {
-            if let Some((file, append)) = target {
-                let data = std::mem::take(stream);
-                if let Err(why) = self.write(file, &data, *append) {
-                    let msg = format!("{name}: {line}: cannot create {file}: {why}\n");
-                    return (2, Vec::new(), msg.into_bytes());
-                }
+        for (op, file) in targets {
+            let data = if op == "2>" {
+                std::mem::take(&mut err)
+            } else {
+                std::mem::take(&mut out)
+            };
+            if let Err(why) = self.write(&file, &data, op == ">>") {
+                let msg = format!("{name}: {line}: cannot create {file}: {why}\n");
+                return (2, Vec::new(), msg.into_bytes());
             }
         }
+        self.status = code;
         (code, out, err)
+    }
+
+    /// One command: the shell's own builtins, a scripted result, a program, a script file.
+    fn invoke(&mut self, argv: &[String], input: &[u8], line: usize, name: &str) -> Ran {
+        let prog = argv[0].as_str();
+        let args = &argv[1..];
+        match prog {
+            "exit" => {
+                let code = args.first().map_or(self.status, |c| c.parse().unwrap_or(2));
+                self.exiting = Some(code);
+                return (code, Vec::new(), Vec::new());
+            }
+            "set" => {
+                for a in args {
+                    if a.starts_with('-') && !a.starts_with("--") && a.contains('e') {
+                        self.errexit = true;
+                    } else if a.starts_with('+') && a.contains('e') {
+                        self.errexit = false;
+                    }
+                }
+                return (0, Vec::new(), Vec::new());
+            }
+            "export" | "readonly" | "local" => {
+                for a in args.iter().filter(|a| is_assignment(a)) {
+                    if let Some((k, v)) = a.split_once('=') {
+                        self.vars.insert(k.into(), v.into());
+                    }
+                }
+                return (0, Vec::new(), Vec::new());
+            }
+            "unset" => {
+                for a in args {
+                    self.vars.remove(a);
+                }
+                return (0, Vec::new(), Vec::new());
+            }
+            "cd" => {
+                let target = args.first().map_or("/root".to_string(), |d| self.abs(d));
+                if !self.os.is_dir(&target) {
+                    let d = args.first().map_or("", String::as_str);
+                    let msg = format!("{name}: {line}: cd: can't cd to {d}\n");
+                    return (2, Vec::new(), msg.into_bytes());
+                }
+                self.vars.insert("PWD".into(), target.clone());
+                self.cwd = target;
+                return (0, Vec::new(), Vec::new());
+            }
+            ":" | "umask" | "trap" | "shift" | "wait" => return (0, Vec::new(), Vec::new()),
+            "." | "source" => {
+                let Some(f) = args.first() else {
+                    return (
+                        2,
+                        Vec::new(),
+                        format!("{name}: {line}: .: not enough arguments\n").into_bytes(),
+                    );
+                };
+                return match self.os.files.get(&self.abs(f)).cloned() {
+                    Some(body) => {
+                        let tree = parse(&String::from_utf8_lossy(&body));
+                        match tree {
+                            Ok(t) => self.run(&t, input, name),
+                            Err(e) => (
+                                2,
+                                Vec::new(),
+                                format!("{f}: {}: Syntax error: {}\n", e.line, e.msg).into_bytes(),
+                            ),
+                        }
+                    }
+                    None => (
+                        2,
+                        Vec::new(),
+                        format!("{name}: {line}: .: cannot open {f}: No such file\n").into_bytes(),
+                    ),
+                };
+            }
+            _ => {}
+        }
+        if let Some(o) = self.scripted(argv) {
+            return (o.exitcode, o.out, o.err);
+        }
+        let resolved = if prog.contains('/') && !prog.starts_with('/') {
+            resolve(self.os, &self.abs(prog))
+        } else {
+            resolve(self.os, prog)
+        };
+        match resolved {
+            Ok(Program::Builtin(b)) => self.builtin(&b, args, input),
+            Ok(Program::Script(path, body)) => {
+                let text = String::from_utf8_lossy(&body).into_owned();
+                self.script(&text, &path, input, false)
+            }
+            Err(Missing::NotFound) => (
+                127,
+                Vec::new(),
+                format!("{name}: {line}: {prog}: not found\n").into_bytes(),
+            ),
+            Err(Missing::NotExecutable) => (
+                126,
+                Vec::new(),
+                format!("{name}: {line}: {prog}: Permission denied\n").into_bytes(),
+            ),
+        }
     }
 
     pub(super) fn write(
@@ -407,7 +538,7 @@ impl Shell<'_> {
         if file == "/dev/null" {
             return Ok(());
         }
-        let p = normal_path(file);
+        let p = self.abs(file);
         if self.os.is_dir(&p) {
             return Err("Is a directory");
         }
@@ -436,7 +567,6 @@ impl Shell<'_> {
         let mut i = 0;
         while let Some(a) = args.get(i) {
             match a.as_str() {
-                "-e" => errexit = true,
                 "-c" => {
                     let Some(script) = args.get(i + 1) else {
                         return (
@@ -448,12 +578,13 @@ impl Shell<'_> {
                     let name = args.get(i + 2).map_or(prog, String::as_str).to_string();
                     return self.script(script, &name, stdin, errexit);
                 }
+                a if a.starts_with('-') => errexit |= a.contains('e'),
                 _ => break,
             }
             i += 1;
         }
         match args.get(i) {
-            Some(file) => match self.os.files.get(&normal_path(file)) {
+            Some(file) => match self.os.files.get(&self.abs(file)) {
                 Some(body) => {
                     let text = String::from_utf8_lossy(body).into_owned();
                     self.script(&text, file, stdin, errexit)
@@ -472,89 +603,14 @@ impl Shell<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn run(os: &mut GuestOs, argv: &[&str]) -> Result<Outcome, String> {
-        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        spawn(os, "web1", &argv, b"")
-    }
-
-    fn guest() -> GuestOs {
-        let mut g = GuestOs::default();
-        g.seed("web1", &Default::default());
-        g
-    }
-
-    #[test]
-    fn a_shell_line_with_redirects_and_lists() {
-        let mut g = guest();
-        let o = run(
-            &mut g,
-            &[
-                "sh",
-                "-c",
-                "echo a > /tmp/f && echo b >> /tmp/f; cat /tmp/f | grep b",
-            ],
-        )
-        .unwrap();
-        assert_eq!((o.exitcode, o.out.as_slice()), (0, b"b\n".as_slice()));
-        assert_eq!(g.files["/tmp/f"], b"a\nb\n");
-        let o = run(&mut g, &["sh", "-c", "false || echo 'fell back'"]).unwrap();
-        assert_eq!(o.out, b"fell back\n");
-    }
-
-    #[test]
-    fn unknown_programs_fail_the_spawn_or_exit_127_in_sh() {
-        let mut g = guest();
-        assert_eq!(
-            run(&mut g, &["nope"]).unwrap_err(),
-            "Failed to execute child process “nope” (No such file or directory)"
-        );
-        let o = run(&mut g, &["/bin/sh", "-c", "nope --x"]).unwrap();
-        assert_eq!(
-            (o.exitcode, o.err.as_slice()),
-            (127, b"sh: 1: nope: not found\n".as_slice())
-        );
-    }
-
-    #[test]
-    fn a_written_script_runs_through_sh_or_once_executable() {
-        let mut g = guest();
-        g.files.insert(
-            "/root/setup.sh".into(),
-            b"#!/bin/sh\nset -e\necho start\nmkdir -p /opt/app\nmissing-tool\necho never\n"
-                .to_vec(),
-        );
-        let o = run(&mut g, &["/bin/sh", "/root/setup.sh"]).unwrap();
-        assert_eq!(o.exitcode, 127);
-        assert_eq!(o.out, b"start\n");
-        assert_eq!(o.err, b"/root/setup.sh: 5: missing-tool: not found\n");
-        assert!(g.is_dir("/opt/app"));
-        assert_eq!(
-            run(&mut g, &["/root/setup.sh"]).unwrap_err(),
-            "Failed to execute child process “/root/setup.sh” (Permission denied)"
-        );
-        run(&mut g, &["chmod", "+x", "/root/setup.sh"]).unwrap();
-        assert_eq!(run(&mut g, &["/root/setup.sh"]).unwrap().exitcode, 127);
-    }
-
-    #[test]
-    fn a_script_running_itself_stops_at_the_fork_limit() {
-        let mut g = guest();
-        g.files
-            .insert("/root/loop.sh".into(), b"sh /root/loop.sh\n".to_vec());
-        let o = run(&mut g, &["sh", "/root/loop.sh"]).unwrap();
-        assert_eq!(o.exitcode, 2);
-        assert!(String::from_utf8_lossy(&o.err).ends_with("Cannot fork\n"));
-    }
-
-    #[test]
-    fn sleep_takes_simulated_time_and_exit_ends_the_script() {
-        let mut g = guest();
-        let o = run(&mut g, &["bash", "-c", "sleep 5; exit 3; echo no"]).unwrap();
-        assert_eq!((o.exitcode, o.secs, o.out.len()), (3, 5.0, 0));
-    }
+fn is_assignment(a: &str) -> bool {
+    a.split_once('=').is_some_and(|(k, _)| {
+        !k.is_empty()
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+    })
 }
+
+#[cfg(test)]
+#[path = "shell_tests.rs"]
+mod tests;

@@ -63,8 +63,9 @@ async fn a_post_provisioning_script_runs_with_its_exit_code_and_output() {
     let f = start().await;
     let api = f.api("site-1");
     let agent = running_vm(&f, &api, "151", &[]).await;
-    let script = "#!/bin/sh\nset -e\necho provisioning\nhostname\nmkdir -p /opt/app\n\
-                  cloud-init status --wait\necho done > /opt/app/ready\nexit 3\n";
+    let script = "#!/bin/sh\nset -e\nAPP_DIR=/opt/app\necho \"provisioning $(hostname)\"\n\
+                  mkdir -p \"$APP_DIR\"\ncloud-init status --wait\n\
+                  if [ ! -f \"$APP_DIR/ready\" ]; then\n  echo done > \"$APP_DIR/ready\"\nfi\nexit 3\n";
     let r = api
         .post(
             &format!("{agent}/file-write"),
@@ -101,7 +102,7 @@ async fn a_post_provisioning_script_runs_with_its_exit_code_and_output() {
     let r = api.send("GET", &status, &[("pid", &pid_s)]).await;
     assert_eq!(r.data()["exited"], 1, "{}", r.body);
     assert_eq!(r.data()["exitcode"], 3);
-    assert_eq!(r.data()["out-data"], "provisioning\nweb1\nstatus: done\n");
+    assert_eq!(r.data()["out-data"], "provisioning web1\nstatus: done\n");
     assert!(r.data().get("err-data").is_none());
     // qemu-ga forgets a pid once it has reported its exit.
     let r = api.send("GET", &status, &[("pid", &pid_s)]).await;
