@@ -145,6 +145,8 @@ pub(super) struct Shell<'a> {
     pub(super) secs: f64,
     /// Scripts running scripts: bounded, as a guest's process table is.
     depth: u32,
+    /// Commands run so far: bounded, so no script holds the site for long.
+    steps: u32,
     pub(super) vars: BTreeMap<String, String>,
     /// `$?`.
     pub(super) status: i64,
@@ -162,6 +164,8 @@ const MAX_DEPTH: u32 = 16;
 pub(super) const STREAM_CAP: usize = EXEC_MAX_OUTPUT + 1;
 /// The largest file the guest's disk takes.
 pub(super) const FILE_CAP: usize = 64 * 1024 * 1024;
+/// The most commands one `guest-exec` runs.
+const MAX_STEPS: u32 = 20_000;
 /// The most iterations a `for` runs over (its words come from a command line).
 const MAX_LOOP: usize = 10_000;
 
@@ -182,6 +186,7 @@ impl<'a> Shell<'a> {
             hostname,
             secs: 0.0,
             depth: 0,
+            steps: 0,
             vars,
             status: 0,
             exiting: None,
@@ -371,6 +376,11 @@ impl Shell<'_> {
         stdin: &[u8],
         name: &str,
     ) -> Ran {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            let msg = format!("{name}: {line}: Cannot fork\n");
+            return (2, Vec::new(), msg.into_bytes());
+        }
         self.sub_err.clear();
         let mut argv: Vec<String> = words.iter().map(|w| self.expand_word(w, name)).collect();
         // Leading `NAME=value`: alone they set shell variables; before a command, only its

@@ -119,3 +119,35 @@ fn sleep_takes_simulated_time_and_exit_ends_the_script() {
     let o = run(&mut g, &["bash", "-c", "sleep 5; exit 3; echo no"]).unwrap();
     assert_eq!((o.exitcode, o.secs, o.out.len()), (3, 5.0, 0));
 }
+
+#[test]
+fn a_script_that_forks_itself_over_and_over_is_cut_off() {
+    let mut g = guest();
+    g.files.insert(
+        "/root/bomb.sh".into(),
+        b"sh /root/bomb.sh; sh /root/bomb.sh; sh /root/bomb.sh\n".to_vec(),
+    );
+    let t = std::time::Instant::now();
+    let o = run(&mut g, &["sh", "/root/bomb.sh"]).unwrap();
+    assert!(String::from_utf8_lossy(&o.err).contains("Cannot fork"));
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config::with_cases(400))]
+
+    /// Whatever a caller sends, the simulated guest answers (no panic, bounded output).
+    #[test]
+    fn any_script_runs_to_an_answer(
+        script in "[a-z0-9 $(){};|&<>'\"\\\\\n=?!#./-]{0,80}",
+        text in "\\PC{0,40}",
+    ) {
+        let mut g = guest();
+        for s in [&script, &text] {
+            let o = run(&mut g, &["sh", "-c", s]);
+            if let Ok(o) = o {
+                proptest::prop_assert!(o.out.len() <= STREAM_CAP);
+            }
+        }
+    }
+}
