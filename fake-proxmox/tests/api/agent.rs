@@ -433,3 +433,48 @@ async fn a_scenario_scripts_every_guest_of_its_site() {
     assert_eq!(r.data()["out-data"], "inactive\nnot yet\n", "{}", r.body);
     assert_eq!(r.data()["exitcode"], 0);
 }
+
+#[tokio::test]
+async fn each_agent_route_asks_for_its_own_privilege() {
+    let mut scenario = fake_proxmox::Scenario::embedded_default();
+    scenario.sites[0].users.push(
+        serde_json::from_value(serde_json::json!({"userid": "ops@pve", "password": "opspw"}))
+            .unwrap(),
+    );
+    scenario.sites[0].acls.push(
+        serde_json::from_value(
+            serde_json::json!({"path": "/vms", "ugid": "ops@pve", "role": "PVEVMUser"}),
+        )
+        .unwrap(),
+    );
+    let f = start_with(scenario, fake_proxmox::ClockMode::Stepped).await;
+    let api = f.api("site-1");
+    let agent = running_vm(&f, &api, "159", &[]).await;
+    let ops = api.login("ops@pve", "opspw").await;
+    let r = ops
+        .post(&format!("{agent}/exec"), &[("command", "id")])
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/159, VM.GuestAgent.Unrestricted)\n"
+    );
+    let r = ops.post(&format!("{agent}/fsfreeze-freeze"), &[]).await;
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/vms/159, VM.GuestAgent.FileSystemMgmt|VM.GuestAgent.Unrestricted)\n"
+    );
+    let r = ops
+        .send(
+            "GET",
+            &format!("{agent}/file-read"),
+            &[("file", "/etc/hostname")],
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    // PVEVMUser has VM.GuestAgent.Audit and VM.PowerMgmt.
+    let r = ops.post(&format!("{agent}/fsfreeze-status"), &[]).await;
+    assert_eq!(r.data()["result"], "thawed", "{}", r.body);
+    let r = ops.post(&format!("{agent}/shutdown"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
