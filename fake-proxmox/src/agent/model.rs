@@ -411,7 +411,61 @@ impl Site {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::scenario::Scenario;
+
+    /// A site with VM 100 running on its first node, its agent answering at `t = 0`.
+    fn site_with_running_vm() -> (Site, String) {
+        let spec = &Scenario::embedded_default().sites[0];
+        let node = spec.nodes[0].name.clone();
+        let mut site = Site::from_spec(spec, 1, 0.0);
+        let config: BTreeMap<String, String> = [("agent", "1"), ("name", "big")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut vm = Vm::stopped(100, &node, config, None);
+        vm.power = Power::Running;
+        vm.agent_ready_at = Some(0.0);
+        site.vms.insert(100, vm);
+        (site, node)
+    }
+
+    #[test]
+    fn a_read_without_count_stops_at_pves_maximum_and_says_truncated() {
+        let (mut site, node) = site_with_running_vm();
+        let root = Identity {
+            userid: "root@pam".into(),
+            tokenid: None,
+        };
+        let big = vec![b'x'; MAX_READ_SIZE as usize + 1];
+        if let Some(vm) = site.vms.get_mut(&100) {
+            vm.guest.seed("big", &Default::default());
+            vm.guest.files.insert("/var/log/big.log".into(), big);
+        }
+        let at = Caller {
+            node: &node,
+            vmid: 100,
+            who: &root,
+            now: 1.0,
+        };
+        let res = site
+            .agent_file_read(at, "/var/log/big.log", None, true, 0)
+            .unwrap();
+        assert_eq!(res["bytes-read"], MAX_READ_SIZE);
+        assert_eq!(res["truncated"], 1);
+        assert_eq!(
+            res["content"].as_str().map(str::len),
+            Some(MAX_READ_SIZE as usize)
+        );
+        // The whole file in one read when it is within the limit.
+        let res = site
+            .agent_file_read(at, "/etc/hostname", None, true, 0)
+            .unwrap();
+        assert_eq!(res, json!({"content": "big\n", "bytes-read": 4}));
+    }
 
     #[test]
     fn agent_errors_read_as_check_agent_error_dies() {

@@ -59,7 +59,10 @@ pub(super) fn answer(call: &mut AgentCall<'_>) -> Value {
     if call.vm.guest.frozen && !allowed_while_frozen(&call.command) {
         return json!({"error": {
             "class": "CommandNotFound",
-            "desc": format!("Command guest-{} has been disabled: the agent is in frozen state", super::lab::agent::qga_command(&call.command).trim_start_matches("guest-")),
+            "desc": format!(
+                "Command {} has been disabled: the agent is in frozen state",
+                super::lab::agent::qga_command(&call.command)
+            ),
         }});
     }
     let now = call.now;
