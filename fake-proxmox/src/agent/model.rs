@@ -89,6 +89,18 @@ fn peer_named(e: &str, version: PveVersion) -> String {
     }
 }
 
+/// Perl's `encode_base64` of a parameter (a character string): each character one byte, so
+/// `é` goes to the guest as Latin-1; a character past U+00FF makes Perl die.
+fn perl_encode_base64(text: &str) -> Result<String, PveError> {
+    let bytes: Option<Vec<u8>> = text
+        .chars()
+        .map(|c| u8::try_from(u32::from(c)).ok())
+        .collect();
+    bytes
+        .map(|b| B64.encode(b))
+        .ok_or_else(|| PveError::die("Wide character in subroutine entry"))
+}
+
 /// A Perl byte string as the API's JSON encoder writes it: each byte one character.
 fn perl_bytes(b: &[u8]) -> String {
     b.iter().map(|&c| char::from(c)).collect()
@@ -231,7 +243,7 @@ impl Site {
                 "Agent error: Invalid parameter type for 'path', expected: string",
             ));
         };
-        let input_data = input_data.map(|d| B64.encode(d.as_bytes()));
+        let input_data = input_data.as_deref().map(perl_encode_base64).transpose()?;
         let cmd = AgentCommand::Exec {
             path,
             args,
@@ -353,12 +365,7 @@ impl Site {
         self.agent_privs(vmid, who, FILE_WRITE)?;
         self.vm_on(node, vmid)?;
         let buf = if encode {
-            // `encode_base64` takes bytes: a character past U+00FF makes Perl die.
-            if content.chars().any(|c| u32::from(c) > 0xFF) {
-                return Err(PveError::die("Wide character in subroutine entry"));
-            }
-            let bytes: Vec<u8> = content.chars().map(|c| u32::from(c) as u8).collect();
-            B64.encode(bytes)
+            perl_encode_base64(content)?
         } else {
             content.to_string()
         };
@@ -483,6 +490,11 @@ mod tests {
             Some("Agent error: can't open file\n".into())
         );
         assert_eq!(perl_bytes("é".as_bytes()), "Ã©");
+        assert_eq!(perl_encode_base64("é").ok(), Some("6Q==".to_string()));
+        assert_eq!(
+            perl_encode_base64("→").err().map(|e| e.message),
+            Some("Wide character in subroutine entry\n".into())
+        );
         let died = "VM 100 qmp command 'guest-ping' failed - got timeout";
         assert_eq!(
             peer_named(died, PveVersion::V9_1),
