@@ -9,6 +9,10 @@
 //! - The simulated guest runs a small set of programs (`shell`); others are not found unless
 //!   scripted. Its `suspend-ram`/`suspend-hybrid` show the VM `paused`, where QEMU reports
 //!   `suspended`.
+//! - The simulated guest's files live with the VM, not in its volumes: snapshots, rollbacks
+//!   and clones do not carry them, and the lab backend's real guest never sees them.
+//! - A Perl die inside PVE's handler (`Wide character in subroutine entry`) comes without
+//!   Perl's ` at …/Agent.pm line N.` suffix.
 
 pub mod control;
 mod coreutils;

@@ -432,6 +432,29 @@ async fn a_scenario_scripts_every_guest_of_its_site() {
         .await;
     assert_eq!(r.data()["out-data"], "inactive\nnot yet\n", "{}", r.body);
     assert_eq!(r.data()["exitcode"], 0);
+    // A process killed by a signal reports the signal, no exit code.
+    f.ctl("site-1")
+        .guest_setup(
+            "ml110-01",
+            158,
+            &serde_json::from_value(serde_json::json!({"commands": [{
+                "command": ["/opt/app/migrate"], "signal": 9, "err": "Killed\n"
+            }]}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let r = api
+        .post(&format!("{agent}/exec"), &[("command", "/opt/app/migrate")])
+        .await;
+    let pid = r.data()["pid"].as_i64().unwrap().to_string();
+    let r = api
+        .send("GET", &format!("{agent}/exec-status"), &[("pid", &pid)])
+        .await;
+    assert_eq!(
+        r.data(),
+        &serde_json::json!({"exited": 1, "signal": 9, "err-data": "Killed\n"})
+    );
 }
 
 #[tokio::test]
