@@ -58,8 +58,11 @@
 //! touching the PVE rules. A scenario's `backend: lab`, `FakeProxmox::builder().backend(…)`
 //! or `serve --backend lab` gives a site the lab executor with [`exec::FileDisks`]
 //! (`exec::lab::backend`); `builder().executor(…)` hands in any other (it stays across
-//! `/_fake/reset` and scenario loads). Consoles and the agent's `exec`/file commands have
-//! no route (501) and so are not in the trait yet.
+//! `/_fake/reset` and scenario loads). The agent's commands cross the seam as PVE sends
+//! them to QGA (`exec`, `exec-status`, `file-open`/`read`/`write`/`close`, …), so the PVE
+//! side of each route is the same for both; the simulated guest keeps its files and
+//! processes on the VM (`agent::guest_os`). Consoles have no route (501) and so are not in
+//! the trait yet.
 //!
 //! Volume *data* has a seam of its own, the site's [`exec::Disks`]: allocating, freeing,
 //! growing and copying volumes (`qemu-img create/resize/convert`), RAM states, files placed

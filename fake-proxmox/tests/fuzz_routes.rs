@@ -52,7 +52,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .header("Authorization", TOKEN)
         .header("Content-Type", "application/x-www-form-urlencoded")
         .body(Body::from(
-            "vmid=100&name=fuzz&memory=512&cores=1&scsi0=local-lvm%3A1&net0=virtio%2Cbridge%3Dvmbr0",
+            "vmid=100&name=fuzz&memory=512&cores=1&scsi0=local-lvm%3A1&net0=virtio%2Cbridge%3Dvmbr0&agent=1",
         ))
         .unwrap();
     let status = rt.block_on(app.clone().oneshot(create)).unwrap().status();
@@ -160,6 +160,15 @@ const NAMES: &[&str] = &[
     "checksum-algorithm",
     "full",
     "snapname",
+    "command",
+    "input-data",
+    "pid",
+    "file",
+    "encode",
+    "decode",
+    "count",
+    "offset",
+    "crypted",
     "_dc",
     "",
     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
@@ -178,6 +187,8 @@ fn value() -> impl Strategy<Value = String> {
         Just("local-lvm:0,import-from=local:iso/ubuntu-22.04-cloud.img".to_string()),
         Just("local:iso/ubuntu-22.04-cloud.img".to_string()),
         Just("+10G".to_string()),
+        Just("/etc/hostname".to_string()),
+        Just("sh\0-c\0echo hi > /tmp/x".to_string()),
         Just("UPID:ml110-01:00001234:00005678:66B0C1D2:qmcreate:100:root@pam:".to_string()),
         "[0-9]{1,12}",
         "[a-z0-9=,:;/+.-]{0,40}",

@@ -143,14 +143,14 @@ fn a_pve_config_runs_as_real_qemu_with_pves_power_semantics() {
     exec.refresh(&mut v, 101.0);
     assert_eq!(v.power, Power::Running);
     assert!(!exec.agent_ready(&v, 101.0));
-    let call = AgentCall {
-        vm: &v,
+    let mut call = AgentCall {
+        vm: &mut v,
         node: None,
         command: AgentCommand::Ping,
         now: 101.0,
     };
     assert_eq!(
-        exec.agent(&call).unwrap_err(),
+        exec.agent(&mut call).unwrap_err(),
         "VM 100 qmp command 'guest-ping' failed - got timeout"
     );
 

@@ -240,6 +240,31 @@ impl ControlClient {
         .map(|_| ())
     }
 
+    /// Script command results and lay down files in VM `vmid`'s simulated guest; the
+    /// guest's state after it.
+    pub async fn guest_setup(
+        &self,
+        node: &str,
+        vmid: u32,
+        setup: &crate::agent::guest_os::GuestSetup,
+    ) -> Result<Value, ControlError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("/nodes/{node}/qemu/{vmid}/agent")))
+                .json(setup),
+        )
+        .await
+    }
+
+    /// VM `vmid`'s simulated guest: files, freeze state, passwords set, scripts, processes.
+    pub async fn guest_state(&self, node: &str, vmid: u32) -> Result<Value, ControlError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("/nodes/{node}/qemu/{vmid}/agent"))),
+        )
+        .await
+    }
+
     /// A node's link on a bridge down or up (`/_fake/nodes/{node}/fault`): the `(vmid, netN)`
     /// of the running guests' NICs it reached.
     pub async fn node_fault(

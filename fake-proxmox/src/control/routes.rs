@@ -51,6 +51,10 @@ pub fn router() -> Router<SiteCtx> {
         )
         .route("/nodes/{node}/qemu/{vmid}/guest", get(guest_access))
         .route("/nodes/{node}/qemu/{vmid}/fault", post(guest_fault))
+        .route(
+            "/nodes/{node}/qemu/{vmid}/agent",
+            get(crate::agent::control::view).post(crate::agent::control::setup),
+        )
         .route("/nodes/{node}/fault", post(node_fault))
         .route("/journal", get(journal).delete(journal_clear))
         .route("/state", get(state))

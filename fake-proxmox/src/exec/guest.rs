@@ -1,20 +1,155 @@
 //! What the simulated guest agent answers: an Ubuntu cloud image whose interfaces carry
-//! the config's static `ipconfigN` address or the bridge's DHCP lease.
+//! the config's static `ipconfigN` address or the bridge's DHCP lease, whose files,
+//! processes and freeze state live on the VM (`agent::guest_os`), and whose programs are
+//! `agent::shell`'s. Answers are what PVE's `mon_cmd` returns: QGA's `return` value, or
+//! `{"error": …}` as qemu-ga refuses.
 
 use serde_json::{Value, json};
 
 use super::{AgentCall, AgentCommand};
-use crate::qemu::model::{Nic, is_ipconfig_key, is_net_key, prop, split_props};
+use crate::agent::guest_os::{Process, qbase64_decode, qga_error};
+use crate::agent::shell;
+use crate::qemu::model::{Nic, Power, Vm, is_ipconfig_key, is_net_key, prop, split_props};
 
-pub(super) fn answer(call: &AgentCall<'_>) -> Value {
-    let vm = call.vm;
+/// What qemu-ga still runs while the file systems are frozen (`ga_freeze_allowlist`).
+const FROZEN_ALLOWLIST: [&str; 6] = [
+    "guest-ping",
+    "guest-info",
+    "guest-sync",
+    "guest-sync-delimited",
+    "guest-fsfreeze-status",
+    "guest-fsfreeze-thaw",
+];
+
+fn allowed_while_frozen(c: &AgentCommand) -> bool {
+    FROZEN_ALLOWLIST.contains(&super::lab::agent::qga_command(c))
+}
+
+/// The guest's host name: the VM's name, as cloud-init sets it.
+pub fn hostname(vm: &Vm) -> String {
+    vm.config
+        .get("name")
+        .cloned()
+        .unwrap_or_else(|| "ubuntu".into())
+}
+
+/// Whether the machine offers the guest ACPI S3 (`s3`) or S4: `enable-s3`/`enable-s4` of
+/// `machine`, else on for machine versions before 9.2 and off from 9.2 (PVE 9's default).
+fn sleep_state_enabled(vm: &Vm, key: &str) -> bool {
+    let machine = vm.config.get("machine").map(String::as_str).unwrap_or("");
+    let props = split_props(machine, "type");
+    if let Some(v) = prop(&props, key) {
+        return v == "1";
+    }
+    let ty = prop(&props, "type").unwrap_or("");
+    let version: Vec<u32> = ty
+        .split('-')
+        .find(|p| p.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .map(|v| v.split(['.', '+']).filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    matches!(version.as_slice(), [major, minor, ..] if (*major, *minor) < (9, 2))
+        || matches!(version.as_slice(), [major] if *major < 9)
+}
+
+/// Everything the simulated agent answers; a command that powers the guest off records it.
+pub(super) fn answer(call: &mut AgentCall<'_>) -> Value {
+    let host = hostname(call.vm);
+    // The model seeds it with the site's setup first; this only covers a direct call.
+    call.vm.guest.seed(&host, &Default::default());
+    if call.vm.guest.frozen && !allowed_while_frozen(&call.command) {
+        return json!({"error": {
+            "class": "CommandNotFound",
+            "desc": format!(
+                "Command {} has been disabled: the agent is in frozen state",
+                super::lab::agent::qga_command(&call.command)
+            ),
+        }});
+    }
+    let now = call.now;
+    let os = &mut call.vm.guest;
+    match &call.command {
+        AgentCommand::FsfreezeFreeze => {
+            os.frozen = true;
+            return json!(1);
+        }
+        AgentCommand::FsfreezeStatus => {
+            return json!(if os.frozen { "frozen" } else { "thawed" });
+        }
+        AgentCommand::FsfreezeThaw => {
+            let n = i32::from(os.frozen);
+            os.frozen = false;
+            return json!(n);
+        }
+        AgentCommand::Exec {
+            path,
+            args,
+            input_data,
+        } => {
+            let stdin = match input_data.as_deref().map(qbase64_decode) {
+                None => Vec::new(),
+                Some(Ok(b)) => b,
+                Some(Err(e)) => return e,
+            };
+            let mut argv = vec![path.clone()];
+            argv.extend(args.iter().cloned());
+            return match shell::spawn(os, &host, &argv, &stdin) {
+                Ok(o) => {
+                    let pid = os.add_process(Process {
+                        ends_at: now + o.secs,
+                        exitcode: Some(o.exitcode),
+                        signal: o.signal,
+                        out: o.out,
+                        err: o.err,
+                    });
+                    json!({ "pid": pid })
+                }
+                Err(why) => qga_error(format!("Guest agent command failed, error was '{why}'")),
+            };
+        }
+        AgentCommand::ExecStatus { pid } => return os.exec_status(*pid, now),
+        AgentCommand::FileOpen { path, mode } => return os.file_open(path, mode.as_deref()),
+        AgentCommand::FileSeek { handle, offset } => return os.file_seek(*handle, *offset),
+        AgentCommand::FileRead { handle, count } => return os.file_read(*handle, *count),
+        AgentCommand::FileWrite { handle, buf_b64 } => return os.file_write(*handle, buf_b64),
+        AgentCommand::FileClose { handle } => return os.file_close(*handle),
+        AgentCommand::SetUserPassword {
+            username,
+            password,
+            crypted,
+        } => return os.set_user_password(username, password, *crypted),
+        AgentCommand::Fstrim => {
+            let total = call.vm.maxdisk();
+            return json!({"paths": [{"path": "/", "trimmed": total / 20, "minimum": 0}]});
+        }
+        AgentCommand::Shutdown => {
+            // qemu-ga powers the guest off and sends no answer; QEMU then exits.
+            power_off(call.vm);
+            return Value::Null;
+        }
+        AgentCommand::SuspendDisk => {
+            if !sleep_state_enabled(call.vm, "enable-s4") {
+                return qga_error("the requested suspend mode is not supported by the guest");
+            }
+            // Hibernation writes RAM to the guest's swap and powers off.
+            power_off(call.vm);
+            return Value::Null;
+        }
+        AgentCommand::SuspendRam | AgentCommand::SuspendHybrid => {
+            if !sleep_state_enabled(call.vm, "enable-s3") {
+                return qga_error("the requested suspend mode is not supported by the guest");
+            }
+            // The guest sleeps: QEMU's vCPUs stop, the agent no longer answers.
+            call.vm.power = Power::Paused;
+            return Value::Null;
+        }
+        _ => {}
+    }
+    let vm = &*call.vm;
     match call.command {
         AgentCommand::Ping => json!({}),
-        AgentCommand::Info => info(),
+        AgentCommand::Info => info(vm.guest.frozen),
         AgentCommand::NetworkGetInterfaces => interfaces(call),
-        AgentCommand::GetHostName => {
-            json!({"host-name": vm.config.get("name").cloned().unwrap_or_else(|| "ubuntu".into())})
-        }
+        AgentCommand::GetHostName => json!({"host-name": host}),
         AgentCommand::GetOsinfo => json!({
             "id": "ubuntu", "name": "Ubuntu", "pretty-name": "Ubuntu 22.04.5 LTS",
             "version": "22.04.5 LTS (Jammy Jellyfish)", "version-id": "22.04",
@@ -42,22 +177,62 @@ pub(super) fn answer(call: &AgentCall<'_>) -> Value {
                 .collect(),
         ),
         AgentCommand::GetMemoryBlockInfo => json!({"size": 134_217_728u64}),
+        // Answered above.
+        _ => Value::Null,
     }
 }
 
-fn info() -> Value {
+/// The guest has powered itself off: QEMU exits, nothing of the running guest is left.
+fn power_off(vm: &mut Vm) {
+    vm.power = Power::Stopped;
+    vm.pid = None;
+    vm.agent_ready_at = None;
+    vm.guest.power_cycle();
+}
+
+/// `guest-info`; while frozen, qemu-ga shows the commands it refuses as disabled.
+fn info(frozen: bool) -> Value {
+    // (name, success-response): the commands that power the guest off send no answer.
     let cmds = [
-        "guest-ping",
-        "guest-get-time",
-        "guest-info",
-        "guest-shutdown",
-        "guest-network-get-interfaces",
-        "guest-get-osinfo",
-        "guest-get-host-name",
+        ("guest-ping", true),
+        ("guest-get-time", true),
+        ("guest-info", true),
+        ("guest-shutdown", false),
+        ("guest-network-get-interfaces", true),
+        ("guest-get-osinfo", true),
+        ("guest-get-host-name", true),
+        ("guest-get-timezone", true),
+        ("guest-get-users", true),
+        ("guest-get-vcpus", true),
+        ("guest-get-fsinfo", true),
+        ("guest-get-memory-blocks", true),
+        ("guest-get-memory-block-info", true),
+        ("guest-exec", true),
+        ("guest-exec-status", true),
+        ("guest-file-open", true),
+        ("guest-file-close", true),
+        ("guest-file-read", true),
+        ("guest-file-write", true),
+        ("guest-file-seek", true),
+        ("guest-file-flush", true),
+        ("guest-fsfreeze-status", true),
+        ("guest-fsfreeze-freeze", true),
+        ("guest-fsfreeze-freeze-list", true),
+        ("guest-fsfreeze-thaw", true),
+        ("guest-fstrim", true),
+        ("guest-set-user-password", true),
+        ("guest-suspend-disk", false),
+        ("guest-suspend-ram", false),
+        ("guest-suspend-hybrid", false),
+        ("guest-sync", true),
+        ("guest-sync-delimited", true),
     ];
     json!({
         "version": "8.2.2",
-        "supported_commands": cmds.iter().map(|n| json!({"name": n, "enabled": true, "success-response": true})).collect::<Vec<_>>(),
+        "supported_commands": cmds.iter().map(|(n, ok)| {
+            let enabled = !frozen || FROZEN_ALLOWLIST.contains(n);
+            json!({"name": n, "enabled": enabled, "success-response": ok})
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -87,7 +262,7 @@ fn link_local(mac: &str) -> String {
 }
 
 fn interfaces(call: &AgentCall<'_>) -> Value {
-    let vm = call.vm;
+    let vm = &*call.vm;
     let up = vm.uptime(call.now);
     let mut out = vec![json!({
         "name": "lo",

@@ -25,8 +25,8 @@
 //! down or up, a disk's writes failing) go through [`Executor::fault`], which the control API's
 //! `…/qemu/{vmid}/fault` calls; the simulated executor refuses them (it runs no guest).
 //!
-//! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`) and agent `exec`
-//! / file commands, because no route serves them (they answer 501).
+//! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`), because no route
+//! serves them (they answer 501).
 
 mod disks;
 mod files;
@@ -47,6 +47,7 @@ pub use disks::{
     StorageInfo, Vol,
 };
 pub use files::{FileDisks, volume_path};
+pub use guest::hostname as guest_hostname;
 pub use lab::LabExecutor;
 pub use simulated::Simulated;
 
@@ -65,8 +66,10 @@ pub struct Host<'a> {
     pub bridges: &'a [crate::nodes::model::Bridge],
 }
 
-/// A guest agent command the API forwards (`GET|POST …/agent/{command}`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A guest agent command as PVE sends it to QGA (`guest-{name}` with these arguments): the
+/// executor answers what PVE's `mon_cmd` returns, so the PVE side (`agent::model`) runs the
+/// same sequence of calls real PVE runs (`file-open`, `file-read`…, `file-close`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AgentCommand {
     Ping,
     Info,
@@ -80,11 +83,56 @@ pub enum AgentCommand {
     GetFsinfo,
     GetMemoryBlocks,
     GetMemoryBlockInfo,
+    FsfreezeFreeze,
+    FsfreezeStatus,
+    FsfreezeThaw,
+    Fstrim,
+    Shutdown,
+    SuspendDisk,
+    SuspendRam,
+    SuspendHybrid,
+    /// `guest-exec` with `capture-output`; `input_data` is base64 as PVE encodes it.
+    Exec {
+        path: String,
+        args: Vec<String>,
+        input_data: Option<String>,
+    },
+    ExecStatus {
+        pid: i64,
+    },
+    /// `mode` absent is QGA's `r`.
+    FileOpen {
+        path: String,
+        mode: Option<String>,
+    },
+    FileSeek {
+        handle: i64,
+        offset: i64,
+    },
+    FileRead {
+        handle: i64,
+        count: i64,
+    },
+    FileWrite {
+        handle: i64,
+        buf_b64: String,
+    },
+    FileClose {
+        handle: i64,
+    },
+    /// `password` is base64 as PVE encodes it.
+    SetUserPassword {
+        username: String,
+        password: String,
+        crypted: bool,
+    },
 }
 
-/// One agent call: the VM (config and leases) and the node it runs on (its bridges).
+/// One agent call: the VM (config, leases, the simulated guest's state) and the node it runs
+/// on (its bridges). The VM is mutable: an agent `shutdown` powers it off, a simulated guest
+/// keeps its files and processes on it.
 pub struct AgentCall<'a> {
-    pub vm: &'a Vm,
+    pub vm: &'a mut Vm,
     pub node: Option<&'a Node>,
     pub command: AgentCommand,
     pub now: f64,
@@ -115,9 +163,12 @@ pub trait Executor: Send + Sync + fmt::Debug {
     fn resume(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String>;
     /// Whether the guest agent answers now.
     fn agent_ready(&self, vm: &Vm, now: f64) -> bool;
-    /// The `result` of a guest agent command, asked once the model has found the agent
-    /// configured and answering.
-    fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String>;
+    /// What PVE's `mon_cmd` returns for a guest agent command, asked once the model has
+    /// found the agent configured and answering: QGA's `return` value, `{"error": {"class",
+    /// "desc"}}` when the agent answered an error, `null` for the commands that get no answer
+    /// (`shutdown`, `suspend-*`). `Err` is `mon_cmd` dying (a timeout, the VM gone). A command
+    /// that powers the guest off records it on `call.vm`.
+    fn agent(&self, call: &mut AgentCall<'_>) -> Result<Value, String>;
     /// Bring `vm`'s run state up to what really runs: a guest that powered itself off, or
     /// whose QEMU died, is `stopped`. For the routes to call before they read the state; the
     /// simulated executor has nothing to observe.
@@ -292,7 +343,7 @@ mod tests {
         fn agent_ready(&self, vm: &Vm, now: f64) -> bool {
             Simulated.agent_ready(vm, now)
         }
-        fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+        fn agent(&self, call: &mut AgentCall<'_>) -> Result<Value, String> {
             self.note("agent");
             Simulated.agent(call)
         }

@@ -15,6 +15,7 @@ fn gone(vm: &mut Vm) {
     vm.power = Power::Stopped;
     vm.pid = None;
     vm.agent_ready_at = None;
+    vm.guest.power_cycle();
 }
 
 impl Executor for Simulated {
@@ -24,6 +25,7 @@ impl Executor for Simulated {
         vm.started_at = host.now;
         vm.pid = Some(pid);
         vm.agent_ready_at = Some(host.now + host.boot_delay_secs);
+        vm.guest.power_cycle();
         Ok(())
     }
 
@@ -54,6 +56,7 @@ impl Executor for Simulated {
     fn reset(&self, vm: &mut Vm, host: &mut Host<'_>) -> Result<(), String> {
         vm.power = Power::Running;
         vm.agent_ready_at = Some(host.now + host.boot_delay_secs);
+        vm.guest.power_cycle();
         Ok(())
     }
 
@@ -71,7 +74,7 @@ impl Executor for Simulated {
         vm.agent_ready_at.is_some_and(|t| t <= now)
     }
 
-    fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+    fn agent(&self, call: &mut AgentCall<'_>) -> Result<Value, String> {
         Ok(super::guest::answer(call))
     }
 }

@@ -46,6 +46,9 @@ pub struct Vm {
     pub snapshots: BTreeMap<String, super::snapshot::Snapshot>,
     /// The VM's firewall config file, `/etc/pve/firewall/<vmid>.fw` (see `firewall`).
     pub firewall: String,
+    /// The simulated guest behind the agent (files, processes, freeze; see `agent`).
+    #[serde(skip)]
+    pub guest: crate::agent::guest_os::GuestOs,
 }
 
 impl Vm {
@@ -70,6 +73,7 @@ impl Vm {
             cloudinit: Default::default(),
             snapshots: BTreeMap::new(),
             firewall: String::new(),
+            guest: Default::default(),
         }
     }
 }

@@ -67,6 +67,13 @@ pub struct SiteSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub firewall_log: Vec<String>,
     pub nodes: Vec<NodeSpec>,
+    /// What every simulated guest of the site has: scripted command results and files (see
+    /// `agent::guest_os`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::agent::guest_os::GuestSetup::is_empty"
+    )]
+    pub guest: crate::agent::guest_os::GuestSetup,
 }
 
 /// What runs a site's VMs (see `exec`).

@@ -57,7 +57,14 @@ pub(crate) fn validate_params(
     }
     for (&name, &raw) in &params {
         if let Some(prop) = info.param(name) {
-            let value = raw_json(raw);
+            let value = match (raw, prop.ty.as_deref()) {
+                // pve-http-server makes repeated form keys an array (joined with NUL here),
+                // and RESTHandler wraps a single value for an `array` property.
+                (RawValue::Text(s), Some("array")) if !s.is_empty() => {
+                    Value::Array(s.split('\0').map(|p| Value::String(p.into())).collect())
+                }
+                _ => raw_json(raw),
+            };
             if let Some(typed) = check_prop(prop, name, &value, &mut errors) {
                 out.insert(name.clone(), typed);
             }

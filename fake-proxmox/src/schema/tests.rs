@@ -497,3 +497,18 @@ fn realistic_provider_requests_pass() {
     );
     assert!(r.is_ok(), "{r:?}");
 }
+
+#[test]
+fn an_array_parameter_from_a_form_is_one_item_per_repeated_key() {
+    let s = ApiSchema::get(PveVersion::V9_1);
+    let exec = "/nodes/{node}/qemu/{vmid}/agent/exec";
+    let base = [("node", "pve"), ("vmid", "100")];
+    let mut one = base.to_vec();
+    one.push(("command", "uptime"));
+    let ok = s.validate("POST", exec, &text(&one)).unwrap();
+    assert_eq!(ok["command"], serde_json::json!(["uptime"]));
+    let mut many = base.to_vec();
+    many.push(("command", "sh\0-c\0echo hi"));
+    let ok = s.validate("POST", exec, &text(&many)).unwrap();
+    assert_eq!(ok["command"], serde_json::json!(["sh", "-c", "echo hi"]));
+}

@@ -124,6 +124,7 @@ impl Site {
                 cluster_fw: spec.cluster_firewall.clone().unwrap_or_default(),
                 log: spec.firewall_log.clone(),
             },
+            guest: spec.guest.clone(),
         }
     }
 

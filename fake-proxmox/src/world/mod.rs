@@ -95,6 +95,8 @@ pub struct Site {
     pub copy_logs: Vec<crate::exec::CopyLog>,
     /// The cluster-level firewall objects VM rules may name, and the firewall log.
     pub firewall: crate::firewall::model::ClusterFirewall,
+    /// What every simulated guest starts with (the scenario's `guest:`).
+    pub guest: crate::agent::guest_os::GuestSetup,
 }
 
 impl Site {

@@ -40,7 +40,7 @@ impl Executor for NoKvm {
     fn agent_ready(&self, vm: &Vm, now: f64) -> bool {
         Simulated.agent_ready(vm, now)
     }
-    fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+    fn agent(&self, call: &mut AgentCall<'_>) -> Result<Value, String> {
         Simulated.agent(call)
     }
 }

@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::LabExecutor;
 use crate::exec::{AgentCall, AgentCommand};
@@ -15,21 +15,100 @@ use crate::qemu::model::{Nic, Power, Vm};
 const AGENT_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The QGA command behind an API agent command.
-pub fn qga_command(c: AgentCommand) -> &'static str {
+pub fn qga_command(c: &AgentCommand) -> &'static str {
+    use AgentCommand::*;
     match c {
-        AgentCommand::Ping => "guest-ping",
-        AgentCommand::Info => "guest-info",
-        AgentCommand::NetworkGetInterfaces => "guest-network-get-interfaces",
-        AgentCommand::GetHostName => "guest-get-host-name",
-        AgentCommand::GetOsinfo => "guest-get-osinfo",
-        AgentCommand::GetTime => "guest-get-time",
-        AgentCommand::GetTimezone => "guest-get-timezone",
-        AgentCommand::GetUsers => "guest-get-users",
-        AgentCommand::GetVcpus => "guest-get-vcpus",
-        AgentCommand::GetFsinfo => "guest-get-fsinfo",
-        AgentCommand::GetMemoryBlocks => "guest-get-memory-blocks",
-        AgentCommand::GetMemoryBlockInfo => "guest-get-memory-block-info",
+        Ping => "guest-ping",
+        Info => "guest-info",
+        NetworkGetInterfaces => "guest-network-get-interfaces",
+        GetHostName => "guest-get-host-name",
+        GetOsinfo => "guest-get-osinfo",
+        GetTime => "guest-get-time",
+        GetTimezone => "guest-get-timezone",
+        GetUsers => "guest-get-users",
+        GetVcpus => "guest-get-vcpus",
+        GetFsinfo => "guest-get-fsinfo",
+        GetMemoryBlocks => "guest-get-memory-blocks",
+        GetMemoryBlockInfo => "guest-get-memory-block-info",
+        FsfreezeFreeze => "guest-fsfreeze-freeze",
+        FsfreezeStatus => "guest-fsfreeze-status",
+        FsfreezeThaw => "guest-fsfreeze-thaw",
+        Fstrim => "guest-fstrim",
+        Shutdown => "guest-shutdown",
+        SuspendDisk => "guest-suspend-disk",
+        SuspendRam => "guest-suspend-ram",
+        SuspendHybrid => "guest-suspend-hybrid",
+        Exec { .. } => "guest-exec",
+        ExecStatus { .. } => "guest-exec-status",
+        FileOpen { .. } => "guest-file-open",
+        FileSeek { .. } => "guest-file-seek",
+        FileRead { .. } => "guest-file-read",
+        FileWrite { .. } => "guest-file-write",
+        FileClose { .. } => "guest-file-close",
+        SetUserPassword { .. } => "guest-set-user-password",
     }
+}
+
+/// The `arguments` PVE sends with the command (none for the simple ones).
+pub fn qga_arguments(c: &AgentCommand) -> Option<Value> {
+    use AgentCommand::*;
+    Some(match c {
+        Exec {
+            path,
+            args,
+            input_data,
+        } => {
+            let mut a = json!({"path": path, "arg": args, "capture-output": true});
+            if let Some(d) = input_data {
+                a["input-data"] = json!(d);
+            }
+            a
+        }
+        ExecStatus { pid } => json!({ "pid": pid }),
+        FileOpen { path, mode } => match mode {
+            Some(m) => json!({"path": path, "mode": m}),
+            None => json!({ "path": path }),
+        },
+        FileSeek { handle, offset } => {
+            json!({"handle": handle, "offset": offset, "whence": "set"})
+        }
+        FileRead { handle, count } => json!({"handle": handle, "count": count}),
+        FileWrite { handle, buf_b64 } => json!({"handle": handle, "buf-b64": buf_b64}),
+        FileClose { handle } => json!({ "handle": handle }),
+        SetUserPassword {
+            username,
+            password,
+            crypted,
+        } => json!({"username": username, "password": password, "crypted": crypted}),
+        _ => return None,
+    })
+}
+
+/// Commands after which qemu-ga sends no answer: the guest powers off or sleeps
+/// (PVE's `$qga_allow_close_cmds`).
+pub fn answers_nothing(c: &AgentCommand) -> bool {
+    matches!(
+        c,
+        AgentCommand::Shutdown
+            | AgentCommand::SuspendDisk
+            | AgentCommand::SuspendRam
+            | AgentCommand::SuspendHybrid
+    )
+}
+
+/// Whether a failed exchange was the agent answering an error (kept as `{"error": …}`, as
+/// PVE's QMP client returns it) rather than the channel failing.
+fn answered_error(detail: &str) -> bool {
+    const TRANSPORT: [&str; 7] = [
+        "got timeout",
+        "closed",
+        "write:",
+        "bad JSON",
+        "not connected",
+        "socket:",
+        "unexpected agent reply",
+    ];
+    !TRANSPORT.iter().any(|t| detail.contains(t))
 }
 
 impl LabExecutor {
@@ -38,17 +117,39 @@ impl LabExecutor {
         vm.power == Power::Running && self.guest(vm).is_some_and(|g| g.agent_answering())
     }
 
-    /// Forward one command; errors read as PVE's `mon_cmd` dies
-    /// (`VM 100 qmp command 'guest-ping' failed - got timeout`).
-    pub(super) fn forward(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+    /// Forward one command; an error the agent answered comes back as `{"error": {…}}`, a
+    /// failed exchange reads as PVE's `mon_cmd` dies
+    /// (`VM 100 qmp command 'guest-ping' failed - got timeout`). A shutdown or suspend gets no
+    /// answer: the guest going away is the answer (`null`).
+    pub(super) fn forward(&self, call: &mut AgentCall<'_>) -> Result<Value, String> {
         let vmid = call.vm.vmid;
-        let name = qga_command(call.command);
+        let name = qga_command(&call.command);
         let g = self
             .guest(call.vm)
             .filter(|g| g.is_running())
             .ok_or_else(|| format!("VM {vmid} is not running"))?;
-        g.agent(name, None, AGENT_CALL_TIMEOUT)
-            .map_err(|e| super::power::qmp_failed(vmid, name, &e))
+        if answers_nothing(&call.command) {
+            let _ = g.agent(name, None, super::power::AGENT_SHUTDOWN_ASK);
+            if matches!(
+                call.command,
+                AgentCommand::Shutdown | AgentCommand::SuspendDisk
+            ) && g.wait_exit(self.shutdown_timeout)
+            {
+                super::gone(call.vm);
+            }
+            return Ok(Value::Null);
+        }
+        match g.agent(name, qga_arguments(&call.command), AGENT_CALL_TIMEOUT) {
+            Ok(v) => Ok(v),
+            Err(vm_lab::Error::Control { detail, .. }) if answered_error(&detail) => {
+                let desc = detail
+                    .strip_prefix(&format!("{name}: "))
+                    .unwrap_or(&detail)
+                    .to_string();
+                Ok(json!({"error": {"class": "GenericError", "desc": desc}}))
+            }
+            Err(e) => Err(super::power::qmp_failed(vmid, name, &e)),
+        }
     }
 }
 
@@ -146,13 +247,55 @@ mod tests {
     #[test]
     fn every_api_command_has_its_qga_name() {
         assert_eq!(
-            qga_command(AgentCommand::NetworkGetInterfaces),
+            qga_command(&AgentCommand::NetworkGetInterfaces),
             "guest-network-get-interfaces"
         );
-        assert_eq!(qga_command(AgentCommand::GetOsinfo), "guest-get-osinfo");
+        assert_eq!(qga_command(&AgentCommand::GetOsinfo), "guest-get-osinfo");
         assert_eq!(
-            qga_command(AgentCommand::GetMemoryBlockInfo),
+            qga_command(&AgentCommand::GetMemoryBlockInfo),
             "guest-get-memory-block-info"
         );
+    }
+
+    #[test]
+    fn commands_carry_the_arguments_pve_sends() {
+        let exec = AgentCommand::Exec {
+            path: "/bin/sh".into(),
+            args: vec!["-c".into(), "true".into()],
+            input_data: Some("aGk=".into()),
+        };
+        assert_eq!(qga_command(&exec), "guest-exec");
+        assert_eq!(
+            qga_arguments(&exec),
+            Some(json!({"path": "/bin/sh", "arg": ["-c", "true"],
+                        "capture-output": true, "input-data": "aGk="}))
+        );
+        let seek = AgentCommand::FileSeek {
+            handle: 1000,
+            offset: 5,
+        };
+        assert_eq!(
+            qga_arguments(&seek),
+            Some(json!({"handle": 1000, "offset": 5, "whence": "set"}))
+        );
+        let open = AgentCommand::FileOpen {
+            path: "/etc/hostname".into(),
+            mode: None,
+        };
+        assert_eq!(qga_arguments(&open), Some(json!({"path": "/etc/hostname"})));
+        assert_eq!(qga_arguments(&AgentCommand::FsfreezeFreeze), None);
+        assert!(answers_nothing(&AgentCommand::SuspendRam));
+        assert!(!answers_nothing(&AgentCommand::Fstrim));
+    }
+
+    #[test]
+    fn an_answered_error_is_kept_apart_from_a_failed_channel() {
+        assert!(answered_error(
+            "guest-file-open: failed to open file '/x' (mode: 'r'): No such file or directory"
+        ));
+        assert!(!answered_error("guest-exec: got timeout"));
+        assert!(!answered_error(
+            "guest-ping: the other side closed the connection"
+        ));
     }
 }

@@ -11,7 +11,10 @@
 //!   `system_reset`, `stop`, `cont` ([`power`]). A reboot is the model's shutdown and start:
 //!   pending changes applied, the cloud-init drive written again, a new QEMU.
 //! - `agent_ready` is a real `guest-ping` answered (kept fresh by the host's watcher, so the
-//!   call never waits on the guest); `agent` forwards the command to the real agent ([`agent`]).
+//!   call never waits on the guest); `agent` forwards the command to the real agent ([`agent`]):
+//!   `exec`, `file-*`, `fsfreeze-*`, `set-user-password` with PVE's arguments, an error the
+//!   agent answers handed back as PVE's QMP client returns it, `shutdown`/`suspend-disk`
+//!   waiting (bounded) for QEMU to exit.
 //! - `refresh` notices a guest that powered itself off (or a QEMU that died): `stopped`.
 //! - `fault` kills, pauses, pulls a NIC's cable or fails a disk's writes ([`faults`]).
 //! - Host access for the next step: [`LabExecutor::guest_ipv4`] (the agent's address on a
@@ -181,7 +184,7 @@ impl Executor for LabExecutor {
         self.agent_answers(vm)
     }
 
-    fn agent(&self, call: &AgentCall<'_>) -> Result<Value, String> {
+    fn agent(&self, call: &mut AgentCall<'_>) -> Result<Value, String> {
         self.forward(call)
     }
 

@@ -10,7 +10,7 @@ use crate::exec::Host;
 use crate::qemu::model::{Power, Vm};
 
 /// Bound on asking the agent to shut the guest down (it does not answer on success).
-const AGENT_SHUTDOWN_ASK: Duration = Duration::from_secs(1);
+pub(super) const AGENT_SHUTDOWN_ASK: Duration = Duration::from_secs(1);
 
 impl LabExecutor {
     /// QEMU starts for `vm`'s config, each NIC on the segment of its bridge as the node has it
