@@ -6,8 +6,10 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
   provisioner then takes over on those VMs: certificates, node configs with the hosts mapping,
   files onto each VM's persistent disk over SSH, and a restart through the PVE API; a cloud-init
   per-boot script starts the member. Every later power change goes through the PVE API too.
+  The scenarios tagged @reuses-lab share the guests: each @leaves-cluster-formed one hands its
+  formed cluster to the next (and a sharded run keeps them on one shard).
 
-  @leaves-cluster-formed
+  @leaves-cluster-formed @reuses-lab
   Scenario: The deployer makes the cluster's VMs and the cluster forms on them
     Given the PhotonCloud manifests for the lab-backed site
     When the deployer rolls them out
@@ -22,7 +24,7 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     Then the cluster has 3 started members and one leader
     And node02 reads "photoncloud/stack" = "formed"
 
-  @leaves-cluster-formed
+  @leaves-cluster-formed @reuses-lab
   Scenario: Day 2 through the API: the leader's VM stopped, a new leader, the old one back
     Given the cluster formed on the deployer's VMs
     When the leader's VM is stopped through the PVE API
@@ -32,6 +34,7 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     Then the cluster has 3 started members and one leader
     And the old leader reads "photoncloud/day2" = "while-one-was-down"
 
+  @reuses-lab
   Scenario: Day 2: a VM destroyed through the API and re-created by a re-run of the deployer joins again from an empty disk
     Given the cluster formed on the deployer's VMs
     When node01 writes "photoncloud/before-replace" = "kept"
