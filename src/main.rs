@@ -461,6 +461,8 @@ async fn run_rehearse(args: RehearseArgs) -> Result<u8, Failure> {
 
 /// `rehearse --stack`: progress on stderr, the rollout and the cluster on stdout.
 async fn run_rehearse_stack(args: RehearseArgs) -> Result<u8, Failure> {
+    // A SIGTERM (Ctrl-C aside, what a CI timeout sends) must not leave guests' disks behind.
+    vm_lab::lab::remove_run_dirs_on_sigterm().map_err(internal)?;
     let options = RehearseOptions {
         concurrency: args.concurrency,
         ..provision_harness::rehearse_stack::stack_options()

@@ -178,7 +178,10 @@ async fn adding_a_scenario_to_a_real_suite_moves_few_others() {
                         a.shard_of[i] != b.shard_of[if i < at { i } else { i + 1 }]
                     })
                     .count();
-                assert!(moved < n, "{suite} n={n} insert at {at}: {moved} units moved");
+                assert!(
+                    moved < n,
+                    "{suite} n={n} insert at {at}: {moved} units moved"
+                );
             }
         }
     }
