@@ -20,6 +20,9 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     And every member reports healthy
     When node01 writes "photoncloud/stack" = "formed"
     Then node03 reads "photoncloud/stack" = "formed"
+    When node02 writes "photoncloud/scratch" = "gone-soon"
+    And node03 deletes "photoncloud/scratch"
+    Then node01 finds no "photoncloud/scratch"
     When every VM is rebooted through the PVE API
     Then the cluster has 3 started members and one leader
     And node02 reads "photoncloud/stack" = "formed"

@@ -595,11 +595,14 @@ fn with_console(vm: &StackVm, e: ClusterError) -> ClusterError {
     }
 }
 
-/// A guest-side milestone: when the harness first saw it on a VM's console.
+/// A guest-side milestone: when the harness first saw it on a VM's console, and since when the
+/// VM had been on its way to it (the previous milestone of the same boot, or the moment the
+/// boot's console appeared).
 #[derive(Debug, Clone)]
 pub struct Milestone {
     pub vm: String,
     pub what: &'static str,
+    pub since: Instant,
     pub at: Instant,
 }
 
@@ -611,7 +614,42 @@ pub const CONSOLE_MILESTONES: [(&str, &str); 4] = [
     (provision::HEALTHY_MARKER, "etcd healthy"),
 ];
 
-/// Watches the VMs' consoles in the background and timestamps every milestone of every boot
+/// Which consoles a [`ConsoleWatch`] reads.
+enum Consoles {
+    /// These VMs' logs.
+    Of(Vec<(String, PathBuf)>),
+    /// Every `*/*/serial.log` under a lab backend's run root (`<host>/<node>-<vmid>/`), named by
+    /// their guest directory (`pve-01-100`), as the guests appear.
+    Under(PathBuf),
+}
+
+impl Consoles {
+    fn list(&self) -> Vec<(String, PathBuf)> {
+        match self {
+            Consoles::Of(v) => v.clone(),
+            Consoles::Under(root) => std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .flat_map(|host| {
+                    std::fs::read_dir(host.path())
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                })
+                .map(|g| {
+                    (
+                        g.file_name().to_string_lossy().into_owned(),
+                        g.path().join("serial.log"),
+                    )
+                })
+                .filter(|(_, p)| p.is_file())
+                .collect(),
+        }
+    }
+}
+
+/// Watches consoles in the background and timestamps every milestone of every boot
 /// ([`CONSOLE_MILESTONES`]) as it appears, to put the guest's side on the same time axis as the
 /// API's. Resolution: its poll interval (200 ms); what was there when it started is stamped then.
 pub struct ConsoleWatch {
@@ -619,36 +657,66 @@ pub struct ConsoleWatch {
     handle: tokio::task::JoinHandle<Vec<Milestone>>,
 }
 
+/// What the watch knows of one console: the file of the current boot, when it appeared, the
+/// occurrences of each marker seen, and the last milestone's time.
+struct Seen {
+    mark: ConsoleMark,
+    counts: [usize; 4],
+    last: Instant,
+}
+
 impl ConsoleWatch {
+    /// Watches these VMs' consoles.
     pub fn start(vms: &[StackVm]) -> Self {
-        let logs: Vec<(String, PathBuf)> = vms
-            .iter()
-            .filter_map(|v| v.serial_log.clone().map(|p| (v.name.clone(), p)))
-            .collect();
+        Self::spawn(Consoles::Of(
+            vms.iter()
+                .filter_map(|v| v.serial_log.clone().map(|p| (v.name.clone(), p)))
+                .collect(),
+        ))
+    }
+
+    /// Watches every guest a lab backend runs under `root` (its state directory's `lab/`),
+    /// from before the guests exist: milestones are named by guest directory (`<node>-<vmid>`).
+    pub fn start_under(root: PathBuf) -> Self {
+        Self::spawn(Consoles::Under(root))
+    }
+
+    fn spawn(consoles: Consoles) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let handle = tokio::spawn(async move {
-            let mut seen: BTreeMap<String, (ConsoleMark, [usize; 4])> = BTreeMap::new();
+            let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
             let mut out = Vec::new();
             loop {
                 let done = flag.load(std::sync::atomic::Ordering::Relaxed);
-                for (vm, log) in &logs {
-                    let mark = ConsoleMark::of(log);
-                    let text = read_from(log, 0);
-                    let entry = seen.entry(vm.clone()).or_insert((mark, [0; 4]));
-                    if entry.0.inode != mark.inode || entry.0.born != mark.born {
-                        *entry = (mark, [0; 4]);
+                for (vm, log) in consoles.list() {
+                    let mark = ConsoleMark::of(&log);
+                    let text = read_from(&log, 0);
+                    let now = Instant::now();
+                    let entry = seen.entry(vm.clone()).or_insert(Seen {
+                        mark,
+                        counts: [0; 4],
+                        last: now,
+                    });
+                    if entry.mark.inode != mark.inode || entry.mark.born != mark.born {
+                        *entry = Seen {
+                            mark,
+                            counts: [0; 4],
+                            last: now,
+                        };
                     }
                     for (i, (marker, what)) in CONSOLE_MILESTONES.iter().enumerate() {
                         let n = text.matches(marker).count();
-                        for _ in entry.1[i]..n {
+                        for _ in entry.counts[i]..n {
                             out.push(Milestone {
                                 vm: vm.clone(),
                                 what,
-                                at: Instant::now(),
+                                since: entry.last,
+                                at: now,
                             });
+                            entry.last = now;
                         }
-                        entry.1[i] = entry.1[i].max(n);
+                        entry.counts[i] = entry.counts[i].max(n);
                     }
                 }
                 if done {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::cluster::ClusterError;
 use crate::cluster::config::StageOptions;
 use crate::cluster::stack::{
-    ConsoleWatch, Milestone, StackCluster, StackOptions, StackStep, StackVm,
+    CLUSTER_ROW, ConsoleWatch, Milestone, StackCluster, StackOptions, StackStep, StackVm,
 };
 use crate::cluster::transport::SshTarget;
 use crate::deployer::deploy::RolloutResult;
@@ -180,6 +180,8 @@ pub struct StackReport {
     pub members: Vec<String>,
     /// Wall time of each phase, in ms: `deploy`, `cluster` (SSH to quorum), `total`.
     pub phases_ms: std::collections::BTreeMap<String, u128>,
+    /// Per VM, the API steps and the guest-side ones on one time axis (what the HTML draws).
+    pub timeline: Timeline,
 }
 
 /// The whole stack (see the module doc). `progress` gets one line per phase.
@@ -212,7 +214,8 @@ pub async fn rehearse_stack(
         .lab_options(lab)
         .start()
         .await?;
-    let result = run_stack(&fake, &rollout, &key, options, progress, started).await;
+    let watch = ConsoleWatch::start_under(dir.path().join("state").join("lab"));
+    let result = run_stack(&fake, &rollout, &key, options, progress, started, watch).await;
     fake.shutdown().await;
     vm_lab::lab::remove_on_sigterm(dir.path(), false);
     result
@@ -225,6 +228,7 @@ async fn run_stack(
     options: &RehearseOptions,
     progress: &(dyn Fn(&str) + Sync),
     started: Instant,
+    watch: ConsoleWatch,
 ) -> Result<StackReport, RehearseError> {
     progress("deploying node01–03 through the PVE API (real QEMU guests under the fake)");
     let t = Instant::now();
@@ -257,10 +261,6 @@ async fn run_stack(
         ))));
     }
     let t = Instant::now();
-    let vms = stack_vms(fake, SITE, &run.deploy, key)
-        .await
-        .map_err(stack_err)?;
-    let watch = ConsoleWatch::start(&vms);
     progress("the cluster provisioner: SSH, certificates, configs");
     let formed = async {
         let mut c = stage_cluster(fake, rollout, &run.deploy, key).await?;
@@ -286,7 +286,22 @@ async fn run_stack(
         Ok::<_, ClusterError>((c, q))
     }
     .await;
-    let milestones = watch.finish().await;
+    // The watch names consoles by guest directory (`<node>-<vmid>`): name them by VM.
+    let names: std::collections::BTreeMap<String, String> = run
+        .deploy
+        .vms
+        .iter()
+        .filter_map(|v| {
+            v.vmid
+                .map(|id| (format!("{}-{id}", v.node), v.name.clone()))
+        })
+        .collect();
+    let milestones: Vec<Milestone> = watch
+        .finish()
+        .await
+        .into_iter()
+        .filter_map(|m| names.get(&m.vm).map(|n| Milestone { vm: n.clone(), ..m }))
+        .collect();
     let (cluster, quorum) = formed.map_err(stack_err)?;
     let cluster_ms = t.elapsed().as_millis();
     add_guest_side(
@@ -308,6 +323,7 @@ async fn run_stack(
     .into_iter()
     .collect();
     Ok(StackReport {
+        timeline: run.timeline.clone(),
         run,
         leader: quorum.leader,
         members: quorum.members,
@@ -330,7 +346,19 @@ pub fn add_guest_side(
     let ms = |at: Instant| {
         u64::try_from(at.saturating_duration_since(deploy_start).as_millis()).unwrap_or(u64::MAX)
     };
-    for s in steps {
+    for s in steps.iter().filter(|s| s.vm == CLUSTER_ROW) {
+        timeline.notes.push(format!(
+            "Cluster: {} took {} ({}){}",
+            s.step,
+            crate::deployer::report_html::fmt_ms(ms(s.end).saturating_sub(ms(s.start))),
+            if s.error.is_some() { "failed" } else { "ok" },
+            s.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    for s in steps.iter().filter(|s| s.vm != CLUSTER_ROW) {
         timeline.entries.push(Entry {
             vm: s.vm.clone(),
             group: "cluster".into(),
@@ -345,11 +373,11 @@ pub fn add_guest_side(
             detail: s.error.clone().unwrap_or_default(),
         });
     }
-    // A milestone is drawn as a short bar from the one before it on the same VM.
-    let mut last: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    // A milestone is drawn as a bar from the one before it in the same boot (or from the moment
+    // that boot's console appeared).
     for m in milestones {
         let end = ms(m.at);
-        let start = last.get(m.vm.as_str()).copied().unwrap_or(end).min(end);
+        let start = ms(m.since).min(end);
         timeline.entries.push(Entry {
             vm: m.vm.clone(),
             group: "guest console".into(),
@@ -359,7 +387,6 @@ pub fn add_guest_side(
             outcome: StepOutcome::Ok,
             detail: "seen on the VM's serial console".into(),
         });
-        last.insert(m.vm.as_str(), end);
     }
     let end = timeline.entries.iter().map(|e| e.end_ms).max().unwrap_or(0);
     timeline.elapsed_ms = timeline.elapsed_ms.max(end);

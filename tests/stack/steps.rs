@@ -508,3 +508,29 @@ async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result
     }
     Ok(())
 }
+
+#[when(expr = "{node} deletes {string}")]
+async fn delete(w: &mut StackWorld, node: LabNode, key: String) -> Result<(), ClusterError> {
+    let c = w.c()?;
+    let n = c.member(&node)?.delete(&c.layout, &key).await?;
+    if n != 1 {
+        return Err(fail(format!("{node} deleted {n} keys named {key}, not 1")));
+    }
+    Ok(())
+}
+
+#[then(expr = "{node} finds no {string}")]
+async fn absent(w: &mut StackWorld, node: LabNode, key: String) -> Result<(), ClusterError> {
+    let c = w.c()?;
+    wait_until(
+        &format!("{node} not finding {key}"),
+        Duration::from_secs(60),
+        || async {
+            match c.member(&node)?.get(&c.layout, &key).await? {
+                None => Ok(()),
+                Some(v) => Err(fail(format!("{node} still reads {key} = {v:?}"))),
+            }
+        },
+    )
+    .await
+}

@@ -157,9 +157,19 @@ impl Timeline {
         rows
     }
 
-    /// How many VMs ended in each outcome (ok, retried-then-ok, failed, skipped).
+    /// Each VM's first row (its rollout's; a VM may have more rows, such as its guest side).
+    pub fn vm_rows(&self) -> Vec<Row<'_>> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.rows()
+            .into_iter()
+            .filter(|r| seen.insert(r.vm))
+            .collect()
+    }
+
+    /// How many VMs ended in each outcome (ok, retried-then-ok, failed, skipped), by each VM's
+    /// first row.
     pub fn vm_counts(&self) -> Vec<(StepOutcome, usize)> {
-        let rows = self.rows();
+        let rows = self.vm_rows();
         StepOutcome::ALL
             .iter()
             .filter(|o| **o != StepOutcome::Backoff)

@@ -47,7 +47,7 @@ fn section(out: &mut String, t: &Timeline) {
         out,
         "<p class=\"meta\">started {} · {} VMs · wall time {}",
         esc(&t.started_at),
-        rows.len(),
+        t.vm_rows().len(),
         esc(&fmt_ms(t.span_ms()))
     );
     for (o, n) in t.vm_counts() {
