@@ -77,7 +77,8 @@ start_agent() {
   _tries=0
   while [ $_tries -lt "$1" ]; do
     for _p in /sys/class/virtio-ports/*; do
-      read -r _n < "$_p/name" 2>/dev/null || continue
+      # The port's name appears a moment after the port (and the glob may match nothing yet).
+      { read -r _n < "$_p/name"; } 2>/dev/null || continue
       [ "$_n" = org.qemu.guest_agent.0 ] && QGA_DEV="/dev/${_p##*/}"
     done
     [ -n "$QGA_DEV" ] && break
