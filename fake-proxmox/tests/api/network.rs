@@ -390,3 +390,102 @@ async fn a_removed_bridge_leaves_its_running_vm_running_and_a_stopped_one_unable
     assert_eq!(st["exitstatus"], "start failed: QEMU exited with code 1");
     assert_eq!(log[0], "bridge 'vmbr0' does not exist");
 }
+
+#[tokio::test]
+async fn bonds_and_vlans_read_back_as_the_parser_gives_them() {
+    let f = start().await;
+    let api = f.api("site-2");
+    // A NIC the hardware does not have can be configured, and then enslaved.
+    let r = api.post(NET, &[("iface", "eno2"), ("type", "eth")]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = api
+        .post(
+            NET,
+            &[
+                ("iface", "bond0"),
+                ("type", "bond"),
+                ("slaves", "eno2"),
+                ("bond_mode", "active-backup"),
+                ("bond-primary", "eno3"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert!(
+        r.message()
+            .starts_with("bond 'bond0' - bond-primary interface is not a slave"),
+        "{}",
+        r.body
+    );
+    let r = api
+        .post(
+            NET,
+            &[("iface", "bond0"), ("type", "bond"), ("slaves", "eno2")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = api
+        .post(NET, &[("iface", "eno1.20"), ("type", "vlan")])
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = api
+        .post(NET, &[("iface", "eno5.30"), ("type", "vlan")])
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.message(),
+        "vlan 'eno5.30' - unable to find parent 'eno5'\n"
+    );
+
+    let (ifaces, _) = list(&api, &[]).await;
+    let bond = find(&ifaces, "bond0").unwrap();
+    assert_eq!(bond["type"], "bond");
+    assert_eq!(bond["slaves"], "eno2");
+    assert_eq!(bond["bond_miimon"], "100");
+    assert_eq!(bond["bond_mode"], "balance-rr");
+    let eno2 = find(&ifaces, "eno2").unwrap();
+    assert_eq!(eno2["type"], "eth");
+    assert_eq!(eno2["autostart"], 1, "a bond's slaves start with it");
+    assert!(eno2.get("exists").is_none(), "not a NIC of the hardware");
+    let vlan = find(&ifaces, "eno1.20").unwrap();
+    assert_eq!(vlan["type"], "vlan");
+    assert_eq!(vlan["vlan-raw-device"], "eno1");
+    assert_eq!(vlan["vlan-id"], "20");
+    assert_eq!(vlan["exists"], 1);
+    let (vlans, _) = list(&api, &[("type", "vlan")]).await;
+    assert_eq!(vlans.len(), 1);
+}
+
+#[tokio::test]
+async fn bridges_are_listed_only_to_users_with_sdn_rights_and_changes_need_sys_modify() {
+    let yaml = fake_proxmox::Scenario::default_yaml().replacen(
+        "    tokens:\n",
+        "      - userid: ops@pve\n        password: pw\n    acls:\n      - {path: /nodes, ugid: ops@pve, role: PVEAuditor}\n    tokens:\n",
+        1,
+    );
+    let sc = fake_proxmox::Scenario::from_yaml_str(&yaml).unwrap();
+    let f = crate::common::start_with(sc, fake_proxmox::ClockMode::Stepped).await;
+    let ops = f.api("site-1").login("ops@pve", "pw").await;
+    let r = ops.get("/nodes/ml110-01/network").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let names: Vec<&str> = r
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["iface"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["eno1"], "no SDN.Audit/SDN.Use on vmbr0");
+    assert_eq!(ops.get("/nodes/ml110-01/network/vmbr0").await.status, 200);
+    let r = ops
+        .post(
+            "/nodes/ml110-01/network",
+            &[("iface", "vmbr1"), ("type", "bridge")],
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.message(),
+        "Permission check failed (/nodes/ml110-01, Sys.Modify)\n"
+    );
+}
