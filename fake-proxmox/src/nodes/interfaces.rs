@@ -299,33 +299,48 @@ fn diff_time(t: f64) -> String {
 fn unified(old: &str, new: &str, context: usize) -> String {
     let a: Vec<&str> = old.lines().collect();
     let b: Vec<&str> = new.lines().collect();
-    // Longest common subsequence table, from the ends.
-    let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
+    // Common head and tail first; the middle by longest common subsequence, unless it is
+    // too large for a table (then the whole middle is replaced).
+    let head = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let tail = a[head..]
+        .iter()
+        .rev()
+        .zip(b[head..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (am, bm) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
+    let mut ops: Vec<(char, &str)> = a[..head].iter().map(|l| (' ', *l)).collect();
+    if am.len().saturating_mul(bm.len()) > 1_000_000 {
+        ops.extend(am.iter().map(|l| ('-', *l)));
+        ops.extend(bm.iter().map(|l| ('+', *l)));
+    } else {
+        let mut lcs = vec![vec![0u32; bm.len() + 1]; am.len() + 1];
+        for i in (0..am.len()).rev() {
+            for j in (0..bm.len()).rev() {
+                lcs[i][j] = if am[i] == bm[j] {
+                    lcs[i + 1][j + 1] + 1
+                } else {
+                    lcs[i + 1][j].max(lcs[i][j + 1])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < am.len() || j < bm.len() {
+            if i < am.len() && j < bm.len() && am[i] == bm[j] {
+                ops.push((' ', am[i]));
+                i += 1;
+                j += 1;
+            } else if i < am.len() && (j == bm.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+                // Removed lines before added ones, as diff prints them.
+                ops.push(('-', am[i]));
+                i += 1;
             } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
+                ops.push(('+', bm[j]));
+                j += 1;
+            }
         }
     }
-    // The edit script: (' ' | '-' | '+', line, index in a, index in b).
-    let mut ops: Vec<(char, &str)> = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            ops.push((' ', a[i]));
-            i += 1;
-            j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(('+', b[j]));
-            j += 1;
-        } else {
-            ops.push(('-', a[i]));
-            i += 1;
-        }
-    }
+    ops.extend(a[a.len() - tail..].iter().map(|l| (' ', *l)));
     let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
     let mut out = String::new();
     let mut k = 0;
@@ -374,5 +389,10 @@ mod tests {
         assert_eq!(d, "@@ -2,6 +2,7 @@\n b\n c\n d\n+X\n e\n f\n g\n");
         let d = unified("a\nb\n", "a\n", 3);
         assert_eq!(d, "@@ -1,2 +1 @@\n a\n-b\n");
+        let d = unified("x\ny\nz\n", "x\nY\nz\n", 3);
+        assert_eq!(d, "@@ -1,3 +1,3 @@\n x\n-y\n+Y\n z\n");
+        let big_old = "l\n".repeat(3000);
+        let big_new = "m\n".repeat(3000);
+        assert_eq!(unified(&big_old, &big_new, 3).lines().count(), 6001);
     }
 }
