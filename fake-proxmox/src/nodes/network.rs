@@ -359,7 +359,8 @@ fn check_file(ifaces: &mut Ifaces) -> Result<(), PveError> {
             primary_is_slave |= d.opt("bond-primary") == Some(p.as_str());
         }
         if d.opt("bond-primary").is_some() && !primary_is_slave {
-            // PVE's message has no trailing newline, so Perl appends where it died.
+            // PVE dies without a newline here, so Perl adds ` at <file> line <n>.`; the
+            // fake leaves that location out (it differs between pve-common releases).
             return Err(PveError::die(format!(
                 "bond '{bond}' - bond-primary interface is not a slave"
             )));
