@@ -50,7 +50,10 @@ pub struct Node {
     pub threads: u32,
     pub memory: u64,
     pub booted_at: f64,
+    /// The bridges the node runs now (what VMs attach to): the active network config's.
     pub bridges: Vec<Bridge>,
+    /// `/etc/network/interfaces` and its pending `interfaces.new`.
+    pub network: crate::nodes::network::NodeNetwork,
     pub storages: BTreeMap<String, Storage>,
     pub armed_failures: Vec<ArmedFailure>,
 }

@@ -2,19 +2,18 @@
 
 use serde_json::{Value, json};
 
-use crate::nodes::model::{Bridge, Node};
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
 pub fn routes() -> Vec<Route> {
-    vec![
+    let mut v = vec![
         route("GET", "/version", version),
         route("GET", "/nodes", nodes),
         route("GET", "/nodes/{node}", node_index),
         route("GET", "/nodes/{node}/status", node_status),
-        route("GET", "/nodes/{node}/network", network),
-        route("GET", "/nodes/{node}/network/{iface}", network_iface),
-    ]
+    ];
+    v.extend(crate::nodes::network_routes::routes());
+    v
 }
 
 fn version(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -150,79 +149,4 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
         },
         "boot-info": {"mode": "efi", "secureboot": 0},
     })))
-}
-
-fn iface_json(n: &Node, b: &Bridge) -> Value {
-    let mut v = json!({
-        "iface": b.name,
-        "type": "bridge",
-        "method": if b.cidr.is_some() { "static" } else { "manual" },
-        "method6": "manual",
-        "families": ["inet"],
-        "bridge_stp": "off",
-        "bridge_fd": "0",
-        "active": 1,
-        "autostart": 1,
-        "priority": 3,
-    });
-    if let Some(cidr) = &b.cidr {
-        v["cidr"] = json!(cidr);
-        if let Some((addr, prefix)) = cidr.split_once('/') {
-            v["address"] = json!(addr);
-            v["netmask"] = json!(prefix);
-        }
-    }
-    if let Some(g) = &b.gateway {
-        v["gateway"] = json!(g);
-    }
-    if let Some(p) = &b.ports {
-        v["bridge_ports"] = json!(p);
-    }
-    let _ = n;
-    v
-}
-
-fn eth_json(port: &str) -> Value {
-    json!({
-        "iface": port,
-        "type": "eth",
-        "method": "manual",
-        "method6": "manual",
-        "families": ["inet"],
-        "active": 1,
-        "exists": 1,
-        "priority": 2,
-    })
-}
-
-fn network(c: &mut Ctx) -> Result<Reply, PveError> {
-    let n = c.site.node_of_request(&c.req)?;
-    let ty = c.req.p.str("type");
-    let mut out = Vec::new();
-    let ports = n.ports();
-    let want = |t: &str| match ty.as_deref() {
-        None => true,
-        Some("any_bridge") | Some("any_local_bridge") | Some("include_sdn") => t == "bridge",
-        Some(x) => x == t,
-    };
-    if want("eth") {
-        out.extend(ports.iter().map(|p| eth_json(p)));
-    }
-    if want("bridge") {
-        out.extend(n.bridges.iter().map(|b| iface_json(n, b)));
-    }
-    Ok(Reply::data(Value::Array(out)))
-}
-
-fn network_iface(c: &mut Ctx) -> Result<Reply, PveError> {
-    c.node()?;
-    let iface = c.req.p.req_str("iface")?;
-    let n = c.site.node_of_request(&c.req)?;
-    if let Some(b) = n.bridge(&iface) {
-        return Ok(Reply::data(iface_json(n, b)));
-    }
-    if n.ports().contains(iface.as_str()) {
-        return Ok(Reply::data(eth_json(&iface)));
-    }
-    Err(PveError::die("interface does not exist"))
 }

@@ -241,6 +241,8 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
 
 /// A node as the scenario describes it, up for a few days (deterministic per `rng`).
 fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
+    let bridges: Vec<Bridge> = n.bridges.iter().map(bridge_from_spec).collect();
+    let booted_at = now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32));
     Node {
         name: n.name.clone(),
         ip: n.ip.clone(),
@@ -250,8 +252,9 @@ fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
         cores: n.cores,
         threads: n.threads,
         memory: n.memory_bytes,
-        booted_at: now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32)),
-        bridges: n.bridges.iter().map(bridge_from_spec).collect(),
+        booted_at,
+        network: crate::nodes::network::NodeNetwork::from_bridges(&bridges, booted_at),
+        bridges,
         storages: n
             .storages
             .iter()

@@ -11,6 +11,7 @@ mod control;
 mod exec;
 mod firewall;
 mod move_disk;
+mod network;
 mod pending;
 mod snapshot;
 mod storage;
