@@ -56,6 +56,16 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
             st.node = Some(vm.node.clone());
             st.template = Some(u8::from(vm.is_template()));
             st.maxcpu = st.cpus.take();
+            // Keys of qemu-server's vmstatus that the 9.1 schema of resources does not list.
+            st.balloon_min = None;
+            st.shares = None;
+            st.serial = None;
+            st.pressurecpufull = None;
+            st.pressurecpusome = None;
+            st.pressureiofull = None;
+            st.pressureiosome = None;
+            st.pressurememoryfull = None;
+            st.pressurememorysome = None;
             if !online {
                 st.status = "unknown";
             }

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use crate::qemu::cloudinit;
 use crate::qemu::model::{Power, Vm};
-use crate::qemu::status::{HaStatus, VmStatus};
+use crate::qemu::status::VmStatus;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
@@ -298,16 +298,7 @@ fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
     let v = audited(c)?;
-    let mut st = v.vmstatus(c.req.now);
-    st.ha = Some(HaStatus { managed: 0 });
-    st.agent = v.is_agent_enabled().then_some(1);
-    st.qmpstatus = Some(v.qmpstatus());
-    if v.power != Power::Stopped {
-        st.running_machine = Some("pc-i440fx-9.2+pve1");
-        st.running_qemu = Some("9.2.0");
-        st.spice = Some(0);
-    }
-    Ok(Reply::typed(&st))
+    Ok(Reply::typed(&v.vmstatus_full(c.req.now)))
 }
 
 fn start(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -3,15 +3,126 @@
 //! Typed rather than a `serde_json::Map`: these are the routes a monitoring loop polls, and
 //! building a JSON tree of string keys per VM was most of their CPU in the load benchmark.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::Value;
 
-use super::model::{Power, Vm};
+use super::model::{Power, Vm, find_prop, is_disk_key, is_net_key};
+
+/// The QEMU a PVE 9.1 node runs (pve-qemu-kvm 10.1.x): `running-qemu`, and the version
+/// of the machine types a VM without a pinned machine gets.
+const QEMU_VERSION: &str = "10.1.2";
+const MACHINE_VERSION: &str = "10.1";
+/// PVE's own machine revision, appended as `+pveN` to the current machine
+/// (qemu-server PVE/QemuServer/Machine.pm `current_from_query_machines`).
+const PVE_MACHINE_REVISION: &str = "pve0";
 
 /// `ha` of `status/current`: the fake has no HA manager.
 #[derive(Clone, Debug, Serialize)]
 pub struct HaStatus {
     pub managed: u8,
+}
+
+/// QEMU's `query-balloon` as PVE's patched QEMU answers it; qemu-server passes it through
+/// as `ballooninfo` (PVE/QemuServer.pm `vmstatus`, `$ballooncb`).
+#[derive(Clone, Debug, Serialize)]
+pub struct BalloonInfo {
+    pub actual: u64,
+    pub free_mem: u64,
+    pub last_update: u64,
+    pub major_page_faults: u64,
+    pub max_mem: u64,
+    pub mem_swapped_in: u64,
+    pub mem_swapped_out: u64,
+    pub minor_page_faults: u64,
+    pub total_mem: u64,
+}
+
+/// QEMU's `BlockDeviceStats` (`query-blockstats` → `stats`), one per drive in `blockstat`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockStats {
+    pub account_failed: bool,
+    pub account_invalid: bool,
+    pub failed_flush_operations: u64,
+    pub failed_rd_operations: u64,
+    pub failed_unmap_operations: u64,
+    pub failed_wr_operations: u64,
+    pub failed_zone_append_operations: u64,
+    pub flush_operations: u64,
+    pub flush_total_time_ns: u64,
+    /// QEMU leaves it out until the drive saw its first I/O.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_time_ns: Option<u64>,
+    pub invalid_flush_operations: u64,
+    pub invalid_rd_operations: u64,
+    pub invalid_unmap_operations: u64,
+    pub invalid_wr_operations: u64,
+    pub invalid_zone_append_operations: u64,
+    pub rd_bytes: u64,
+    pub rd_merged: u64,
+    pub rd_operations: u64,
+    pub rd_total_time_ns: u64,
+    pub timed_stats: Vec<Value>,
+    pub unmap_bytes: u64,
+    pub unmap_merged: u64,
+    pub unmap_operations: u64,
+    pub unmap_total_time_ns: u64,
+    pub wr_bytes: u64,
+    pub wr_merged: u64,
+    pub wr_operations: u64,
+    pub wr_total_time_ns: u64,
+    pub zone_append_bytes: u64,
+    pub zone_append_merged: u64,
+    pub zone_append_operations: u64,
+    pub zone_append_total_time_ns: u64,
+}
+
+/// One tap device's counters in `nics` (seen from the host: `netin` is what the tap sent).
+#[derive(Clone, Debug, Serialize)]
+pub struct NicTraffic {
+    pub netin: u64,
+    pub netout: u64,
+}
+
+/// `query-proxmox-support` of a current pve-qemu-kvm: the feature flags qemu-server checks
+/// before a backup or migration, JSON booleans as QMP sends them.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProxmoxSupport {
+    #[serde(rename = "backup-access-api")]
+    pub backup_access_api: bool,
+    #[serde(rename = "backup-fleecing")]
+    pub backup_fleecing: bool,
+    #[serde(rename = "backup-max-workers")]
+    pub backup_max_workers: bool,
+    #[serde(rename = "pbs-dirty-bitmap")]
+    pub pbs_dirty_bitmap: bool,
+    #[serde(rename = "pbs-dirty-bitmap-migration")]
+    pub pbs_dirty_bitmap_migration: bool,
+    #[serde(rename = "pbs-dirty-bitmap-savevm")]
+    pub pbs_dirty_bitmap_savevm: bool,
+    #[serde(rename = "pbs-library-version")]
+    pub pbs_library_version: &'static str,
+    #[serde(rename = "pbs-masterkey")]
+    pub pbs_masterkey: bool,
+    #[serde(rename = "query-bitmap-info")]
+    pub query_bitmap_info: bool,
+}
+
+impl ProxmoxSupport {
+    fn current() -> ProxmoxSupport {
+        ProxmoxSupport {
+            backup_access_api: true,
+            backup_fleecing: true,
+            backup_max_workers: true,
+            pbs_dirty_bitmap: true,
+            pbs_dirty_bitmap_migration: true,
+            pbs_dirty_bitmap_savevm: true,
+            pbs_library_version: "2.0.1 (UNKNOWN)",
+            pbs_masterkey: true,
+            query_bitmap_info: true,
+        }
+    }
 }
 
 /// One VM's status; optional fields are those only some routes (or states) carry.
@@ -20,13 +131,30 @@ pub struct HaStatus {
 pub struct VmStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balloon: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balloon_min: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ballooninfo: Option<BalloonInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blockstat: Option<BTreeMap<String, BlockStats>>,
+    /// `Some(None)` is a JSON `null`: qemu-server copies the `vga` option's `clipboard`
+    /// even when unset (PVE/API2/Qemu.pm `vm_status`: `$status->{clipboard} = $vga->{clipboard}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clipboard: Option<Option<String>>,
     /// `0` (integer) when stopped, a fraction when running — as PVE prints it.
     pub cpu: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
     pub disk: u64,
-    pub diskread: u64,
-    pub diskwrite: u64,
+    /// Only from `query-blockstats`: absent for a stopped VM's `status/current`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diskread: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diskwrite: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freemem: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ha: Option<HaStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -38,19 +166,41 @@ pub struct VmStatus {
     pub maxdisk: u64,
     pub maxmem: u64,
     pub mem: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memhost: Option<u64>,
     pub name: String,
     pub netin: u64,
     pub netout: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nics: Option<BTreeMap<String, NicTraffic>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressurecpufull: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressurecpusome: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressureiofull: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressureiosome: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressurememoryfull: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressurememorysome: Option<f64>,
+    #[serde(rename = "proxmox-support", skip_serializing_if = "Option::is_none")]
+    pub proxmox_support: Option<ProxmoxSupport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub qmpstatus: Option<&'static str>,
     #[serde(rename = "running-machine", skip_serializing_if = "Option::is_none")]
-    pub running_machine: Option<&'static str>,
+    pub running_machine: Option<String>,
     #[serde(rename = "running-qemu", skip_serializing_if = "Option::is_none")]
     pub running_qemu: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serial: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spice: Option<u8>,
     pub status: &'static str,
@@ -64,8 +214,16 @@ pub struct VmStatus {
     pub vmid: u32,
 }
 
+/// Simulated traffic rates (bytes per second of uptime).
+const NET_IN_PER_S: u64 = 1800;
+const NET_OUT_PER_S: u64 = 900;
+const DISK_READ_PER_S: u64 = 40_000;
+const DISK_WRITE_PER_S: u64 = 12_000;
+/// QEMU's own memory on top of what the guest touched (`memhost` is the cgroup's).
+const QEMU_OVERHEAD: u64 = 96 << 20;
+
 impl Vm {
-    /// The fields every vmstatus carries.
+    /// The fields every vmstatus carries (qemu-server `vmstatus` without `full`).
     pub fn vmstatus(&self, now: f64) -> VmStatus {
         let running = self.power != Power::Stopped;
         let maxmem = self.memory_bytes();
@@ -77,8 +235,20 @@ impl Vm {
                 0
             }
         };
+        let mem = if running { maxmem / 3 } else { 0 };
+        // The pressure stall averages of the VM's cgroup, read only for a running VM.
+        let pressure = running.then_some(0.0);
+        let balloon_min = self
+            .balloon_mib()
+            .filter(|b| *b > 0)
+            .map(|b| b.saturating_mul(1 << 20));
         VmStatus {
             agent: None,
+            balloon: None,
+            balloon_min,
+            ballooninfo: None,
+            blockstat: None,
+            clipboard: None,
             cpu: if running {
                 Value::from(0.013)
             } else {
@@ -86,23 +256,47 @@ impl Vm {
             },
             cpus: Some(self.cpus()),
             disk: 0,
-            diskread: while_running(40_000),
-            diskwrite: while_running(12_000),
+            diskread: Some(while_running(DISK_READ_PER_S)),
+            diskwrite: Some(while_running(DISK_WRITE_PER_S)),
+            freemem: None,
             ha: None,
             id: None,
             lock: self.lock.clone(),
             maxcpu: None,
             maxdisk: self.maxdisk(),
             maxmem,
-            mem: if running { maxmem / 3 } else { 0 },
+            mem,
+            memhost: Some(if running {
+                mem.saturating_add(QEMU_OVERHEAD)
+            } else {
+                0
+            }),
             name: self.name(),
-            netin: while_running(1800),
-            netout: while_running(900),
+            netin: self.net_count().saturating_mul(while_running(NET_IN_PER_S)),
+            netout: self
+                .net_count()
+                .saturating_mul(while_running(NET_OUT_PER_S)),
+            nics: None,
             node: None,
             pid: self.pid.filter(|_| running),
+            pressurecpufull: pressure,
+            pressurecpusome: pressure,
+            pressureiofull: pressure,
+            pressureiosome: pressure,
+            pressurememoryfull: pressure,
+            pressurememorysome: pressure,
+            proxmox_support: None,
             qmpstatus: None,
             running_machine: None,
             running_qemu: None,
+            serial: self.config.keys().any(|k| is_serial_key(k)).then_some(1),
+            // qemu-server's default `shares` (PVE/QemuServer.pm `$confdesc`): 1000.
+            shares: balloon_min.map(|_| {
+                self.config
+                    .get("shares")
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(1000)
+            }),
             spice: None,
             status: self.status_str(),
             tags: self.config.get("tags").cloned(),
@@ -113,6 +307,79 @@ impl Vm {
         }
     }
 
+    /// What `status/current` adds (qemu-server `vmstatus($vmid, 1)` and API2/Qemu.pm
+    /// `vm_status`): for a running VM, what QMP answers (blockstats, balloon, machine,
+    /// version, proxmox-support) and the per-tap counters; for any VM, `ha`, `spice`,
+    /// `clipboard` and `agent` from the config.
+    pub fn vmstatus_full(&self, now: f64) -> VmStatus {
+        let mut st = self.vmstatus(now);
+        st.ha = Some(HaStatus { managed: 0 });
+        st.agent = self.is_agent_enabled().then_some(1);
+        st.qmpstatus = Some(self.qmpstatus());
+        if let Some(vga) = self.config.get("vga") {
+            let kind = find_prop(vga, "type", "type").unwrap_or("");
+            if kind.starts_with("virtio") || kind.starts_with("qxl") {
+                st.spice = Some(1);
+            }
+            st.clipboard = Some(find_prop(vga, "type", "clipboard").map(str::to_string));
+        }
+        if self.power == Power::Stopped {
+            // Without QMP there are no block statistics: PVE leaves both keys out.
+            st.diskread = None;
+            st.diskwrite = None;
+            return st;
+        }
+        let up = st.uptime;
+        st.nics = Some(
+            self.config
+                .keys()
+                .filter(|k| is_net_key(k))
+                .map(|k| {
+                    let tap = format!("tap{}i{}", self.vmid, &k[3..]);
+                    let traffic = NicTraffic {
+                        netin: up.saturating_mul(NET_IN_PER_S),
+                        netout: up.saturating_mul(NET_OUT_PER_S),
+                    };
+                    (tap, traffic)
+                })
+                .collect(),
+        );
+        let blockstat: BTreeMap<String, BlockStats> = self
+            .config
+            .iter()
+            .filter(|(k, _)| is_qemu_block_device(k))
+            .map(|(k, v)| (k.clone(), drive_stats(v, up)))
+            .collect();
+        st.diskread = Some(blockstat.values().map(|b| b.rd_bytes).sum());
+        st.diskwrite = Some(blockstat.values().map(|b| b.wr_bytes).sum());
+        st.blockstat = Some(blockstat);
+        st.running_machine = Some(self.running_machine());
+        st.running_qemu = Some(QEMU_VERSION);
+        st.proxmox_support = Some(ProxmoxSupport::current());
+        // `balloon: 0` removes the balloon device; `query-balloon` then fails and
+        // qemu-server keeps the cgroup's figure as `mem`.
+        if self.balloon_mib() != Some(0) {
+            let total_mem = st.maxmem.saturating_sub(st.maxmem / 32);
+            let free_mem = total_mem.saturating_sub(st.mem);
+            let info = BalloonInfo {
+                actual: st.maxmem,
+                free_mem,
+                last_update: now.max(0.0) as u64,
+                major_page_faults: up.saturating_mul(2),
+                max_mem: st.maxmem,
+                mem_swapped_in: 0,
+                mem_swapped_out: 0,
+                minor_page_faults: up.saturating_mul(900),
+                total_mem,
+            };
+            st.balloon = Some(info.actual);
+            st.mem = total_mem - free_mem;
+            st.freemem = Some(free_mem);
+            st.ballooninfo = Some(info);
+        }
+        st
+    }
+
     /// QEMU's run state as `qmpstatus` reports it.
     pub fn qmpstatus(&self) -> &'static str {
         match self.power {
@@ -121,6 +388,98 @@ impl Vm {
             Power::IoError => "io-error",
             Power::Running => "running",
         }
+    }
+
+    /// The `balloon` option in MiB, if set (`0` disables the balloon device).
+    fn balloon_mib(&self) -> Option<u64> {
+        self.config.get("balloon").and_then(|b| b.parse().ok())
+    }
+
+    fn net_count(&self) -> u64 {
+        self.config.keys().filter(|k| is_net_key(k)).count() as u64
+    }
+
+    /// The machine `query-machines` reports as current, with PVE's `+pveN` revision.
+    fn running_machine(&self) -> String {
+        let configured = self
+            .config
+            .get("machine")
+            .and_then(|m| find_prop(m, "type", "type"))
+            .unwrap_or("pc");
+        let base = match configured {
+            "pc" | "i440fx" => format!("pc-i440fx-{MACHINE_VERSION}"),
+            "q35" => format!("pc-q35-{MACHINE_VERSION}"),
+            pinned => pinned.to_string(),
+        };
+        if base.contains("+pve") {
+            base
+        } else {
+            format!("{base}+{PVE_MACHINE_REVISION}")
+        }
+    }
+}
+
+fn is_serial_key(k: &str) -> bool {
+    k.strip_prefix("serial")
+        .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"))
+}
+
+/// The drives `query-blockstats` lists: disks and CD-ROM drives. EFI vars live in a pflash
+/// and the TPM state in swtpm, neither a guest block device with a drive id.
+fn is_qemu_block_device(k: &str) -> bool {
+    is_disk_key(k) && k != "efidisk0" && k != "tpmstate0"
+}
+
+/// A drive's counters after `up` seconds: disks see steady I/O, CD-ROMs none.
+fn drive_stats(value: &str, up: u64) -> BlockStats {
+    let file = find_prop(value, "file", "file").unwrap_or("none");
+    let cdrom =
+        find_prop(value, "file", "media") == Some("cdrom") || file == "cdrom" || file == "none";
+    let (rd_bytes, wr_bytes) = if cdrom {
+        (0, 0)
+    } else {
+        (
+            up.saturating_mul(DISK_READ_PER_S),
+            up.saturating_mul(DISK_WRITE_PER_S),
+        )
+    };
+    // 4 KiB requests at 100 µs each, a flush per 64 writes.
+    let rd_operations = rd_bytes / 4096;
+    let wr_operations = wr_bytes / 4096;
+    let flush_operations = wr_operations / 64;
+    BlockStats {
+        account_failed: true,
+        account_invalid: true,
+        failed_flush_operations: 0,
+        failed_rd_operations: 0,
+        failed_unmap_operations: 0,
+        failed_wr_operations: 0,
+        failed_zone_append_operations: 0,
+        flush_operations,
+        flush_total_time_ns: flush_operations.saturating_mul(500_000),
+        idle_time_ns: (rd_operations + wr_operations > 0).then_some(1_500_000_000),
+        invalid_flush_operations: 0,
+        invalid_rd_operations: 0,
+        invalid_unmap_operations: 0,
+        invalid_wr_operations: 0,
+        invalid_zone_append_operations: 0,
+        rd_bytes,
+        rd_merged: 0,
+        rd_operations,
+        rd_total_time_ns: rd_operations.saturating_mul(100_000),
+        timed_stats: Vec::new(),
+        unmap_bytes: 0,
+        unmap_merged: 0,
+        unmap_operations: 0,
+        unmap_total_time_ns: 0,
+        wr_bytes,
+        wr_merged: 0,
+        wr_operations,
+        wr_total_time_ns: wr_operations.saturating_mul(100_000),
+        zone_append_bytes: 0,
+        zone_append_merged: 0,
+        zone_append_operations: 0,
+        zone_append_total_time_ns: 0,
     }
 }
 
@@ -137,6 +496,8 @@ mod tests {
             ("cores", "2"),
             ("scsi0", "local-lvm:vm-100-disk-0,size=32G"),
             ("tags", "prod"),
+            ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0"),
+            ("ide2", "none,media=cdrom"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -195,9 +556,106 @@ mod tests {
     }
 
     #[test]
+    fn running_status_current_has_what_qmp_adds() {
+        let v = json(&vm(Power::Running).vmstatus_full(1100.0));
+        assert_eq!(v["qmpstatus"], "running");
+        assert_eq!(v["running-qemu"], QEMU_VERSION);
+        assert_eq!(v["running-machine"], "pc-i440fx-10.1+pve0");
+        assert_eq!(v["proxmox-support"]["pbs-dirty-bitmap"], true);
+        assert!(v["proxmox-support"]["pbs-library-version"].is_string());
+        // One blockstat per drive QEMU knows, CD-ROM included; totals are their sums.
+        let drives: Vec<&String> = v["blockstat"]
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(drives, ["ide2", "scsi0"]);
+        assert_eq!(v["blockstat"]["scsi0"]["rd_bytes"], 100 * DISK_READ_PER_S);
+        assert_eq!(v["blockstat"]["ide2"]["rd_bytes"], 0);
+        assert_eq!(v["blockstat"]["scsi0"]["account_failed"], true);
+        assert_eq!(v["diskread"], 100 * DISK_READ_PER_S);
+        assert_eq!(v["nics"]["tap100i0"]["netin"], 100 * NET_IN_PER_S);
+        assert_eq!(v["netin"], v["nics"]["tap100i0"]["netin"]);
+        // The default balloon device: mem comes from the guest's view.
+        let info = &v["ballooninfo"];
+        assert_eq!(info["max_mem"], 3072u64 << 20);
+        assert_eq!(v["balloon"], info["actual"]);
+        assert_eq!(v["freemem"], info["free_mem"]);
+        let used = info["total_mem"].as_u64().unwrap_or(0) - info["free_mem"].as_u64().unwrap_or(0);
+        assert_eq!(v["mem"], used);
+        assert!(v["memhost"].as_u64().unwrap_or(0) > used);
+        assert!(v["pressurecpusome"].is_f64());
+        assert_eq!(v["ha"]["managed"], 0);
+        for k in [
+            "spice",
+            "clipboard",
+            "agent",
+            "balloon_min",
+            "shares",
+            "serial",
+        ] {
+            assert!(v.get(k).is_none(), "{k} should be absent: {v}");
+        }
+    }
+
+    #[test]
+    fn no_balloon_device_means_no_balloon_keys() {
+        let mut vm = vm(Power::Running);
+        vm.config.insert("balloon".into(), "0".into());
+        let v = json(&vm.vmstatus_full(1100.0));
+        for k in ["balloon", "ballooninfo", "freemem", "balloon_min", "shares"] {
+            assert!(v.get(k).is_none(), "{k} should be absent: {v}");
+        }
+        assert_eq!(v["mem"], (3072u64 << 20) / 3);
+    }
+
+    #[test]
+    fn balloon_minimum_adds_shares() {
+        let mut vm = vm(Power::Stopped);
+        vm.config.insert("balloon".into(), "1024".into());
+        let v = json(&vm.vmstatus(1100.0));
+        assert_eq!(v["balloon_min"], 1024u64 << 20);
+        assert_eq!(v["shares"], 1000);
+    }
+
+    #[test]
+    fn stopped_status_current_has_no_qmp_keys() {
+        let mut vm = vm(Power::Stopped);
+        vm.config.insert("vga".into(), "qxl".into());
+        vm.config.insert("serial0".into(), "socket".into());
+        vm.config.insert("machine".into(), "q35".into());
+        let v = json(&vm.vmstatus_full(1100.0));
+        assert_eq!(v["qmpstatus"], "stopped");
+        assert_eq!(v["memhost"], 0);
+        assert_eq!(v["spice"], 1);
+        assert_eq!(v["serial"], 1);
+        // vm_status copies the unset clipboard of `vga`: a JSON null, as PVE sends it.
+        assert!(v["clipboard"].is_null() && v.get("clipboard").is_some());
+        for k in [
+            "diskread",
+            "diskwrite",
+            "blockstat",
+            "nics",
+            "ballooninfo",
+            "balloon",
+            "proxmox-support",
+            "running-machine",
+            "running-qemu",
+            "pressurecpusome",
+            "pid",
+        ] {
+            assert!(v.get(k).is_none(), "{k} should be absent: {v}");
+        }
+        let mut running = vm;
+        running.power = Power::Running;
+        let v = json(&running.vmstatus_full(1100.0));
+        assert_eq!(v["running-machine"], "pc-q35-10.1+pve0");
+    }
+
+    #[test]
     fn keys_serialise_in_alphabetical_order() {
-        let mut st = vm(Power::Running).vmstatus(1100.0);
-        st.running_machine = Some("pc");
+        let mut st = vm(Power::Running).vmstatus_full(1100.0);
+        st.running_machine = Some("pc".into());
+        st.proxmox_support = Some(ProxmoxSupport::current());
         st.kind = Some("qemu");
         let text = serde_json::to_string(&st).unwrap_or_default();
         let v: serde_json::Map<String, serde_json::Value> =
