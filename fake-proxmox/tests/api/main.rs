@@ -12,6 +12,7 @@ mod exec;
 mod firewall;
 mod move_disk;
 mod pending;
+mod shapes;
 mod snapshot;
 mod storage;
 mod upload;

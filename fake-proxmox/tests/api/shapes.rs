@@ -1,0 +1,530 @@
+//! Response shapes: every implemented GET whose PVE 9.1 schema declares specific `returns`
+//! (an object with properties, or an array of such objects) is called on a populated fake,
+//! and every returned key is checked against the schema: its JSON type, its enum, no `null`,
+//! and every non-optional key present. Typed clients (Go, Rust) break on any of these.
+//!
+//! The declared shapes are `schema/returns-9.1.json` (`examples/gen-returns.rs`). Where the
+//! schema and real PVE disagree, real PVE wins: such keys are listed in [`REAL_PVE_DIFFERS`]
+//! with the source that shows what PVE sends.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const NODE: &str = "ml110-01";
+
+/// `(template, key path, what PVE sends)` where real PVE sends what the declared schema does
+/// not allow: `null`, or a `number` where a string is declared. Key paths leave out list
+/// indexes (`value` is the `value` of every item).
+const REAL_PVE_DIFFERS: &[(&str, &str, &str)] = &[
+    (
+        "/nodes/{node}/qemu/{vmid}/status/current",
+        "clipboard",
+        // qemu-server PVE/API2/Qemu.pm `vm_status`: `$status->{clipboard} = $vga->{clipboard}`
+        // copies an unset clipboard of a configured `vga`: the key is there, its value null.
+        "null",
+    ),
+    (
+        "/nodes/{node}/qemu/{vmid}/pending",
+        "value",
+        // Declared a string, but qemu-server PVE/QemuServer.pm `parse_vm_config` runs every
+        // value through `check_type`, which returns `int($1)` for integers and 1/0 for
+        // booleans; GuestHelpers `config_with_pending_array` copies those numbers.
+        "number",
+    ),
+    ("/nodes/{node}/qemu/{vmid}/pending", "pending", "number"),
+];
+
+/// Implemented GETs with specific returns that the test does not call, and why.
+const NOT_CALLED: &[(&str, &str)] = &[];
+
+/// The declared `returns` of every GET in the 9.1 API.
+fn returns() -> BTreeMap<String, Value> {
+    let text = include_str!("../../schema/returns-9.1.json");
+    serde_json::from_str(text).expect("returns-9.1.json is JSON")
+}
+
+/// Whether a declared `returns` says something about keys: an object with properties,
+/// or an array of such objects.
+fn is_specific(schema: &Value) -> bool {
+    let has_props = |s: &Value| s["properties"].as_object().is_some_and(|p| !p.is_empty());
+    match schema["type"].as_str() {
+        Some("object") => has_props(schema),
+        Some("array") => has_props(&schema["items"]),
+        _ => false,
+    }
+}
+
+/// The schema property for `key`: by name, or an indexed one (`net[n]` for `net0`).
+fn property<'a>(props: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    props.get(key).or_else(|| {
+        props.iter().find_map(|(name, p)| {
+            let prefix = name.strip_suffix("[n]")?;
+            let index = key.strip_prefix(prefix)?;
+            (!index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())).then_some(p)
+        })
+    })
+}
+
+/// Every way `value` (at key path `at`) differs from `schema`.
+fn mismatches(value: &Value, schema: &Value, at: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if value.is_null() {
+        out.push(format!("{at}: null"));
+        return out;
+    }
+    let ty = schema["type"].as_str().unwrap_or("any");
+    let fits = match ty {
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "string" => value.is_string(),
+        // Perl's 1/0; a JSON boolean where the value came from QMP or JSON::true.
+        "boolean" => value.is_boolean() || value.as_u64().is_some_and(|n| n <= 1),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => true,
+    };
+    if !fits {
+        out.push(format!("{at}: {ty} declared, got {value}"));
+        return out;
+    }
+    if let (Some(allowed), Some(s)) = (schema["enum"].as_array(), value.as_str())
+        && !allowed.iter().any(|a| a == s)
+    {
+        out.push(format!("{at}: {s:?} not in the enum {allowed:?}"));
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in list.iter().enumerate() {
+            out.extend(mismatches(item, items, &format!("{at}[{i}]")));
+        }
+    }
+    if let (Some(props), Some(obj)) = (schema["properties"].as_object(), value.as_object()) {
+        for (name, p) in props {
+            let optional = p["optional"].as_u64() == Some(1) || p["optional"] == true;
+            if !optional && !name.ends_with("[n]") && !obj.contains_key(name) {
+                out.push(format!("{}: missing", join(at, name)));
+            }
+        }
+        for (key, v) in obj {
+            if let Some(p) = property(props, key) {
+                out.extend(mismatches(v, p, &join(at, key)));
+            }
+        }
+    }
+    out
+}
+
+fn join(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_string()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
+/// Keys inside list items are reported without their index, so one allowance covers all.
+fn strip_indexes(at: &str) -> String {
+    let mut s = String::new();
+    let mut skipping = false;
+    for c in at.chars() {
+        match c {
+            '[' => skipping = true,
+            ']' => skipping = false,
+            c if !skipping => s.push(c),
+            _ => {}
+        }
+    }
+    s.trim_start_matches('.').to_string()
+}
+
+/// A site with what each GET can show: a running VM (agent, disks, cloud-init, NIC, serial,
+/// qxl display, firewall rule/alias/ipset, an agent exec and file) and a stopped one with a
+/// balloon minimum and a snapshot.
+async fn populated() -> (Fake, Api, Vars) {
+    let f = start().await;
+    let api = f.api("site-1");
+    let created = create_vm(
+        &f,
+        &api,
+        NODE,
+        &[
+            ("vmid", "100"),
+            ("name", "web1"),
+            ("cores", "2"),
+            ("memory", "2048"),
+            ("agent", "1"),
+            ("net0", "virtio,bridge=vmbr0,firewall=1"),
+            ("scsi0", "local-lvm:4"),
+            ("ide2", "local-lvm:cloudinit"),
+            ("ciuser", "admin"),
+            ("ipconfig0", "ip=dhcp"),
+            ("serial0", "socket"),
+            ("vga", "qxl"),
+            ("tags", "prod"),
+        ],
+    )
+    .await;
+    let upid = created["upid"].as_str().unwrap().to_string();
+    let start = api.post("/nodes/ml110-01/qemu/100/status/start", &[]).await;
+    wait_task(&f, &api, NODE, start.data().as_str().unwrap()).await;
+    f.advance(30.0).await;
+    create_vm(
+        &f,
+        &api,
+        NODE,
+        &[
+            ("vmid", "101"),
+            ("name", "db1"),
+            ("memory", "4096"),
+            ("balloon", "1024"),
+            ("scsi0", "local-lvm:2"),
+        ],
+    )
+    .await;
+    let snap = api
+        .post(
+            "/nodes/ml110-01/qemu/101/snapshot",
+            &[("snapname", "before")],
+        )
+        .await;
+    assert_eq!(snap.status, 200, "{}", snap.body);
+    wait_task(&f, &api, NODE, snap.data().as_str().unwrap()).await;
+
+    let fw = "/nodes/ml110-01/qemu/100/firewall";
+    for (path, form) in [
+        (
+            format!("{fw}/rules"),
+            vec![
+                ("type", "in"),
+                ("action", "ACCEPT"),
+                ("dport", "22"),
+                ("proto", "tcp"),
+            ],
+        ),
+        (
+            format!("{fw}/aliases"),
+            vec![("name", "gateway"), ("cidr", "192.168.11.1")],
+        ),
+        (format!("{fw}/ipset"), vec![("name", "admins")]),
+        (format!("{fw}/ipset/admins"), vec![("cidr", "10.0.0.0/24")]),
+    ] {
+        let r = api.post(&path, &form).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+
+    let agent = "/nodes/ml110-01/qemu/100/agent";
+    let exec = api
+        .post(&format!("{agent}/exec"), &[("command", "true")])
+        .await;
+    assert_eq!(exec.status, 200, "{}", exec.body);
+    let pid = exec.data()["pid"].to_string();
+    f.advance(1.0).await;
+    let write = api
+        .post(
+            &format!("{agent}/file-write"),
+            &[("file", "/tmp/motd"), ("content", "hello\n")],
+        )
+        .await;
+    assert_eq!(write.status, 200, "{}", write.body);
+
+    let vars = Vars { upid, pid };
+    (f, api, vars)
+}
+
+struct Vars {
+    upid: String,
+    pid: String,
+}
+
+/// One GET: the template it exercises, the concrete path, the query.
+type Call = (&'static str, String, Vec<(&'static str, String)>);
+
+/// One call per (template, instance).
+fn calls(v: &Vars) -> Vec<Call> {
+    let q = |k: &'static str, val: &str| vec![(k, val.to_string())];
+    let vm = |vmid: &str| format!("/nodes/{NODE}/qemu/{vmid}");
+    let mut c = vec![
+        ("/access", "/access".to_string(), vec![]),
+        (
+            "/access/users/{userid}/token",
+            "/access/users/root@pam/token".into(),
+            vec![],
+        ),
+        (
+            "/access/users/{userid}/token/{tokenid}",
+            "/access/users/root@pam/token/harness".into(),
+            vec![],
+        ),
+        ("/cluster/resources", "/cluster/resources".into(), vec![]),
+        ("/cluster/status", "/cluster/status".into(), vec![]),
+        ("/cluster/tasks", "/cluster/tasks".into(), vec![]),
+        ("/version", "/version".into(), vec![]),
+        ("/nodes", "/nodes".into(), vec![]),
+        (
+            "/nodes/{node}/status",
+            format!("/nodes/{NODE}/status"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/network",
+            format!("/nodes/{NODE}/network"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/network/{iface}",
+            format!("/nodes/{NODE}/network/vmbr0"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/storage",
+            format!("/nodes/{NODE}/storage"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/tasks",
+            format!("/nodes/{NODE}/tasks"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/tasks/{upid}/status",
+            format!("/nodes/{NODE}/tasks/{}/status", v.upid),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/tasks/{upid}/log",
+            format!("/nodes/{NODE}/tasks/{}/log", v.upid),
+            vec![],
+        ),
+        ("/nodes/{node}/qemu", format!("/nodes/{NODE}/qemu"), vec![]),
+        (
+            "/nodes/{node}/qemu",
+            format!("/nodes/{NODE}/qemu"),
+            q("full", "1"),
+        ),
+    ];
+    for storage in ["local", "local-lvm"] {
+        let s = format!("/nodes/{NODE}/storage/{storage}");
+        c.push(("/nodes/{node}/storage/{storage}", s.clone(), vec![]));
+        c.push((
+            "/nodes/{node}/storage/{storage}/status",
+            format!("{s}/status"),
+            vec![],
+        ));
+        c.push((
+            "/nodes/{node}/storage/{storage}/content",
+            format!("{s}/content"),
+            vec![],
+        ));
+    }
+    for volume in [
+        "local:iso/ubuntu-22.04-cloud.img",
+        "local-lvm:vm-100-disk-0",
+    ] {
+        let storage = volume.split(':').next().unwrap_or_default();
+        c.push((
+            "/nodes/{node}/storage/{storage}/content/{volume}",
+            format!("/nodes/{NODE}/storage/{storage}/content/{volume}"),
+            vec![],
+        ));
+    }
+    for vmid in ["100", "101"] {
+        let p = vm(vmid);
+        c.push(("/nodes/{node}/qemu/{vmid}", p.clone(), vec![]));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/config",
+            format!("{p}/config"),
+            vec![],
+        ));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/config",
+            format!("{p}/config"),
+            q("current", "1"),
+        ));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/pending",
+            format!("{p}/pending"),
+            vec![],
+        ));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/status",
+            format!("{p}/status"),
+            vec![],
+        ));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/status/current",
+            format!("{p}/status/current"),
+            vec![],
+        ));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/feature",
+            format!("{p}/feature"),
+            q("feature", "snapshot"),
+        ));
+        c.push((
+            "/nodes/{node}/qemu/{vmid}/snapshot",
+            format!("{p}/snapshot"),
+            vec![],
+        ));
+    }
+    let running = vm("100");
+    c.push((
+        "/nodes/{node}/qemu/{vmid}/cloudinit",
+        format!("{running}/cloudinit"),
+        vec![],
+    ));
+    c.push((
+        "/nodes/{node}/qemu/{vmid}/agent/exec-status",
+        format!("{running}/agent/exec-status"),
+        q("pid", &v.pid),
+    ));
+    c.push((
+        "/nodes/{node}/qemu/{vmid}/agent/file-read",
+        format!("{running}/agent/file-read"),
+        q("file", "/tmp/motd"),
+    ));
+    let fw = format!("{running}/firewall");
+    for (template, path) in [
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/options",
+            format!("{fw}/options"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/rules",
+            format!("{fw}/rules"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
+            format!("{fw}/rules/0"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/aliases",
+            format!("{fw}/aliases"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/ipset",
+            format!("{fw}/ipset"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}",
+            format!("{fw}/ipset/admins"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/refs",
+            format!("{fw}/refs"),
+        ),
+        (
+            "/nodes/{node}/qemu/{vmid}/firewall/log",
+            format!("{fw}/log"),
+        ),
+    ] {
+        c.push((template, path, vec![]));
+    }
+    c
+}
+
+#[tokio::test]
+async fn every_implemented_get_returns_the_declared_key_types() {
+    let declared = returns();
+    let implemented: BTreeSet<&str> = fake_proxmox::router::table()
+        .iter()
+        .filter(|r| r.method == "GET")
+        .map(|r| r.template)
+        .filter(|t| declared.get(*t).is_some_and(is_specific))
+        .collect();
+    assert!(
+        implemented.len() > 30,
+        "too few GETs with specific returns: {implemented:?}"
+    );
+
+    let (_f, api, vars) = populated().await;
+    let calls = calls(&vars);
+    let called: BTreeSet<&str> = calls.iter().map(|(t, _, _)| *t).collect();
+    let skipped: BTreeSet<&str> = NOT_CALLED.iter().map(|(t, _)| *t).collect();
+    let uncovered: Vec<&&str> = implemented
+        .iter()
+        .filter(|t| !called.contains(**t) && !skipped.contains(**t))
+        .collect();
+    assert!(
+        uncovered.is_empty(),
+        "implemented GETs with declared returns the test does not call: {uncovered:?}"
+    );
+
+    let mut problems = Vec::new();
+    for (template, path, query) in &calls {
+        let form: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let r = api.send("GET", path, &form).await;
+        if r.status != 200 {
+            problems.push(format!("GET {path}: {} {}", r.status, r.body));
+            continue;
+        }
+        let allowed = |key: &str, what: &str| {
+            REAL_PVE_DIFFERS
+                .iter()
+                .any(|(t, k, w)| t == template && *k == key && *w == what)
+        };
+        let data = &r.json["data"];
+        // An empty answer would check nothing: the populated site has something everywhere.
+        let empty = data.as_array().is_some_and(Vec::is_empty)
+            || data.as_object().is_some_and(serde_json::Map::is_empty);
+        if empty {
+            problems.push(format!("GET {path}: nothing to check in {}", r.body));
+        }
+        let schema = &declared[*template];
+        for m in mismatches(data, schema, "") {
+            let (at, what) = m.split_once(": ").unwrap_or((&m, ""));
+            let key = strip_indexes(at);
+            let number_for_string = what.starts_with("string declared, got ")
+                && what["string declared, got ".len()..].parse::<f64>().is_ok();
+            if (what == "null" && allowed(&key, "null"))
+                || (number_for_string && allowed(&key, "number"))
+            {
+                continue;
+            }
+            problems.push(format!("GET {path} {query:?}: {m}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_each_kind_of_mismatch() {
+    let schema = serde_json::json!({
+        "type": "array",
+        "items": {"type": "object", "properties": {
+            "vmid": {"type": "integer"},
+            "name": {"type": "string", "optional": 1},
+            "cpu": {"type": "number", "optional": 1},
+            "template": {"type": "boolean", "optional": 1},
+            "status": {"type": "string", "enum": ["running", "stopped"]},
+            "net[n]": {"type": "string", "optional": 1},
+        }},
+    });
+    let good = serde_json::json!([
+        {"vmid": 100, "cpu": 0, "template": 1, "status": "running", "net0": "virtio"},
+        {"vmid": 101, "name": "db", "cpu": 0.5, "template": false, "status": "stopped"},
+    ]);
+    assert_eq!(mismatches(&good, &schema, ""), Vec::<String>::new());
+    let bad = serde_json::json!([
+        {"vmid": "100", "name": null, "cpu": "0.5", "status": "paused", "net0": 1},
+        {"template": "1", "status": "stopped"},
+    ]);
+    let found = mismatches(&bad, &schema, "");
+    for expected in [
+        "[0].vmid: integer declared",
+        "[0].name: null",
+        "[0].cpu: number declared",
+        "[0].status: \"paused\" not in the enum",
+        "[0].net0: string declared",
+        "[1].vmid: missing",
+        "[1].template: boolean declared",
+    ] {
+        assert!(
+            found.iter().any(|m| m.starts_with(expected)),
+            "{expected} not reported: {found:#?}"
+        );
+    }
+    assert_eq!(found.len(), 7, "{found:#?}");
+    assert_eq!(strip_indexes("[3].blockstat.scsi0"), "blockstat.scsi0");
+}
