@@ -56,6 +56,9 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
             st.node = Some(vm.node.clone());
             st.template = Some(u8::from(vm.is_template()));
             st.maxcpu = st.cpus.take();
+            let (read, written) = vm.disk_io(req.now);
+            st.diskread = Some(read);
+            st.diskwrite = Some(written);
             // Keys of qemu-server's vmstatus that the 9.1 schema of resources does not list.
             st.balloon_min = None;
             st.shares = None;

@@ -256,8 +256,9 @@ impl Vm {
             },
             cpus: Some(self.cpus()),
             disk: 0,
-            diskread: Some(while_running(DISK_READ_PER_S)),
-            diskwrite: Some(while_running(DISK_WRITE_PER_S)),
+            // Only `query-blockstats` (the `full` status) sets these.
+            diskread: None,
+            diskwrite: None,
             freemem: None,
             ha: None,
             id: None,
@@ -307,15 +308,12 @@ impl Vm {
         }
     }
 
-    /// What `status/current` adds (qemu-server `vmstatus($vmid, 1)` and API2/Qemu.pm
-    /// `vm_status`): for a running VM, what QMP answers (blockstats, balloon, machine,
-    /// version, proxmox-support) and the per-tap counters; for any VM, `ha`, `spice`,
-    /// `clipboard` and `agent` from the config.
-    pub fn vmstatus_full(&self, now: f64) -> VmStatus {
-        let mut st = self.vmstatus(now);
+    /// `status/current` (PVE/API2/Qemu.pm `vm_status`): the full vmstatus plus `ha`, and
+    /// `spice`, `clipboard` and `agent` from the config.
+    pub fn vm_status(&self, now: f64) -> VmStatus {
+        let mut st = self.vmstatus_full(now);
         st.ha = Some(HaStatus { managed: 0 });
         st.agent = self.is_agent_enabled().then_some(1);
-        st.qmpstatus = Some(self.qmpstatus());
         if let Some(vga) = self.config.get("vga") {
             let kind = find_prop(vga, "type", "type").unwrap_or("");
             if kind.starts_with("virtio") || kind.starts_with("qxl") {
@@ -323,10 +321,16 @@ impl Vm {
             }
             st.clipboard = Some(find_prop(vga, "type", "clipboard").map(str::to_string));
         }
+        st
+    }
+
+    /// qemu-server `vmstatus($vmid, 1)`: `qmpstatus` for every VM and, for a running one,
+    /// what QMP answers (blockstats, balloon, machine, version, proxmox-support) and the
+    /// per-tap counters.
+    pub fn vmstatus_full(&self, now: f64) -> VmStatus {
+        let mut st = self.vmstatus(now);
+        st.qmpstatus = Some(self.qmpstatus());
         if self.power == Power::Stopped {
-            // Without QMP there are no block statistics: PVE leaves both keys out.
-            st.diskread = None;
-            st.diskwrite = None;
             return st;
         }
         let up = st.uptime;
@@ -390,6 +394,20 @@ impl Vm {
         }
     }
 
+    /// Bytes read and written by the VM's disks so far: the sums `blockstat` reports.
+    pub fn disk_io(&self, now: f64) -> (u64, u64) {
+        let disks = self
+            .config
+            .iter()
+            .filter(|(k, v)| is_qemu_block_device(k) && !is_cdrom(v))
+            .count() as u64;
+        let up = self.uptime(now).saturating_mul(disks);
+        (
+            up.saturating_mul(DISK_READ_PER_S),
+            up.saturating_mul(DISK_WRITE_PER_S),
+        )
+    }
+
     /// The `balloon` option in MiB, if set (`0` disables the balloon device).
     fn balloon_mib(&self) -> Option<u64> {
         self.config.get("balloon").and_then(|b| b.parse().ok())
@@ -428,6 +446,12 @@ fn is_serial_key(k: &str) -> bool {
 /// and the TPM state in swtpm, neither a guest block device with a drive id.
 fn is_qemu_block_device(k: &str) -> bool {
     is_disk_key(k) && k != "efidisk0" && k != "tpmstate0"
+}
+
+/// A CD-ROM drive (or an empty one): no guest I/O is simulated on it.
+fn is_cdrom(drive: &str) -> bool {
+    let file = find_prop(drive, "file", "file").unwrap_or("none");
+    find_prop(drive, "file", "media") == Some("cdrom") || file == "cdrom" || file == "none"
 }
 
 /// A drive's counters after `up` seconds: disks see steady I/O, CD-ROMs none.

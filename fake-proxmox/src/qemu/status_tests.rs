@@ -54,6 +54,9 @@ fn stopped_vm_has_integer_zeros_and_no_pid() {
         "node",
         "maxcpu",
         "template",
+        "diskread",
+        "diskwrite",
+        "blockstat",
     ] {
         assert!(v.get(k).is_none(), "{k} should be absent: {v}");
     }
@@ -67,12 +70,20 @@ fn running_vm_counts_uptime_and_io() {
     assert_eq!(v["pid"], 4242);
     assert_eq!(v["netin"], 180_000);
     assert!(v["cpu"].is_f64());
+    assert!(
+        v.get("diskread").is_none(),
+        "only the full status has it: {v}"
+    );
+    assert_eq!(
+        vm(Power::Running).disk_io(1100.0),
+        (100 * DISK_READ_PER_S, 100 * DISK_WRITE_PER_S)
+    );
     assert_eq!(vm(Power::Paused).qmpstatus(), "paused");
 }
 
 #[test]
 fn running_status_current_has_what_qmp_adds() {
-    let v = json(&vm(Power::Running).vmstatus_full(1100.0));
+    let v = json(&vm(Power::Running).vm_status(1100.0));
     assert_eq!(v["qmpstatus"], "running");
     assert_eq!(v["running-qemu"], QEMU_VERSION);
     assert_eq!(v["running-machine"], "pc-i440fx-10.1+pve0");
@@ -116,7 +127,7 @@ fn running_status_current_has_what_qmp_adds() {
 fn no_balloon_device_means_no_balloon_keys() {
     let mut vm = vm(Power::Running);
     vm.config.insert("balloon".into(), "0".into());
-    let v = json(&vm.vmstatus_full(1100.0));
+    let v = json(&vm.vm_status(1100.0));
     for k in ["balloon", "ballooninfo", "freemem", "balloon_min", "shares"] {
         assert!(v.get(k).is_none(), "{k} should be absent: {v}");
     }
@@ -138,7 +149,7 @@ fn stopped_status_current_has_no_qmp_keys() {
     vm.config.insert("vga".into(), "qxl".into());
     vm.config.insert("serial0".into(), "socket".into());
     vm.config.insert("machine".into(), "q35".into());
-    let v = json(&vm.vmstatus_full(1100.0));
+    let v = json(&vm.vm_status(1100.0));
     assert_eq!(v["qmpstatus"], "stopped");
     assert_eq!(v["memhost"], 0);
     assert_eq!(v["spice"], 1);
@@ -162,13 +173,13 @@ fn stopped_status_current_has_no_qmp_keys() {
     }
     let mut running = vm;
     running.power = Power::Running;
-    let v = json(&running.vmstatus_full(1100.0));
+    let v = json(&running.vm_status(1100.0));
     assert_eq!(v["running-machine"], "pc-q35-10.1+pve0");
 }
 
 #[test]
 fn keys_serialise_in_alphabetical_order() {
-    let mut st = vm(Power::Running).vmstatus_full(1100.0);
+    let mut st = vm(Power::Running).vm_status(1100.0);
     st.running_machine = Some("pc".into());
     st.proxmox_support = Some(ProxmoxSupport::current());
     st.kind = Some("qemu");

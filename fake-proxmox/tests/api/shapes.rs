@@ -488,6 +488,88 @@ async fn every_implemented_get_returns_the_declared_key_types() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+#[tokio::test]
+async fn a_running_vms_status_carries_what_qemu_server_adds() {
+    let (_f, api, _) = populated().await;
+    let cur = api.get("/nodes/ml110-01/qemu/100/status/current").await;
+    let d = cur.data();
+    let object = |k: &str| {
+        d[k].as_object()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+    };
+    assert_eq!(object("blockstat").unwrap(), ["ide2", "scsi0"], "{d}");
+    assert_eq!(object("nics").unwrap(), ["tap100i0"], "{d}");
+    assert_eq!(d["proxmox-support"]["pbs-dirty-bitmap"], true, "{d}");
+    assert_eq!(d["running-qemu"], "10.1.2");
+    assert_eq!(d["running-machine"], "pc-i440fx-10.1+pve0");
+    assert_eq!(d["ballooninfo"]["max_mem"], 2048u64 << 20);
+    assert_eq!(d["balloon"], 2048u64 << 20);
+    let info = &d["ballooninfo"];
+    let used = info["total_mem"].as_u64().unwrap() - info["free_mem"].as_u64().unwrap();
+    assert_eq!(d["mem"], used);
+    assert_eq!(d["freemem"], info["free_mem"]);
+    assert_eq!(d["spice"], 1, "qxl is a SPICE display");
+    assert_eq!(d["serial"], 1);
+    let scsi0 = &d["blockstat"]["scsi0"];
+    assert_eq!(d["diskread"], scsi0["rd_bytes"], "the only disk with I/O");
+    assert!(scsi0["rd_bytes"].as_u64().unwrap() > 0);
+
+    // The stopped VM: no QMP, so none of that, and no disk counters either.
+    let cur = api.get("/nodes/ml110-01/qemu/101/status/current").await;
+    let d = cur.data();
+    assert_eq!(d["qmpstatus"], "stopped");
+    for k in [
+        "blockstat",
+        "nics",
+        "ballooninfo",
+        "proxmox-support",
+        "diskread",
+        "spice",
+    ] {
+        assert!(d.get(k).is_none(), "{k} on a stopped VM: {d}");
+    }
+    assert_eq!(d["balloon_min"], 1024u64 << 20);
+    assert_eq!(d["shares"], 1000);
+
+    // The VM list queries QMP only with `full`.
+    let list = api.get("/nodes/ml110-01/qemu").await;
+    let running = &list
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vmid"] == 100)
+        .unwrap();
+    for k in ["qmpstatus", "diskread", "blockstat", "ha"] {
+        assert!(running.get(k).is_none(), "{k} without full: {running}");
+    }
+    assert!(running["memhost"].as_u64().unwrap() > 0);
+    let full = api
+        .send("GET", "/nodes/ml110-01/qemu", &[("full", "1")])
+        .await;
+    let vms = full.data().as_array().unwrap();
+    let running = vms.iter().find(|v| v["vmid"] == 100).unwrap();
+    let stopped = vms.iter().find(|v| v["vmid"] == 101).unwrap();
+    assert_eq!(running["qmpstatus"], "running");
+    assert!(running["blockstat"]["scsi0"].is_object(), "{running}");
+    assert!(
+        running.get("ha").is_none(),
+        "ha is status/current's own: {running}"
+    );
+    assert_eq!(stopped["qmpstatus"], "stopped");
+
+    // cluster/resources keeps its disk counters.
+    let res = api.get("/cluster/resources").await;
+    let vm = res
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "qemu/100")
+        .unwrap();
+    assert!(vm["diskread"].as_u64().unwrap() > 0, "{vm}");
+}
+
 #[test]
 fn the_checker_finds_each_kind_of_mismatch() {
     let schema = serde_json::json!({
