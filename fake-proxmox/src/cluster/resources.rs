@@ -50,7 +50,7 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
         .filter(|vm| visible(vm.vmid))
         .map(|vm| {
             let online = site.node(&vm.node).is_some_and(|n| n.online);
-            let mut st = vm.vmstatus(req.now);
+            let mut st = vm.vmstatus(req.now, site.version);
             st.id = Some(format!("qemu/{}", vm.vmid));
             st.kind = Some("qemu");
             st.node = Some(vm.node.clone());

@@ -117,9 +117,9 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
         // qemu-server `vmlist`: `vmstatus(undef, $param->{full})`, QMP only with `full`.
         .map(|v| {
             if full {
-                v.vmstatus_full(c.req.now)
+                v.vmstatus_full(c.req.now, c.site.version)
             } else {
-                v.vmstatus(c.req.now)
+                v.vmstatus(c.req.now, c.site.version)
             }
         })
         .collect();
@@ -300,7 +300,7 @@ fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
     let v = audited(c)?;
-    Ok(Reply::typed(&v.vm_status(c.req.now)))
+    Ok(Reply::typed(&v.vm_status(c.req.now, c.site.version)))
 }
 
 fn start(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -9,11 +9,17 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::model::{Power, Vm, find_prop, is_disk_key, is_net_key};
+use crate::version::PveVersion;
 
-/// The QEMU a PVE 9.1 node runs (pve-qemu-kvm 10.1.x): `running-qemu`, and the version
-/// of the machine types a VM without a pinned machine gets.
-const QEMU_VERSION: &str = "10.1.2";
-const MACHINE_VERSION: &str = "10.1";
+/// The QEMU a node of `version` runs (pve-qemu-kvm 10.1 in 9.1, 9.2 in 8.4, 6.1 in 7.1):
+/// `running-qemu`, and the machine version a VM without a pinned machine gets.
+fn qemu_of(version: PveVersion) -> (&'static str, &'static str) {
+    match version {
+        PveVersion::V9_1 => ("10.1.2", "10.1"),
+        PveVersion::V8_4 => ("9.2.0", "9.2"),
+        PveVersion::V7_1 => ("6.1.0", "6.1"),
+    }
+}
 /// PVE's own machine revision, appended as `+pveN` to the current machine
 /// (qemu-server PVE/QemuServer/Machine.pm `current_from_query_machines`).
 const PVE_MACHINE_REVISION: &str = "pve0";
@@ -39,7 +45,8 @@ pub struct BalloonInfo {
     pub total_mem: u64,
 }
 
-/// QEMU's `BlockDeviceStats` (`query-blockstats` → `stats`), one per drive in `blockstat`.
+/// QEMU's `BlockDeviceStats` (`query-blockstats` → `stats`), one per drive in `blockstat`;
+/// the `zone_append` counters exist since QEMU 8.1.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockStats {
     pub account_failed: bool,
@@ -48,7 +55,8 @@ pub struct BlockStats {
     pub failed_rd_operations: u64,
     pub failed_unmap_operations: u64,
     pub failed_wr_operations: u64,
-    pub failed_zone_append_operations: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_zone_append_operations: Option<u64>,
     pub flush_operations: u64,
     pub flush_total_time_ns: u64,
     /// QEMU leaves it out until the drive saw its first I/O.
@@ -58,7 +66,8 @@ pub struct BlockStats {
     pub invalid_rd_operations: u64,
     pub invalid_unmap_operations: u64,
     pub invalid_wr_operations: u64,
-    pub invalid_zone_append_operations: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid_zone_append_operations: Option<u64>,
     pub rd_bytes: u64,
     pub rd_merged: u64,
     pub rd_operations: u64,
@@ -72,10 +81,14 @@ pub struct BlockStats {
     pub wr_merged: u64,
     pub wr_operations: u64,
     pub wr_total_time_ns: u64,
-    pub zone_append_bytes: u64,
-    pub zone_append_merged: u64,
-    pub zone_append_operations: u64,
-    pub zone_append_total_time_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone_append_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone_append_merged: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone_append_operations: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone_append_total_time_ns: Option<u64>,
 }
 
 /// One tap device's counters in `nics` (seen from the host: `netin` is what the tap sent).
@@ -87,14 +100,15 @@ pub struct NicTraffic {
 
 /// `query-proxmox-support` of a current pve-qemu-kvm: the feature flags qemu-server checks
 /// before a backup or migration, JSON booleans as QMP sends them.
+/// Flags a QEMU too old to know them leaves out.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProxmoxSupport {
-    #[serde(rename = "backup-access-api")]
-    pub backup_access_api: bool,
-    #[serde(rename = "backup-fleecing")]
-    pub backup_fleecing: bool,
-    #[serde(rename = "backup-max-workers")]
-    pub backup_max_workers: bool,
+    #[serde(rename = "backup-access-api", skip_serializing_if = "Option::is_none")]
+    pub backup_access_api: Option<bool>,
+    #[serde(rename = "backup-fleecing", skip_serializing_if = "Option::is_none")]
+    pub backup_fleecing: Option<bool>,
+    #[serde(rename = "backup-max-workers", skip_serializing_if = "Option::is_none")]
+    pub backup_max_workers: Option<bool>,
     #[serde(rename = "pbs-dirty-bitmap")]
     pub pbs_dirty_bitmap: bool,
     #[serde(rename = "pbs-dirty-bitmap-migration")]
@@ -110,11 +124,17 @@ pub struct ProxmoxSupport {
 }
 
 impl ProxmoxSupport {
-    fn current() -> ProxmoxSupport {
+    /// Fleecing came with PVE 8.2's QEMU, the worker limit with 8.3's, the backup access
+    /// API with 9.0's.
+    fn of(version: PveVersion) -> ProxmoxSupport {
+        let since = |first: PveVersion| {
+            let order = |v: PveVersion| PveVersion::ALL.iter().position(|x| *x == v);
+            (order(version) >= order(first)).then_some(true)
+        };
         ProxmoxSupport {
-            backup_access_api: true,
-            backup_fleecing: true,
-            backup_max_workers: true,
+            backup_access_api: since(PveVersion::V9_1),
+            backup_fleecing: since(PveVersion::V8_4),
+            backup_max_workers: since(PveVersion::V8_4),
             pbs_dirty_bitmap: true,
             pbs_dirty_bitmap_migration: true,
             pbs_dirty_bitmap_savevm: true,
@@ -223,8 +243,10 @@ const DISK_WRITE_PER_S: u64 = 12_000;
 const QEMU_OVERHEAD: u64 = 96 << 20;
 
 impl Vm {
-    /// The fields every vmstatus carries (qemu-server `vmstatus` without `full`).
-    pub fn vmstatus(&self, now: f64) -> VmStatus {
+    /// The fields every vmstatus carries (qemu-server `vmstatus` without `full`); `memhost`
+    /// and the pressure stall averages only from PVE 9.0 on.
+    pub fn vmstatus(&self, now: f64, version: PveVersion) -> VmStatus {
+        let pve9 = version == PveVersion::V9_1;
         let running = self.power != Power::Stopped;
         let maxmem = self.memory_bytes();
         let up = self.uptime(now);
@@ -237,7 +259,7 @@ impl Vm {
         };
         let mem = if running { maxmem / 3 } else { 0 };
         // The pressure stall averages of the VM's cgroup, read only for a running VM.
-        let pressure = running.then_some(0.0);
+        let pressure = (running && pve9).then_some(0.0);
         let balloon_min = self
             .balloon_mib()
             .filter(|b| *b > 0)
@@ -267,7 +289,7 @@ impl Vm {
             maxdisk: self.maxdisk(),
             maxmem,
             mem,
-            memhost: Some(if running {
+            memhost: pve9.then_some(if running {
                 mem.saturating_add(QEMU_OVERHEAD)
             } else {
                 0
@@ -310,8 +332,8 @@ impl Vm {
 
     /// `status/current` (PVE/API2/Qemu.pm `vm_status`): the full vmstatus plus `ha`, and
     /// `spice`, `clipboard` and `agent` from the config.
-    pub fn vm_status(&self, now: f64) -> VmStatus {
-        let mut st = self.vmstatus_full(now);
+    pub fn vm_status(&self, now: f64, version: PveVersion) -> VmStatus {
+        let mut st = self.vmstatus_full(now, version);
         st.ha = Some(HaStatus { managed: 0 });
         st.agent = self.is_agent_enabled().then_some(1);
         if let Some(vga) = self.config.get("vga") {
@@ -327,8 +349,8 @@ impl Vm {
     /// qemu-server `vmstatus($vmid, 1)`: `qmpstatus` for every VM and, for a running one,
     /// what QMP answers (blockstats, balloon, machine, version, proxmox-support) and the
     /// per-tap counters.
-    pub fn vmstatus_full(&self, now: f64) -> VmStatus {
-        let mut st = self.vmstatus(now);
+    pub fn vmstatus_full(&self, now: f64, version: PveVersion) -> VmStatus {
+        let mut st = self.vmstatus(now, version);
         st.qmpstatus = Some(self.qmpstatus());
         if self.power == Power::Stopped {
             return st;
@@ -352,14 +374,14 @@ impl Vm {
             .config
             .iter()
             .filter(|(k, _)| is_qemu_block_device(k))
-            .map(|(k, v)| (k.clone(), drive_stats(v, up)))
+            .map(|(k, v)| (k.clone(), drive_stats(v, up, version)))
             .collect();
         st.diskread = Some(blockstat.values().map(|b| b.rd_bytes).sum());
         st.diskwrite = Some(blockstat.values().map(|b| b.wr_bytes).sum());
         st.blockstat = Some(blockstat);
-        st.running_machine = Some(self.running_machine());
-        st.running_qemu = Some(QEMU_VERSION);
-        st.proxmox_support = Some(ProxmoxSupport::current());
+        st.running_machine = Some(self.running_machine(version));
+        st.running_qemu = Some(qemu_of(version).0);
+        st.proxmox_support = Some(ProxmoxSupport::of(version));
         // `balloon: 0` removes the balloon device; `query-balloon` then fails and
         // qemu-server keeps the cgroup's figure as `mem`.
         if self.balloon_mib() != Some(0) {
@@ -418,15 +440,16 @@ impl Vm {
     }
 
     /// The machine `query-machines` reports as current, with PVE's `+pveN` revision.
-    fn running_machine(&self) -> String {
+    fn running_machine(&self, version: PveVersion) -> String {
+        let machine_version = qemu_of(version).1;
         let configured = self
             .config
             .get("machine")
             .and_then(|m| find_prop(m, "type", "type"))
             .unwrap_or("pc");
         let base = match configured {
-            "pc" | "i440fx" => format!("pc-i440fx-{MACHINE_VERSION}"),
-            "q35" => format!("pc-q35-{MACHINE_VERSION}"),
+            "pc" | "i440fx" => format!("pc-i440fx-{machine_version}"),
+            "q35" => format!("pc-q35-{machine_version}"),
             pinned => pinned.to_string(),
         };
         if base.contains("+pve") {
@@ -455,7 +478,8 @@ fn is_cdrom(drive: &str) -> bool {
 }
 
 /// A drive's counters after `up` seconds: disks see steady I/O, CD-ROMs none.
-fn drive_stats(value: &str, up: u64) -> BlockStats {
+fn drive_stats(value: &str, up: u64, version: PveVersion) -> BlockStats {
+    let zoned = (version != PveVersion::V7_1).then_some(0);
     let file = find_prop(value, "file", "file").unwrap_or("none");
     let cdrom =
         find_prop(value, "file", "media") == Some("cdrom") || file == "cdrom" || file == "none";
@@ -478,7 +502,7 @@ fn drive_stats(value: &str, up: u64) -> BlockStats {
         failed_rd_operations: 0,
         failed_unmap_operations: 0,
         failed_wr_operations: 0,
-        failed_zone_append_operations: 0,
+        failed_zone_append_operations: zoned,
         flush_operations,
         flush_total_time_ns: flush_operations.saturating_mul(500_000),
         idle_time_ns: (rd_operations + wr_operations > 0).then_some(1_500_000_000),
@@ -486,7 +510,7 @@ fn drive_stats(value: &str, up: u64) -> BlockStats {
         invalid_rd_operations: 0,
         invalid_unmap_operations: 0,
         invalid_wr_operations: 0,
-        invalid_zone_append_operations: 0,
+        invalid_zone_append_operations: zoned,
         rd_bytes,
         rd_merged: 0,
         rd_operations,
@@ -500,10 +524,10 @@ fn drive_stats(value: &str, up: u64) -> BlockStats {
         wr_merged: 0,
         wr_operations,
         wr_total_time_ns: wr_operations.saturating_mul(100_000),
-        zone_append_bytes: 0,
-        zone_append_merged: 0,
-        zone_append_operations: 0,
-        zone_append_total_time_ns: 0,
+        zone_append_bytes: zoned,
+        zone_append_merged: zoned,
+        zone_append_operations: zoned,
+        zone_append_total_time_ns: zoned,
     }
 }
 

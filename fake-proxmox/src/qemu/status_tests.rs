@@ -31,7 +31,7 @@ fn json(st: &VmStatus) -> serde_json::Value {
 
 #[test]
 fn stopped_vm_has_integer_zeros_and_no_pid() {
-    let v = json(&vm(Power::Stopped).vmstatus(1100.0));
+    let v = json(&vm(Power::Stopped).vmstatus(1100.0, PveVersion::V9_1));
     assert_eq!(v["status"], "stopped");
     assert!(
         v["cpu"].is_u64(),
@@ -64,7 +64,7 @@ fn stopped_vm_has_integer_zeros_and_no_pid() {
 
 #[test]
 fn running_vm_counts_uptime_and_io() {
-    let v = json(&vm(Power::Running).vmstatus(1100.0));
+    let v = json(&vm(Power::Running).vmstatus(1100.0, PveVersion::V9_1));
     assert_eq!(v["status"], "running");
     assert_eq!(v["uptime"], 100);
     assert_eq!(v["pid"], 4242);
@@ -83,9 +83,9 @@ fn running_vm_counts_uptime_and_io() {
 
 #[test]
 fn running_status_current_has_what_qmp_adds() {
-    let v = json(&vm(Power::Running).vm_status(1100.0));
+    let v = json(&vm(Power::Running).vm_status(1100.0, PveVersion::V9_1));
     assert_eq!(v["qmpstatus"], "running");
-    assert_eq!(v["running-qemu"], QEMU_VERSION);
+    assert_eq!(v["running-qemu"], "10.1.2");
     assert_eq!(v["running-machine"], "pc-i440fx-10.1+pve0");
     assert_eq!(v["proxmox-support"]["pbs-dirty-bitmap"], true);
     assert!(v["proxmox-support"]["pbs-library-version"].is_string());
@@ -127,7 +127,7 @@ fn running_status_current_has_what_qmp_adds() {
 fn no_balloon_device_means_no_balloon_keys() {
     let mut vm = vm(Power::Running);
     vm.config.insert("balloon".into(), "0".into());
-    let v = json(&vm.vm_status(1100.0));
+    let v = json(&vm.vm_status(1100.0, PveVersion::V9_1));
     for k in ["balloon", "ballooninfo", "freemem", "balloon_min", "shares"] {
         assert!(v.get(k).is_none(), "{k} should be absent: {v}");
     }
@@ -138,7 +138,7 @@ fn no_balloon_device_means_no_balloon_keys() {
 fn balloon_minimum_adds_shares() {
     let mut vm = vm(Power::Stopped);
     vm.config.insert("balloon".into(), "1024".into());
-    let v = json(&vm.vmstatus(1100.0));
+    let v = json(&vm.vmstatus(1100.0, PveVersion::V9_1));
     assert_eq!(v["balloon_min"], 1024u64 << 20);
     assert_eq!(v["shares"], 1000);
 }
@@ -149,7 +149,7 @@ fn stopped_status_current_has_no_qmp_keys() {
     vm.config.insert("vga".into(), "qxl".into());
     vm.config.insert("serial0".into(), "socket".into());
     vm.config.insert("machine".into(), "q35".into());
-    let v = json(&vm.vm_status(1100.0));
+    let v = json(&vm.vm_status(1100.0, PveVersion::V9_1));
     assert_eq!(v["qmpstatus"], "stopped");
     assert_eq!(v["memhost"], 0);
     assert_eq!(v["spice"], 1);
@@ -173,15 +173,15 @@ fn stopped_status_current_has_no_qmp_keys() {
     }
     let mut running = vm;
     running.power = Power::Running;
-    let v = json(&running.vm_status(1100.0));
+    let v = json(&running.vm_status(1100.0, PveVersion::V9_1));
     assert_eq!(v["running-machine"], "pc-q35-10.1+pve0");
 }
 
 #[test]
 fn keys_serialise_in_alphabetical_order() {
-    let mut st = vm(Power::Running).vm_status(1100.0);
+    let mut st = vm(Power::Running).vm_status(1100.0, PveVersion::V9_1);
     st.running_machine = Some("pc".into());
-    st.proxmox_support = Some(ProxmoxSupport::current());
+    st.proxmox_support = Some(ProxmoxSupport::of(PveVersion::V9_1));
     st.kind = Some("qemu");
     let text = serde_json::to_string(&st).unwrap_or_default();
     let v: serde_json::Map<String, serde_json::Value> =
@@ -195,4 +195,23 @@ fn keys_serialise_in_alphabetical_order() {
         positions.windows(2).all(|w| w[0] < w[1]),
         "not alphabetical: {text}"
     );
+}
+
+#[test]
+fn older_releases_show_their_qemu_and_lack_pve9_keys() {
+    let running = vm(Power::Running);
+    let v = json(&running.vm_status(1100.0, PveVersion::V8_4));
+    assert_eq!(v["running-qemu"], "9.2.0");
+    assert_eq!(v["running-machine"], "pc-i440fx-9.2+pve0");
+    for k in ["memhost", "pressurecpusome", "pressurememoryfull"] {
+        assert!(v.get(k).is_none(), "{k} is PVE 9's: {v}");
+    }
+    assert!(v["proxmox-support"].get("backup-access-api").is_none());
+    assert_eq!(v["proxmox-support"]["backup-fleecing"], true);
+    assert!(v["blockstat"]["scsi0"]["zone_append_bytes"].is_u64());
+    let v = json(&running.vm_status(1100.0, PveVersion::V7_1));
+    assert_eq!(v["running-qemu"], "6.1.0");
+    assert!(v["proxmox-support"].get("backup-fleecing").is_none());
+    assert!(v["blockstat"]["scsi0"].get("zone_append_bytes").is_none());
+    assert!(v["blockstat"]["scsi0"]["rd_bytes"].is_u64());
 }
