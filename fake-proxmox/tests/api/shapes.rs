@@ -4,9 +4,8 @@
 //! and every non-optional key present. Typed clients (Go, Rust) break on any of these.
 //!
 //! The declared shapes are `schema/returns-9.1.json` (`examples/gen-returns.rs`), the checker
-//! `common::mismatches`. Where the
-//! schema and real PVE disagree, real PVE wins: such keys are listed in [`REAL_PVE_DIFFERS`]
-//! with the source that shows what PVE sends.
+//! `common::mismatches`. Where the schema and real PVE disagree, real PVE wins: such keys are
+//! listed in [`REAL_PVE_DIFFERS`] with the source that shows what PVE sends.
 
 use std::collections::BTreeSet;
 
