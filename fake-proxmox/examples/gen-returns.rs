@@ -1,5 +1,5 @@
-//! Generates `fake-proxmox/schema/returns-9.1.json`: the declared `returns` of every GET in
-//! the PVE 9.1 API dump, reduced to what a response's shape is checked against (`type`,
+//! Generates `fake-proxmox/schema/returns-9.1.json` and `returns-8.4.json`: the declared
+//! `returns` of every GET in the PVE 9.1 API dump (and the 8.4 VM subset), reduced to what a response's shape is checked against (`type`,
 //! `optional`, `enum`, `properties`, `items`, `additionalProperties`). Texts are dropped.
 //! The API shape test (`tests/api/shapes.rs`) reads it.
 //!
@@ -44,22 +44,27 @@ fn main() -> Result<()> {
         args.next()
             .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/schema").into()),
     );
-    let input = input_dir.join("pve-9.1-schema.json");
-    let text =
-        std::fs::read_to_string(&input).with_context(|| format!("reading {}", input.display()))?;
-    let dump: Value = serde_json::from_str(&text).context("parsing the API dump")?;
-    let paths = dump["paths"]
-        .as_object()
-        .context("the dump has no `paths`")?;
-    let mut out = Map::new();
-    for (path, entry) in paths {
-        if let Some(returns) = entry["methods"]["GET"].get("returns") {
-            out.insert(path.clone(), reduce(returns));
+    for (dump_name, out_name) in [
+        ("pve-9.1-schema.json", "returns-9.1.json"),
+        ("pve-8.4-vm-subset.json", "returns-8.4.json"),
+    ] {
+        let input = input_dir.join(dump_name);
+        let text = std::fs::read_to_string(&input)
+            .with_context(|| format!("reading {}", input.display()))?;
+        let dump: Value = serde_json::from_str(&text).context("parsing the API dump")?;
+        let paths = dump["paths"]
+            .as_object()
+            .context("the dump has no `paths`")?;
+        let mut out = Map::new();
+        for (path, entry) in paths {
+            if let Some(returns) = entry["methods"]["GET"].get("returns") {
+                out.insert(path.clone(), reduce(returns));
+            }
         }
+        let file = out_dir.join(out_name);
+        let mut body = serde_json::to_string_pretty(&Value::Object(out))?;
+        body.push('\n');
+        std::fs::write(&file, body).with_context(|| format!("writing {}", file.display()))?;
     }
-    let file = out_dir.join("returns-9.1.json");
-    let mut body = serde_json::to_string_pretty(&Value::Object(out))?;
-    body.push('\n');
-    std::fs::write(&file, body).with_context(|| format!("writing {}", file.display()))?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, Scenario};
+use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, PveVersion, Scenario};
 use serde_json::Value;
 
 pub const TOKEN: &str = "root@pam!harness=3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a";
@@ -180,10 +180,14 @@ pub async fn create_vm(fake: &Fake, api: &Api, node: &str, form: &[(&str, &str)]
 
 // Response shapes against the schema's declared `returns` (`shapes.rs`).
 
-/// The declared `returns` of every GET in the 9.1 API.
-pub fn returns() -> BTreeMap<String, Value> {
-    let text = include_str!("../../schema/returns-9.1.json");
-    serde_json::from_str(text).expect("returns-9.1.json is JSON")
+/// The declared `returns` of every GET in `version`'s API (8.4: the VM subset).
+pub fn returns(version: PveVersion) -> BTreeMap<String, Value> {
+    let text = match version {
+        PveVersion::V9_1 => include_str!("../../schema/returns-9.1.json"),
+        // 7.1 follows the 8.4 facts, as the fake's validation does.
+        PveVersion::V8_4 | PveVersion::V7_1 => include_str!("../../schema/returns-8.4.json"),
+    };
+    serde_json::from_str(text).expect("the returns files are JSON")
 }
 
 /// Whether a declared `returns` says something about keys: an object with properties,
