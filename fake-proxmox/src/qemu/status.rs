@@ -78,6 +78,7 @@ pub struct BlockStats {
     pub unmap_operations: u64,
     pub unmap_total_time_ns: u64,
     pub wr_bytes: u64,
+    pub wr_highest_offset: u64,
     pub wr_merged: u64,
     pub wr_operations: u64,
     pub wr_total_time_ns: u64,
@@ -480,10 +481,10 @@ fn is_cdrom(drive: &str) -> bool {
 /// A drive's counters after `up` seconds: disks see steady I/O, CD-ROMs none.
 fn drive_stats(value: &str, up: u64, version: PveVersion) -> BlockStats {
     let zoned = (version != PveVersion::V7_1).then_some(0);
-    let file = find_prop(value, "file", "file").unwrap_or("none");
-    let cdrom =
-        find_prop(value, "file", "media") == Some("cdrom") || file == "cdrom" || file == "none";
-    let (rd_bytes, wr_bytes) = if cdrom {
+    let size = find_prop(value, "file", "size")
+        .and_then(crate::storage::model::parse_size)
+        .unwrap_or(0);
+    let (rd_bytes, wr_bytes) = if is_cdrom(value) {
         (0, 0)
     } else {
         (
@@ -521,6 +522,8 @@ fn drive_stats(value: &str, up: u64, version: PveVersion) -> BlockStats {
         unmap_operations: 0,
         unmap_total_time_ns: 0,
         wr_bytes,
+        // Writes land spread over the disk: the highest offset grows until the disk's end.
+        wr_highest_offset: wr_bytes.saturating_mul(8).min(size),
         wr_merged: 0,
         wr_operations,
         wr_total_time_ns: wr_operations.saturating_mul(100_000),

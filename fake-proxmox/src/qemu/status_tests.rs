@@ -98,6 +98,10 @@ fn running_status_current_has_what_qmp_adds() {
     assert_eq!(v["blockstat"]["scsi0"]["rd_bytes"], 100 * DISK_READ_PER_S);
     assert_eq!(v["blockstat"]["ide2"]["rd_bytes"], 0);
     assert_eq!(v["blockstat"]["scsi0"]["account_failed"], true);
+    assert_eq!(
+        v["blockstat"]["scsi0"]["wr_highest_offset"],
+        8 * 100 * DISK_WRITE_PER_S
+    );
     assert_eq!(v["diskread"], 100 * DISK_READ_PER_S);
     assert_eq!(v["nics"]["tap100i0"]["netin"], 100 * NET_IN_PER_S);
     assert_eq!(v["netin"], v["nics"]["tap100i0"]["netin"]);
