@@ -50,12 +50,25 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
         .filter(|vm| visible(vm.vmid))
         .map(|vm| {
             let online = site.node(&vm.node).is_some_and(|n| n.online);
-            let mut st = vm.vmstatus(req.now);
+            let mut st = vm.vmstatus(req.now, site.version);
             st.id = Some(format!("qemu/{}", vm.vmid));
             st.kind = Some("qemu");
             st.node = Some(vm.node.clone());
             st.template = Some(u8::from(vm.is_template()));
             st.maxcpu = st.cpus.take();
+            let (read, written) = vm.disk_io(req.now);
+            st.diskread = Some(read);
+            st.diskwrite = Some(written);
+            // Keys of qemu-server's vmstatus that the 9.1 schema of resources does not list.
+            st.balloon_min = None;
+            st.shares = None;
+            st.serial = None;
+            st.pressurecpufull = None;
+            st.pressurecpusome = None;
+            st.pressureiofull = None;
+            st.pressureiosome = None;
+            st.pressurememoryfull = None;
+            st.pressurememorysome = None;
             if !online {
                 st.status = "unknown";
             }

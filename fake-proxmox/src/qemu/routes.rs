@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use crate::qemu::cloudinit;
-use crate::qemu::model::{Power, Vm};
-use crate::qemu::status::{HaStatus, VmStatus};
+use crate::qemu::model::Vm;
+use crate::qemu::status::VmStatus;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
@@ -103,6 +103,7 @@ fn upid_or_null(u: Option<String>) -> Reply {
 
 fn list(c: &mut Ctx) -> Result<Reply, PveError> {
     let node = c.node()?;
+    let full = c.req.p.flag("full");
     let data: Vec<VmStatus> = c
         .site
         .vms
@@ -113,12 +114,13 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
                 .access
                 .has(&c.req.who, &format!("/vms/{}", v.vmid), "VM.Audit")
         })
+        // qemu-server `vmlist`: `vmstatus(undef, $param->{full})`, QMP only with `full`.
         .map(|v| {
-            let mut st = v.vmstatus(c.req.now);
-            if v.power != Power::Stopped {
-                st.qmpstatus = Some(v.qmpstatus());
+            if full {
+                v.vmstatus_full(c.req.now, c.site.version)
+            } else {
+                v.vmstatus(c.req.now, c.site.version)
             }
-            st
         })
         .collect();
     Ok(Reply::typed(&data))
@@ -298,16 +300,7 @@ fn status_index(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
     let v = audited(c)?;
-    let mut st = v.vmstatus(c.req.now);
-    st.ha = Some(HaStatus { managed: 0 });
-    st.agent = v.is_agent_enabled().then_some(1);
-    st.qmpstatus = Some(v.qmpstatus());
-    if v.power != Power::Stopped {
-        st.running_machine = Some("pc-i440fx-9.2+pve1");
-        st.running_qemu = Some("9.2.0");
-        st.spice = Some(0);
-    }
-    Ok(Reply::typed(&st))
+    Ok(Reply::typed(&v.vm_status(c.req.now, c.site.version)))
 }
 
 fn start(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -1,8 +1,10 @@
-//! Shared fixtures: a started fake, a PVE client with token or ticket auth.
+//! Shared fixtures: a started fake, a PVE client with token or ticket auth, and the checker
+//! of response shapes against the schema's declared `returns`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, Scenario};
+use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, PveVersion, Scenario};
 use serde_json::Value;
 
 pub const TOKEN: &str = "root@pam!harness=3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a";
@@ -174,4 +176,109 @@ pub async fn create_vm(fake: &Fake, api: &Api, node: &str, form: &[(&str, &str)]
     assert_eq!(r.status, 200, "{}", r.body);
     let upid = r.data().as_str().unwrap().to_string();
     wait_task(fake, api, node, &upid).await
+}
+
+// Response shapes against the schema's declared `returns` (`shapes.rs`).
+
+/// The declared `returns` of every GET in `version`'s API (8.4: the VM subset).
+pub fn returns(version: PveVersion) -> BTreeMap<String, Value> {
+    let text = match version {
+        PveVersion::V9_1 => include_str!("../../schema/returns-9.1.json"),
+        // 7.1 follows the 8.4 facts, as the fake's validation does.
+        PveVersion::V8_4 | PveVersion::V7_1 => include_str!("../../schema/returns-8.4.json"),
+    };
+    serde_json::from_str(text).expect("the returns files are JSON")
+}
+
+/// Whether a declared `returns` says something about keys: an object with properties,
+/// or an array of such objects.
+pub fn is_specific(schema: &Value) -> bool {
+    let has_props = |s: &Value| s["properties"].as_object().is_some_and(|p| !p.is_empty());
+    match schema["type"].as_str() {
+        Some("object") => has_props(schema),
+        Some("array") => has_props(&schema["items"]),
+        _ => false,
+    }
+}
+
+/// The schema property for `key`: by name, or an indexed one (`net[n]` for `net0`).
+fn property<'a>(props: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    props.get(key).or_else(|| {
+        props.iter().find_map(|(name, p)| {
+            let prefix = name.strip_suffix("[n]")?;
+            let index = key.strip_prefix(prefix)?;
+            (!index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())).then_some(p)
+        })
+    })
+}
+
+/// Every way `value` (at key path `at`) differs from `schema`.
+pub fn mismatches(value: &Value, schema: &Value, at: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if value.is_null() {
+        out.push(format!("{at}: null"));
+        return out;
+    }
+    let ty = schema["type"].as_str().unwrap_or("any");
+    let fits = match ty {
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "string" => value.is_string(),
+        // Perl's 1/0; a JSON boolean where the value came from QMP or JSON::true.
+        "boolean" => value.is_boolean() || value.as_u64().is_some_and(|n| n <= 1),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => true,
+    };
+    if !fits {
+        out.push(format!("{at}: {ty} declared, got {value}"));
+        return out;
+    }
+    if let (Some(allowed), Some(s)) = (schema["enum"].as_array(), value.as_str())
+        && !allowed.iter().any(|a| a == s)
+    {
+        out.push(format!("{at}: {s:?} not in the enum {allowed:?}"));
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in list.iter().enumerate() {
+            out.extend(mismatches(item, items, &format!("{at}[{i}]")));
+        }
+    }
+    if let (Some(props), Some(obj)) = (schema["properties"].as_object(), value.as_object()) {
+        for (name, p) in props {
+            let optional = p["optional"].as_u64() == Some(1) || p["optional"] == true;
+            if !optional && !name.ends_with("[n]") && !obj.contains_key(name) {
+                out.push(format!("{}: missing", join(at, name)));
+            }
+        }
+        for (key, v) in obj {
+            if let Some(p) = property(props, key) {
+                out.extend(mismatches(v, p, &join(at, key)));
+            }
+        }
+    }
+    out
+}
+
+fn join(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_string()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
+/// Keys inside list items are reported without their index, so one allowance covers all.
+pub fn strip_indexes(at: &str) -> String {
+    let mut s = String::new();
+    let mut skipping = false;
+    for c in at.chars() {
+        match c {
+            '[' => skipping = true,
+            ']' => skipping = false,
+            c if !skipping => s.push(c),
+            _ => {}
+        }
+    }
+    s.trim_start_matches('.').to_string()
 }

@@ -13,6 +13,7 @@ mod firewall;
 mod move_disk;
 mod network;
 mod pending;
+mod shapes;
 mod snapshot;
 mod storage;
 mod upload;
