@@ -193,7 +193,7 @@ async fn adding_a_scenario_to_a_real_suite_moves_few_others() {
 async fn recorded_durations_balance_within_the_stated_bound() {
     let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let mut checked = 0;
-    for suite in ["rollout", "lab"] {
+    for suite in ["rollout", "lab", "stack"] {
         let file = data.join(format!("{suite}.durations.json"));
         if !file.exists() {
             continue;
