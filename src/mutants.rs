@@ -47,6 +47,7 @@ pub enum Mutant {
     // The deployer's, which only a real guest shows (killed by `@stack` scenarios):
     NoGuestAgent,
     DefaultScsiController,
+    BootsFromCloudInitDrive,
 }
 
 impl Mutant {
@@ -68,6 +69,7 @@ impl Mutant {
             Mutant::ClientsWithoutCertificates => "clients-without-certificates",
             Mutant::NoGuestAgent => "no-guest-agent",
             Mutant::DefaultScsiController => "default-scsi-controller",
+            Mutant::BootsFromCloudInitDrive => "boots-from-cloudinit-drive",
         }
     }
 
@@ -78,7 +80,7 @@ impl Mutant {
 }
 
 /// Every mutant.
-pub const ALL: [Mutant; 15] = [
+pub const ALL: [Mutant; 16] = [
     Mutant::NeverWaitsForTasks,
     Mutant::TokenAsCookie,
     Mutant::Qcow2OnLvmThin,
@@ -94,6 +96,7 @@ pub const ALL: [Mutant; 15] = [
     Mutant::ClientsWithoutCertificates,
     Mutant::NoGuestAgent,
     Mutant::DefaultScsiController,
+    Mutant::BootsFromCloudInitDrive,
 ];
 
 /// The cluster provisioner's mutants, in the order the lab self-test runs them.

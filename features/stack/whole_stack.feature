@@ -84,6 +84,23 @@ Feature: The whole stack: ProxmoxVM manifests to a quorate cluster, through the 
     Then the cluster step fails naming node01 and "/data is not mounted"
     And node01's console says "did not appear: its bus may lack a driver"
 
+  Scenario: A deployer whose boot order names no bootable disk: the VM runs, the firmware finds nothing to boot, its console says so
+    Given the PhotonCloud manifests for the lab-backed site
+    And only node01's manifest
+    And the deployer has the bug "boots-from-cloudinit-drive"
+    And the deployer waits at most 45 s for a VM's address
+    When the deployer rolls them out
+    Then the deployer reports node01 running without an address, because "QEMU guest agent is not running"
+    And node01's console says "No bootable device."
+
+  Scenario: Two VMs given the same static address: the second guest finds it taken and keeps off it
+    Given the PhotonCloud manifests for the lab-backed site
+    And node03's manifest asks for the address "192.168.100.12/24" with the gateway "192.168.100.1"
+    And the deployer waits at most 60 s for a VM's address
+    When the deployer rolls out only node02, then all of them
+    Then the deployer reports node03 running without an address, because "no IPv4 address"
+    And node03's console says "address 192.168.100.12 is already in use by"
+
   Scenario: The same rollout on DHCP: the cluster forms on whatever addresses the guest agents report
     Given the PhotonCloud manifests for the lab-backed site
     And every manifest asks for an address from DHCP

@@ -488,10 +488,7 @@ async fn no_address(
 
 #[then(expr = "{node}'s console says {string}")]
 async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result<(), ClusterError> {
-    let vm = w.c()?.vm(&node)?.clone();
-    let log = vm
-        .serial_log
-        .ok_or_else(|| fail(format!("{node} has no console")))?;
+    let log = w.console_of(&node)?;
     let body = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
     if !body.contains(&text) {
         return Err(fail(format!(
@@ -533,4 +530,18 @@ async fn absent(w: &mut StackWorld, node: LabNode, key: String) -> Result<(), Cl
         },
     )
     .await
+}
+
+#[when(expr = "the deployer rolls out only {node}, then all of them")]
+async fn roll_out_one_then_all(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> {
+    let all = w.tm()?.rollout.manifests.vms.clone();
+    w.tm()?
+        .rollout
+        .manifests
+        .vms
+        .retain(|m| m.vm.spec.for_provider.name == node.0);
+    let first = w.roll_out().await;
+    w.tm()?.rollout.manifests.vms = all;
+    first?;
+    w.roll_out().await
 }

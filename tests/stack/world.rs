@@ -233,6 +233,40 @@ impl StackWorld {
         Ok(())
     }
 
+    /// The console log of the VM named `name`: the cluster's record of it, or (before the
+    /// cluster provisioner ran, or when it could not) the lab backend's run directory of the VM
+    /// the deployer reported (`<state>/lab/<host>/<node>-<vmid>/serial.log`).
+    pub fn console_of(&self, name: &str) -> Result<PathBuf, ClusterError> {
+        if let Some(p) = self
+            .cluster
+            .as_ref()
+            .and_then(|c| c.vm(name).ok())
+            .and_then(|v| v.serial_log.clone())
+        {
+            return Ok(p);
+        }
+        let v = self
+            .deployed()?
+            .vms
+            .iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| ClusterError::Spec(format!("the deployer reports no {name}")))?;
+        let vmid = v
+            .vmid
+            .ok_or_else(|| ClusterError::Spec(format!("{name} has no VMID")))?;
+        let guest = format!("{}-{vmid}", v.node);
+        let lab = self.t()?.state.join("lab");
+        std::fs::read_dir(&lab)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|host| host.path().join(&guest).join("serial.log"))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                ClusterError::Lab(format!("no console of {name} under {}", lab.display()))
+            })
+    }
+
     /// A node named in a step: a VM name, or "the old leader".
     pub fn resolve(&self, who: &str) -> Result<String, ClusterError> {
         match who {

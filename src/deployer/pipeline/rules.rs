@@ -107,7 +107,16 @@ pub fn create_params(
             },
         ),
         ("ide2", format!("{}:cloudinit", spec.storage)),
-        ("boot", "order=scsi0".to_string()),
+        (
+            "boot",
+            if crate::mutants::active(crate::mutants::Mutant::BootsFromCloudInitDrive) {
+                // The boot order names the cloud-init drive, which holds no boot loader.
+                "order=ide2"
+            } else {
+                "order=scsi0"
+            }
+            .to_string(),
+        ),
         ("ciuser", ci_user.to_string()),
         ("ipconfig0", ipconfig0(spec)),
         ("serial0", "socket".to_string()),

@@ -102,9 +102,12 @@ pub fn guest_argv(a: &LaunchArgs<'_>) -> Result<Vec<String>> {
 }
 
 pub fn base_args(name: &str, machine: Machine) -> Vec<String> {
+    // `graphics=off`: a lab guest has no display, so the firmware writes what it would show on
+    // one (SeaBIOS's boot attempts, "No bootable device.") to the serial console, whose log is
+    // how the harness sees a guest that never reaches its OS.
     let m = match machine {
-        Machine::Pc => "pc",
-        Machine::Q35 => "q35",
+        Machine::Pc => "pc,graphics=off",
+        Machine::Q35 => "q35,graphics=off",
     };
     strings(&[
         "-name",
@@ -424,7 +427,7 @@ mod tests {
         g.machine = Machine::Q35;
         g.disks = vec![disk(DiskBus::Ide, 2, Media::Cdrom, None)];
         let v = argv(&g, &[]);
-        assert!(values(&v, "-machine").contains(&"q35"));
+        assert!(values(&v, "-machine").contains(&"q35,graphics=off"));
         assert!(
             values(&v, "-device").contains(&"ide-cd,bus=ide.2,unit=0,drive=drive-ide2,id=ide2")
         );

@@ -292,7 +292,17 @@ ci_apply_net() {
     [ -n "$_if" ] || continue
     case "$_a" in
       mtu) ip link set "$_if" mtu "$_v" ;;
-      addr|addr6) ip addr add "$_v" dev "$_if" || ci_error "network: cannot add $_v to $_if" ;;
+      # IPv4 duplicate address detection (RFC 5227 probes), as NetworkManager and networkd's
+      # IPv4ACD do: an address another host already answers for is not configured.
+      addr)
+        _ip=${_v%/*}
+        _owner=$(arping -D -c 2 -w 2 -I "$_if" "$_ip" 2>/dev/null | sed -n 's/.*reply from [^[]*\[\([^]]*\)\].*/\1/p' | head -n 1)
+        if [ -n "$_owner" ]; then
+          ci_error "network: address $_ip is already in use by $_owner on $_if: not configured"
+        else
+          ip addr add "$_v" dev "$_if" || ci_error "network: cannot add $_v to $_if"
+        fi ;;
+      addr6) ip addr add "$_v" dev "$_if" || ci_error "network: cannot add $_v to $_if" ;;
       gw) ip route add default via "$_v" dev "$_if" 2>/dev/null || ip route add default via "$_v" dev "$_if" onlink || ci_error "network: cannot route via $_v" ;;
       gw6) ip -6 route add default via "$_v" dev "$_if" 2>/dev/null ;;
       route) ip route add "$_v" via "$_via" dev "$_if" || ci_error "network: cannot route $_v via $_via" ;;
