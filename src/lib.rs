@@ -14,14 +14,16 @@
 //!   so a killed run resumes; [`lifecycle`] answers `status` and `destroy`. [`report`] and [`report_html`] render the results; [`rehearse`]
 //!   runs the compiled-in [`examples`] against an embedded fake-proxmox.
 //! - [`cluster`] — seed 002's cluster provisioner: a CA and node certificates, node configs,
-//!   provisioning netbooted nodes over SSH on a vm-lab lab, and the Raft quorum check.
+//!   provisioning over SSH (netbooted nodes on a vm-lab lab, [`cluster::lab`], or the VMs a
+//!   deployer made through a PVE API, [`cluster::stack`]), and the Raft quorum check.
 //! - [`suite`] — running the Gherkin suites on many machines: which scenarios a shard runs
 //!   ([`suite::shard`]), their recorded durations, and one report merged from the shards'.
 //! - `main.rs` — the `provision-harness` CLI (`plan`, `deploy`, `status`, `destroy`, `rehearse`,
 //!   `report merge`), a thin layer over [`deployer`] and [`suite`].
 //!
 //! The two products never import each other; a whole-stack run chains them (the deployer makes
-//! the VMs, the provisioner brings the cluster up on them).
+//! the VMs, the provisioner brings the cluster up on them): [`rehearse_stack`], where the
+//! deployer's PVE client powers the provisioner's VMs ([`cluster::stack::VmPower`]).
 //!
 //! The deployer's modules are re-exported at the crate root (`provision_harness::deploy`,
 //! `provision_harness::pve`, …), the paths the tests, benchmarks and CLI use.

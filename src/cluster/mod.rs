@@ -5,7 +5,10 @@
 //! checks the Raft quorum, health, CRUD and metrics ([`quorum`], [`etcd`]). The lab itself
 //! (S1, S2) is vm-lab's. [`lab::Bringup`] runs the steps in order on a lab, each method named
 //! after what it does (`start_lab`, `check_ssh`, `make_certificates`, `stage_configs`,
-//! `provision_over_ssh`, `wait_for_quorum`).
+//! `provision_over_ssh`, `wait_for_quorum`). [`stack::StackCluster`] runs S2–S6 on VMs a
+//! deployer made through a PVE API instead: files onto each cloud image's persistent disk, a
+//! cloud-init per-boot script to start the member, every restart through the API
+//! ([`stack::VmPower`]).
 
 pub mod config;
 pub mod error;

@@ -21,8 +21,6 @@ use super::quorum::{self, Node, Quorum};
 use super::tls::{self, ClusterTls};
 use super::topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};
 use super::transport::{NodeShell, SshShell, SshTarget, last_lines};
-use crate::deployer::pve::PveClient;
-use crate::deployer::pve::tasks::TaskWait;
 
 /// What the project's cloud image prints once a boot is done (its per-boot scripts ran).
 const CLOUD_READY: &str = "CLOUDIMG-READY";
@@ -49,25 +47,32 @@ pub struct StackVm {
 pub struct StackOptions {
     /// How long a boot may take until the service reports started.
     pub boot_timeout: Duration,
-    /// How the PVE power tasks are awaited.
-    pub task_wait: TaskWait,
 }
 
 impl Default for StackOptions {
     fn default() -> Self {
         Self {
             boot_timeout: Duration::from_secs(300),
-            task_wait: TaskWait {
-                poll: Duration::from_millis(200),
-                timeout: Duration::from_secs(300),
-            },
         }
     }
 }
 
+/// How the cluster's VMs are powered: `verb` (`reboot`, `stop`, `start`) on VM `vmid` of PVE
+/// node `node`, done when the VM has done it (a PVE client posts `…/status/{verb}` and awaits
+/// the task). The provisioner never reaches around the API; the deployer's client implements
+/// this where the two are joined (`rehearse_stack`), so neither product imports the other.
+pub trait VmPower: Send + Sync {
+    fn power<'a>(
+        &'a self,
+        node: &'a str,
+        vmid: u32,
+        verb: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+}
+
 /// A cluster being brought up on the deployer's VMs.
 pub struct StackCluster {
-    pve: Arc<PveClient>,
+    pve: Arc<dyn VmPower>,
     pub vms: Vec<StackVm>,
     pub cluster: ClusterSpec,
     pub layout: GuestLayout,
@@ -129,11 +134,11 @@ impl std::fmt::Debug for StackCluster {
 }
 
 impl StackCluster {
-    /// The cluster `name` on `vms`, powered through `pve`.
+    /// The cluster `name` on `vms`, powered through `pve` (a PVE API).
     pub fn new(
         name: &str,
         vms: Vec<StackVm>,
-        pve: Arc<PveClient>,
+        pve: Arc<dyn VmPower>,
         options: StackOptions,
     ) -> Result<Self, ClusterError> {
         let cluster = ClusterSpec {
@@ -356,25 +361,15 @@ impl StackCluster {
     /// A power verb through the PVE API, awaited as a task.
     async fn power(&self, name: &str, verb: &str) -> Result<(), ClusterError> {
         let vm = self.vm(name)?;
-        let api = |e: crate::deployer::pve::PveError| ClusterError::Remote {
-            node: name.to_owned(),
-            step: format!("{verb} through the PVE API"),
-            code: 0,
-            detail: e.to_string(),
-        };
-        let upid: String = self
-            .pve
-            .post(
-                &format!("/nodes/{}/qemu/{}/status/{verb}", vm.node, vm.vmid),
-                &[],
-            )
-            .await
-            .map_err(api)?;
         self.pve
-            .await_task(&upid, self.options.task_wait)
+            .power(&vm.node, vm.vmid, verb)
             .await
-            .map_err(api)?;
-        Ok(())
+            .map_err(|detail| ClusterError::Remote {
+                node: name.to_owned(),
+                step: format!("{verb} through the PVE API"),
+                code: 0,
+                detail,
+            })
     }
 
     /// Where the VM's console log ends now (so a wait reads only what a later boot printed).

@@ -15,10 +15,11 @@ use serde::Serialize;
 use crate::cluster::ClusterError;
 use crate::cluster::config::StageOptions;
 use crate::cluster::stack::{
-    CLUSTER_ROW, ConsoleWatch, Milestone, StackCluster, StackOptions, StackStep, StackVm,
+    CLUSTER_ROW, ConsoleWatch, Milestone, StackCluster, StackOptions, StackStep, StackVm, VmPower,
 };
 use crate::cluster::transport::SshTarget;
 use crate::deployer::deploy::RolloutResult;
+use crate::deployer::pve::tasks::TaskWait;
 use crate::deployer::pve::tls::{TlsMode, parse_fingerprint};
 use crate::deployer::pve::{ClientOptions, PveClient};
 use crate::deployer::rehearse::{
@@ -104,6 +105,35 @@ pub fn pve_client(
     .map_err(|e| ClusterError::Spec(e.to_string()))
 }
 
+/// The cluster's power verbs through the deployer's PVE client: `POST …/status/{verb}`, then
+/// the task awaited.
+pub struct ApiPower {
+    pub client: PveClient,
+    pub wait: TaskWait,
+}
+
+impl VmPower for ApiPower {
+    fn power<'a>(
+        &'a self,
+        node: &'a str,
+        vmid: u32,
+        verb: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            let upid: String = self
+                .client
+                .post(&format!("/nodes/{node}/qemu/{vmid}/status/{verb}"), &[])
+                .await
+                .map_err(|e| e.to_string())?;
+            self.client
+                .await_task(&upid, self.wait)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// How the harness reaches each VM the deployer reported: the address it reported (its guest
 /// agent's), SSH as root with `key` (the fake's guest-access route gives the command line that
 /// enters the lab's namespace), and the VM's console. Sorted by name.
@@ -161,8 +191,14 @@ pub async fn stage_cluster(
     key: &Path,
 ) -> Result<StackCluster, ClusterError> {
     let vms = stack_vms(fake, SITE, deploy, key).await?;
-    let pve = Arc::new(pve_client(fake, SITE, rollout)?);
-    let mut c = StackCluster::new(CLUSTER, vms, pve, StackOptions::default())?;
+    let power = Arc::new(ApiPower {
+        client: pve_client(fake, SITE, rollout)?,
+        wait: TaskWait {
+            poll: Duration::from_millis(200),
+            timeout: Duration::from_secs(300),
+        },
+    });
+    let mut c = StackCluster::new(CLUSTER, vms, power, StackOptions::default())?;
     vm_lab::lab::remove_on_sigterm(c.work_dir(), true);
     c.check_ssh().await?;
     c.make_certificates()?;
