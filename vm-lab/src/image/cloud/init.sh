@@ -292,8 +292,8 @@ ci_apply_net() {
     [ -n "$_if" ] || continue
     case "$_a" in
       mtu) ip link set "$_if" mtu "$_v" ;;
-      # IPv4 duplicate address detection (RFC 5227 probes), as NetworkManager and networkd's
-      # IPv4ACD do: an address another host already answers for is not configured.
+      # IPv4 address conflict detection (RFC 5227 probe and announce), as NetworkManager and
+      # networkd's IPv4ACD do: an address another host already answers for is not configured.
       addr)
         _ip=${_v%/*}
         _owner=$(arping -D -c 2 -w 2 -I "$_if" "$_ip" 2>/dev/null | sed -n 's/.*reply from [^[]*\[\([^]]*\)\].*/\1/p' | head -n 1)
@@ -301,6 +301,9 @@ ci_apply_net() {
           ci_error "network: address $_ip is already in use by $_owner on $_if: not configured"
         else
           ip addr add "$_v" dev "$_if" || ci_error "network: cannot add $_v to $_if"
+          # Then announce it (RFC 5227's ANNOUNCE): neighbours that knew another MAC for this
+          # address (a VM destroyed and made again) learn the new one at once.
+          arping -U -c 2 -I "$_if" "$_ip" >/dev/null 2>&1 &
         fi ;;
       addr6) ip addr add "$_v" dev "$_if" || ci_error "network: cannot add $_v to $_if" ;;
       gw) ip route add default via "$_v" dev "$_if" 2>/dev/null || ip route add default via "$_v" dev "$_if" onlink || ci_error "network: cannot route via $_v" ;;
