@@ -206,6 +206,27 @@ pub async fn stage_cluster(
     Ok(c)
 }
 
+/// A fake for `rollout`'s scenario as a rehearsal runs it (TLS, the fast task clock of
+/// `options`), its lab-backed sites' guests and disks under `state`.
+pub async fn start_lab_fake(
+    rollout: &Rollout,
+    options: &RehearseOptions,
+    state: &Path,
+) -> Result<FakeProxmox, RehearseError> {
+    let mut lab = options.lab.clone();
+    lab.state_dir = Some(state.to_path_buf());
+    Ok(FakeProxmox::builder()
+        .scenario(rollout.scenario.clone())
+        .tls(true)
+        .auth_failure_delay(false)
+        .clock(ClockMode::Scaled {
+            factor: options.clock_factor,
+        })
+        .lab_options(lab)
+        .start()
+        .await?)
+}
+
 /// What `rehearse --stack` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct StackReport {
@@ -238,18 +259,7 @@ pub async fn rehearse_stack(
         .map_err(|e| RehearseError::Image(e.to_string()))??;
     let (key, public) = ssh_keypair(dir.path()).map_err(stack_err)?;
     let rollout = stack_rollout(&image, &public)?;
-    let mut lab = options.lab.clone();
-    lab.state_dir = Some(dir.path().join("state"));
-    let fake = FakeProxmox::builder()
-        .scenario(rollout.scenario.clone())
-        .tls(true)
-        .auth_failure_delay(false)
-        .clock(ClockMode::Scaled {
-            factor: options.clock_factor,
-        })
-        .lab_options(lab)
-        .start()
-        .await?;
+    let fake = start_lab_fake(&rollout, options, &dir.path().join("state")).await?;
     let watch = ConsoleWatch::start_under(dir.path().join("state").join("lab"));
     let result = run_stack(&fake, &rollout, &key, options, progress, started, watch).await;
     fake.shutdown().await;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use fake_proxmox::{ClockMode, FakeProxmox};
+use fake_proxmox::FakeProxmox;
 use provision_harness::cluster::ClusterError;
 use provision_harness::cluster::quorum::Quorum;
 use provision_harness::cluster::stack::{StackCluster, StackVm};
@@ -12,7 +12,7 @@ use provision_harness::pve::PveClient;
 use provision_harness::rehearse::{RehearseOptions, Rollout, run_against};
 use provision_harness::rehearse_stack::{
     SITE, golden_image_qcow2, pve_client, ssh_keypair, stack_options, stack_rollout, stack_vms,
-    stage_cluster,
+    stage_cluster, start_lab_fake,
 };
 
 pub use provision_harness::rehearse_stack::QUORUM_TIMEOUT;
@@ -117,17 +117,7 @@ impl StackWorld {
             stack_rollout(&image, &public).map_err(|e| ClusterError::Spec(e.to_string()))?;
         let options = stack_options();
         let state = tmp.path().join("state");
-        let mut lab = options.lab.clone();
-        lab.state_dir = Some(state.clone());
-        let fake = FakeProxmox::builder()
-            .scenario(rollout.scenario.clone())
-            .tls(true)
-            .auth_failure_delay(false)
-            .clock(ClockMode::Scaled {
-                factor: options.clock_factor,
-            })
-            .lab_options(lab)
-            .start()
+        let fake = start_lab_fake(&rollout, &options, &state)
             .await
             .map_err(|e| ClusterError::Lab(format!("the lab-backed fake: {e}")))?;
         self.target = Some(Target {
