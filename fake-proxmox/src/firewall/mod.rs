@@ -19,6 +19,7 @@
 //! - `/etc/services` and `/etc/protocols` are Debian's (netbase) as of 2021.
 
 mod addr;
+pub mod cluster;
 pub mod conf;
 pub mod formats;
 pub mod log;

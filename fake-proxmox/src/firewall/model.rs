@@ -12,17 +12,7 @@ use crate::request::Request;
 use crate::wire::PveError;
 use crate::world::Site;
 
-/// The cluster-level firewall state of a site.
-#[derive(Clone, Debug, Default)]
-pub struct ClusterFirewall {
-    /// `/etc/pve/firewall/cluster.fw`: the aliases, ipsets and security groups guests may
-    /// name, as the scenario's `cluster_firewall` gives it (no cluster-level route writes it).
-    pub cluster_fw: String,
-    /// `/var/log/pve-firewall.log`, as pvefw-logger writes it:
-    /// `VMID LEVEL CHAIN DD/Mon/YYYY:HH:MM:SS +ZZZZ MESSAGE`: the scenario's `firewall_log`
-    /// (no traffic is simulated), one log for all nodes.
-    pub log: Vec<String>,
-}
+pub use super::cluster::ClusterFirewall;
 
 /// The VM options (`$vm_option_properties`) and whether each is a boolean.
 pub const OPTIONS: &[(&str, bool)] = &[

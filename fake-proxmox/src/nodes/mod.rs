@@ -8,6 +8,7 @@
 //! - An offline node answers every `/nodes/{node}/...` request with `595 No route to host`
 //!   (what pveproxy reports when it cannot reach the node); no connection is refused.
 
+pub mod bridge;
 pub mod interfaces;
 pub mod links;
 pub mod lookup;

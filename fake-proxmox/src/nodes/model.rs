@@ -2,35 +2,13 @@
 //! synthetic load figures derived from the VMs that run on them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::Ipv4Addr;
 
 use serde::Serialize;
 
 use crate::qemu::model::{Power, Vm};
 use crate::storage::model::Storage;
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Bridge {
-    pub name: String,
-    pub cidr: Option<String>,
-    pub gateway: Option<String>,
-    pub ports: Option<String>,
-    pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
-    /// The node's link on this bridge is down (a control API fault, not config): its guests'
-    /// NICs on it have no carrier, including those started while it lasts.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub link_cut: bool,
-}
-
-impl Bridge {
-    pub fn prefix_len(&self) -> u8 {
-        self.cidr
-            .as_deref()
-            .and_then(|c| c.split_once('/'))
-            .and_then(|(_, p)| p.parse().ok())
-            .unwrap_or(24)
-    }
-}
+pub use super::bridge::Bridge;
 
 /// A task failure armed by the control plane for the next task of a type on a node.
 #[derive(Clone, Debug, Serialize)]

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::nodes::model::Bridge;
+use crate::nodes::bridge::Bridge;
 use crate::wire::PveError;
 
 /// One `iface` stanza as the API handlers hold it (`$ifaces->{$iface}`): every value as the

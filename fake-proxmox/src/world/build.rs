@@ -120,7 +120,7 @@ impl Site {
             disks: Arc::new(SimulatedDisks),
             node_runners: BTreeMap::new(),
             copy_logs: Vec::new(),
-            firewall: crate::firewall::model::ClusterFirewall {
+            firewall: crate::firewall::cluster::ClusterFirewall {
                 cluster_fw: spec.cluster_firewall.clone().unwrap_or_default(),
                 log: spec.firewall_log.clone(),
             },

@@ -94,7 +94,7 @@ pub struct Site {
     /// `tasks::model`): they replace its laid-out transfers.
     pub copy_logs: Vec<crate::exec::CopyLog>,
     /// The cluster-level firewall objects VM rules may name, and the firewall log.
-    pub firewall: crate::firewall::model::ClusterFirewall,
+    pub firewall: crate::firewall::cluster::ClusterFirewall,
     /// What every simulated guest starts with (the scenario's `guest:`).
     pub guest: crate::agent::guest_os::GuestSetup,
 }
