@@ -378,22 +378,11 @@ impl Bringup {
 
     /// The nodes with their configs, for the S6 checks.
     pub fn members(&self) -> Vec<Node<'_, SshShell>> {
-        self.shells
-            .iter()
-            .filter_map(|s| {
-                self.configs
-                    .iter()
-                    .find(|c| c.node_id == s.node())
-                    .map(|c| Node::new(s, c))
-            })
-            .collect()
+        quorum::members(&self.shells, &self.configs)
     }
 
     pub fn member(&self, node: &str) -> Result<Node<'_, SshShell>, ClusterError> {
-        self.members()
-            .into_iter()
-            .find(|m| m.cfg.node_id == node)
-            .ok_or_else(|| ClusterError::Spec(format!("{node} is not a provisioned member")))
+        quorum::member(&self.shells, &self.configs, node)
     }
 
     /// S6 (first part): `expected` members started, at least `answering` of them answer and

@@ -304,6 +304,31 @@ where
     }
 }
 
+/// The provisioned members: each shell whose node has a config, in the shells' order.
+pub fn members<'a, S: NodeShell>(shells: &'a [S], configs: &'a [NodeConfig]) -> Vec<Node<'a, S>> {
+    shells
+        .iter()
+        .filter_map(|s| {
+            configs
+                .iter()
+                .find(|c| c.node_id == s.node())
+                .map(|c| Node::new(s, c))
+        })
+        .collect()
+}
+
+/// The provisioned member named `node`.
+pub fn member<'a, S: NodeShell>(
+    shells: &'a [S],
+    configs: &'a [NodeConfig],
+    node: &str,
+) -> Result<Node<'a, S>, ClusterError> {
+    members(shells, configs)
+        .into_iter()
+        .find(|m| m.cfg.node_id == node)
+        .ok_or_else(|| ClusterError::Spec(format!("{node} is not a provisioned member")))
+}
+
 /// Waits until, through any of `nodes`, `expected` members are started, at least `answering`
 /// of them answer, and all answering members agree on one leader.
 pub async fn wait_for_quorum<S: NodeShell>(

@@ -412,22 +412,11 @@ impl StackCluster {
 
     /// The nodes with their configs, for the S6 checks.
     pub fn members(&self) -> Vec<Node<'_, SshShell>> {
-        self.shells
-            .iter()
-            .filter_map(|s| {
-                self.configs
-                    .iter()
-                    .find(|c| c.node_id == s.node())
-                    .map(|c| Node::new(s, c))
-            })
-            .collect()
+        quorum::members(&self.shells, &self.configs)
     }
 
     pub fn member(&self, name: &str) -> Result<Node<'_, SshShell>, ClusterError> {
-        self.members()
-            .into_iter()
-            .find(|m| m.cfg.node_id == name)
-            .ok_or_else(|| ClusterError::Spec(format!("{name} is not a provisioned member")))
+        quorum::member(&self.shells, &self.configs, name)
     }
 
     /// S6: `expected` members started, at least `answering` of them answer and agree on one
