@@ -284,10 +284,29 @@ async fn new_leader(w: &mut StackWorld) -> Result<(), ClusterError> {
         .filter(|n| *n != old)
         .collect();
     let via: Vec<&str> = via.iter().map(String::as_str).collect();
-    let q = w.cm()?.wait_for_quorum(&via, 3, 2, QUORUM_TIMEOUT).await?;
-    if q.leader == old {
-        return Err(fail(format!("{old} is still the leader: {q:?}")));
-    }
+    // Right after the stop the survivors still name the old leader until their election
+    // timeout passes: wait for the election, not the first answer.
+    let c = w.c()?;
+    let members: Vec<_> = c
+        .members()
+        .into_iter()
+        .filter(|m| via.contains(&m.cfg.node_id.as_str()))
+        .collect();
+    let q = wait_until("a new leader", QUORUM_TIMEOUT, || async {
+        let q = provision_harness::cluster::quorum::wait_for_quorum(
+            &members,
+            &c.layout,
+            3,
+            2,
+            QUORUM_TIMEOUT,
+        )
+        .await?;
+        if q.leader == old {
+            return Err(fail(format!("{old} is still the leader: {q:?}")));
+        }
+        Ok(q)
+    })
+    .await?;
     w.quorum = Some(q);
     Ok(())
 }
