@@ -222,6 +222,7 @@ fn check_command(cmd: &[String], ws: &BTreeMap<String, Package>, seen: &mut BTre
             "tests/",
             "src/",
             "features/",
+            "scripts/",
         ]
         .iter()
         .any(|d| w.starts_with(d));

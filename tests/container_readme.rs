@@ -117,8 +117,18 @@ fn the_main_job_command_is_in_the_readme_and_runs() {
         "the main-job command left the README's top"
     );
     assert!(
-        top.contains("cargo test --workspace"),
-        "the test command left the README's top"
+        top.contains("scripts/test ") && top.contains("cargo test --workspace"),
+        "the test command (scripts/test, which runs cargo test --workspace) left the README's top"
+    );
+    let script = std::fs::read_to_string(repo().join("scripts/test")).unwrap();
+    assert!(
+        script.contains("exec cargo test --workspace"),
+        "scripts/test no longer runs every test"
+    );
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == "scripts/test"),
+        ".ci/run must call the README's test command"
     );
     let report = repo().join("target/rehearse-report.html");
     let _ = std::fs::remove_file(&report);
