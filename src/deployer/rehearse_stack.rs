@@ -79,6 +79,9 @@ pub fn stack_options() -> RehearseOptions {
     let mut options = RehearseOptions::lab();
     // A guest that has no address by then will not get one.
     options.deploy.pipeline.ip_wait = Duration::from_secs(300);
+    // Three VMs: asking their agents four times a second costs nothing, and a guest's address
+    // is then seen within a quarter second of its agent reporting it, not a whole one.
+    options.deploy.pipeline.ip_poll = Duration::from_millis(250);
     options
 }
 
@@ -194,7 +197,7 @@ pub async fn stage_cluster(
     let power = Arc::new(ApiPower {
         client: pve_client(fake, SITE, rollout)?,
         wait: TaskWait {
-            poll: Duration::from_millis(200),
+            poll: Duration::from_millis(100),
             timeout: Duration::from_secs(300),
         },
     });

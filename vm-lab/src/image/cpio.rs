@@ -56,6 +56,19 @@ impl Tree {
         self.entries.get(&normalize(path))
     }
 
+    /// Takes a regular file out of the tree (its mode and contents); `None` for anything else,
+    /// which stays.
+    pub fn take_file(&mut self, path: &str) -> Option<(u32, Vec<u8>)> {
+        let key = normalize(path);
+        match self.entries.get(&key) {
+            Some(Entry::File { .. }) => match self.entries.remove(&key) {
+                Some(Entry::File { mode, data }) => Some((mode, data)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -144,6 +157,20 @@ fn pad4<W: Write>(out: &mut W, len: usize) -> io::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn take_file_moves_a_file_out_and_leaves_links_and_dirs() {
+        let mut t = Tree::new();
+        t.file("/usr/bin/etcd", 0o755, b"ELF".to_vec());
+        t.symlink("/usr/bin/etcd2", "etcd");
+        assert_eq!(t.take_file("/usr/bin/etcd"), Some((0o755, b"ELF".to_vec())));
+        assert!(!t.contains("/usr/bin/etcd"));
+        assert_eq!(t.take_file("/usr/bin/etcd"), None);
+        assert_eq!(t.take_file("/usr/bin/etcd2"), None);
+        assert!(t.contains("/usr/bin/etcd2"));
+        assert_eq!(t.take_file("/usr/bin"), None);
+        assert!(t.contains("/usr/bin"));
+    }
 
     #[test]
     fn parents_are_created_and_sorted_first() {

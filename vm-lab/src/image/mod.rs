@@ -52,7 +52,7 @@ pub const MODULES: [&str; 8] = [
 ];
 const INIT_SCRIPT: &str = include_str!("init.sh");
 const LIB_DIR: &str = "/lib/x86_64-linux-gnu";
-const PROGRAM_DIRS: [&str; 4] = ["bin", "sbin", "usr/bin", "usr/sbin"];
+pub(crate) const PROGRAM_DIRS: [&str; 4] = ["bin", "sbin", "usr/bin", "usr/sbin"];
 const LIB_SEARCH: [&str; 5] = [
     "lib/x86_64-linux-gnu",
     "usr/lib/x86_64-linux-gnu",

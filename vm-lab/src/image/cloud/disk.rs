@@ -165,6 +165,7 @@ pub fn write_image(
     mbr_code: &[u8],
     signature: u32,
     boot: &BootFiles<'_>,
+    data: Option<&Path>,
     tools: &Tools<'_>,
 ) -> Result<()> {
     let sector0 = mbr(mbr_code, signature, layout)?;
@@ -213,17 +214,18 @@ pub fn write_image(
     // The data partition ships as ext4, as a cloud image ships its root file system: the guest
     // only grows it. Inode tables stay holes (lazy init; the guest mounts with
     // `noinit_itable`), so the image stays sparse.
-    run(
-        Command::new(tools.mkfs_ext4)
-            .args(["-q", "-F", "-L", DATA_LABEL, "-E"])
-            .arg(format!(
-                "offset={},lazy_itable_init=1,lazy_journal_init=1",
-                layout.data_offset_bytes()
-            ))
-            .arg(out)
-            .arg(format!("{}k", layout.data_sectors * SECTOR / 1024)),
-        "mkfs.ext4 (e2fsprogs)",
-    )?;
+    // `-d`: populated from a directory (what the image keeps on its disk), as made.
+    let mut mkfs = Command::new(tools.mkfs_ext4);
+    mkfs.args(["-q", "-F", "-L", DATA_LABEL, "-E"]).arg(format!(
+        "offset={},lazy_itable_init=1,lazy_journal_init=1",
+        layout.data_offset_bytes()
+    ));
+    if let Some(dir) = data.filter(|d| d.is_dir()) {
+        mkfs.arg("-d").arg(dir);
+    }
+    mkfs.arg(out)
+        .arg(format!("{}k", layout.data_sectors * SECTOR / 1024));
+    run(&mut mkfs, "mkfs.ext4 (e2fsprogs)")?;
     Ok(())
 }
 

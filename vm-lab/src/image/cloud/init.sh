@@ -294,9 +294,11 @@ ci_apply_net() {
       mtu) ip link set "$_if" mtu "$_v" ;;
       # IPv4 address conflict detection (RFC 5227 probe and announce), as NetworkManager and
       # networkd's IPv4ACD do: an address another host already answers for is not configured.
+      # One probe: busybox's arping waits a whole second after it, which is already the
+      # longest step of a boot's network set-up; an owner on the same L2 answers in far less.
       addr)
         _ip=${_v%/*}
-        _owner=$(arping -D -c 2 -w 2 -I "$_if" "$_ip" 2>/dev/null | sed -n 's/.*reply from [^[]*\[\([^]]*\)\].*/\1/p' | head -n 1)
+        _owner=$(arping -D -c 1 -w 1 -I "$_if" "$_ip" 2>/dev/null | sed -n 's/.*reply from [^[]*\[\([^]]*\)\].*/\1/p' | head -n 1)
         if [ -n "$_owner" ]; then
           ci_error "network: address $_ip is already in use by $_owner on $_if: not configured"
         else
