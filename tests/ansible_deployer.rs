@@ -45,7 +45,10 @@ fn venv() -> Result<PathBuf, String> {
     let venv = tmp.parent().unwrap_or(tmp).join("ansible-deployer-venv");
     if venv.join("bin/ansible-playbook").is_file()
         && Command::new(venv.join("bin/python"))
-            .args(["-c", "import proxmoxer, requests, ansible_collections.community.proxmox"])
+            .args([
+                "-c",
+                "import proxmoxer, requests, ansible_collections.community.proxmox",
+            ])
             .status()
             .is_ok_and(|s| s.success())
     {
@@ -258,9 +261,55 @@ fn differences(expected: &[Expected], ran: &[Ran]) -> Vec<String> {
     out
 }
 
+/// The comparison itself must catch each kind of difference (checked before the long run).
+fn check_differences() -> Result<(), String> {
+    let row = |s: &str, failure: Option<&str>| Expected {
+        feature: "f.feature".into(),
+        scenario: s.into(),
+        failure: failure.map(Into::into),
+    };
+    let ran = |s: &str, failure: Option<&str>| Ran {
+        feature: "f.feature".into(),
+        scenario: s.into(),
+        failure: failure.map(Into::into),
+    };
+    let expected = [
+        row("passes", None),
+        row("fails", Some("boom OR bang")),
+        row("fails otherwise", Some("boom")),
+        row("now passes", Some("boom")),
+        row("now fails", None),
+        row("gone", None),
+    ];
+    let got = [
+        ran("passes", None),
+        ran("fails", Some("it went bang")),
+        ran("fails otherwise", Some("it went bang")),
+        ran("now passes", None),
+        ran("now fails", Some("boom")),
+        ran("new", None),
+    ];
+    let d = differences(&expected, &got);
+    let want = [
+        "\"fails otherwise\" failed otherwise",
+        "\"now passes\" PASSED",
+        "\"now fails\" FAILED",
+        "\"new\" is not in",
+        "\"gone\" is in the table but did not run",
+    ];
+    if d.len() != want.len() || !want.iter().all(|w| d.iter().any(|x| x.contains(w))) {
+        return Err(format!("the comparison with the table is broken: {d:#?}"));
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() {
     let started = Instant::now();
+    if let Err(e) = check_differences() {
+        eprintln!("ansible_deployer: {e}");
+        std::process::exit(1);
+    }
     let expected = match expected_outcomes() {
         Ok(e) => e,
         Err(e) => {

@@ -122,7 +122,10 @@ def main(argv):
         "harness_fast": env("HARNESS_FAST") == "1",
         "pve_auth": auth(),
     }
-    (work / "vars.json").write_text(json.dumps(extra))
+    # The extra vars hold the credentials: readable by this user only.
+    fd = os.open(work / "vars.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(extra, f)
     log = work / "ansible.log"
     venv_bin = pathlib.Path(sys.executable).parent
     run_env = dict(os.environ)
