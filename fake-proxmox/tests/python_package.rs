@@ -87,6 +87,19 @@ fn maturin(work: &Path) -> PathBuf {
     bin.join("maturin")
 }
 
+/// The variables cargo sets for a test process (besides `CARGO`, the path to cargo).
+fn set_by_cargo_test(k: &str) -> bool {
+    [
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_BIN_",
+        "CARGO_CRATE_",
+    ]
+    .iter()
+    .any(|p| k.starts_with(p))
+        || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k)
+}
+
 /// The wheel maturin builds from `fake-proxmox/python`, in `out` (emptied first).
 fn build_wheel(maturin: &Path, out: &Path) -> PathBuf {
     let (target, profile) = target_and_profile();
@@ -96,13 +109,8 @@ fn build_wheel(maturin: &Path, out: &Path) -> PathBuf {
     // that watch CARGO_MANIFEST_DIR, CARGO_PKG_NAME... (ring's does) would rerun, and their
     // crates and all above them would rebuild, here and again in the next plain build.
     for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        let set_by_cargo_test = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_"]
-            .iter()
-            .any(|p| k.starts_with(p))
-            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k.as_ref());
-        if set_by_cargo_test {
-            cmd.env_remove(k.as_ref());
+        if set_by_cargo_test(&k.to_string_lossy()) {
+            cmd.env_remove(&k);
         }
     }
     cmd.current_dir(PYTHON_DIR)
@@ -215,7 +223,10 @@ fn the_wheel_installs_into_a_fresh_venv_and_its_pytest_fixture_drives_proxmoxer(
         "test_the_entry_point_plugin_resets_the_session_server_between_tests PASSED",
         "test_a_server_that_cannot_start_raises_with_its_stderr PASSED",
     ] {
-        assert!(output.contains(name), "{name:?} not in pytest's output:\n{output}");
+        assert!(
+            output.contains(name),
+            "{name:?} not in pytest's output:\n{output}"
+        );
     }
     assert!(
         !output.contains(" FAILED") && !output.contains(" ERROR"),
