@@ -158,6 +158,7 @@ class Server:
         self.fingerprint = (state_dir / "fingerprint").read_text().strip()
         self.cert_path = None if self._plain_http else str(state_dir / "cert.pem")
         self.control = ControlClient(url, self.cert_path)
+        self._initial_scenario = self.control.scenario()
 
     def _scenario_file(self, work: Path):
         """The ``--scenario`` path (None: the embedded default) and the parsed scenario."""
@@ -230,9 +231,9 @@ class Server:
         return self.token_id.split("!", 1)[1] if self.token_id and "!" in self.token_id else None
 
     def reset(self) -> None:
-        """Back to the scenario as loaded: world rebuilt, faults and journal cleared, and
-        the clock mode this server started with."""
-        self.control.reset()
+        """Back to the scenario this server started with (also after ``load_scenario``):
+        world rebuilt, faults and journal cleared, and the clock mode it started with."""
+        self.control.load_scenario(self._initial_scenario)
         self.control.set_clock(self.clock)
 
     def stderr(self) -> str:

@@ -97,3 +97,13 @@ def test_a_stepped_clock_holds_tasks_until_it_is_advanced(fake_proxmox):
     assert pve.control.advance_clock(600) >= before + 600
     st = node.tasks(upid).status.get()
     assert (st["status"], st["exitstatus"]) == ("stopped", "OK")
+
+
+def test_snapshot_and_restore_bring_back_the_world(fake_proxmox):
+    pve = fake_proxmox
+    node = connect(pve, "token").nodes(NODE)
+    snap = pve.control.snapshot()
+    make_vm(node)
+    assert VMID in [int(v["vmid"]) for v in node.qemu.get()]
+    pve.control.restore(snap)
+    assert VMID not in [int(v["vmid"]) for v in node.qemu.get()]

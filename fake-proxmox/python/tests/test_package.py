@@ -107,6 +107,7 @@ def test_a_marked_test_gets_its_own_server(fake_proxmox, fake_proxmox_session):
 
 INNER = '''
 import pytest
+import yaml
 from proxmoxer import ProxmoxAPI
 
 SEEN = {}
@@ -123,11 +124,16 @@ def test_1_leaves_a_vm_a_fault_and_a_stepped_clock(fake_proxmox):
     pve.control.add_fault(method="GET", path_pattern="/version", status=500, message="x")
     pve.control.set_clock("stepped")
     assert [v["vmid"] for v in pve.control.state()["sites"][0]["vms"]] == [777]
+    scenario = yaml.safe_load(pve.control.scenario())
+    scenario["sites"][0]["nodes"][0]["online"] = False
+    pve.control.load_scenario(yaml.safe_dump(scenario))
+    assert pve.control.state()["sites"][0]["nodes"][0]["online"] is False
 
 def test_2_finds_the_scenario_as_loaded(fake_proxmox):
     pve = fake_proxmox
     assert pve.pid == SEEN["pid"], "the same session server"
-    assert pve.control.state()["sites"][0]["vms"] == []
+    site = pve.control.state()["sites"][0]
+    assert site["vms"] == [] and site["nodes"][0]["online"] is True
     assert pve.control.faults() == []
     assert pve.control.journal() == []
     assert pve.control.clock()["clock"] == {"mode": "real"}
