@@ -199,3 +199,18 @@ fn an_atomic_write_replaces_the_file_and_leaves_no_temp() {
     assert!(load(dir.path()).is_err(), "'two' is not a state");
     assert!(load(&dir.path().join("none")).unwrap().is_none());
 }
+
+#[test]
+fn times_read_back_to_the_same_bits() {
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..20_000 {
+        let t: f64 = 1.7e9 + rng.random::<f64>() * 1e8;
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(
+            serde_json::from_str::<f64>(&text).unwrap().to_bits(),
+            t.to_bits(),
+            "{text}"
+        );
+    }
+}
