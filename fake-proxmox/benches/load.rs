@@ -345,10 +345,14 @@ fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
         "--scenario",
     ])
     .arg(scenario)
-    .arg("--state-dir")
-    .arg(&state)
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
+    // `--state-dir` keeps the world on disk (a write per change); BENCH_STATE=off measures
+    // without it, over HTTP only (the HTTPS client trusts the state dir's certificate).
+    let state_off = std::env::var("BENCH_STATE").is_ok_and(|v| v == "off");
+    if tls || !state_off {
+        cmd.arg("--state-dir").arg(&state);
+    }
     if !tls {
         cmd.arg("--plain-http");
     }

@@ -65,6 +65,16 @@ impl Clock {
         }
     }
 
+    /// A clock in `mode` going on from simulated time `at` (a state read back); a real clock
+    /// shows wall time, unless `at` is later (it never goes back).
+    pub fn resume(mode: ClockMode, at: f64) -> Self {
+        let mut c = Clock::new(mode);
+        if mode != ClockMode::Real || at > c.anchor_sim {
+            c.anchor_sim = at;
+        }
+        c
+    }
+
     pub fn mode(&self) -> ClockMode {
         self.mode
     }

@@ -94,6 +94,50 @@ pub fn glob_to_regex(glob: &str) -> Result<Regex, regex::Error> {
     Regex::new(&re)
 }
 
+/// What a state file holds of the faults: the rules as added (with what is left of their
+/// counts), the random source's position and the next id; the path patterns are compiled
+/// again when it is read back.
+#[derive(Serialize, Deserialize)]
+struct FaultsFile {
+    rules: Vec<FaultRule>,
+    #[serde(with = "crate::persist::rng")]
+    rng: ChaCha8Rng,
+    next_id: u64,
+}
+
+impl Serialize for Faults {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        FaultsFile {
+            rules: self.list(),
+            rng: self.rng.clone(),
+            next_id: self.next_id,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Faults {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = FaultsFile::deserialize(d)?;
+        let rules = f
+            .rules
+            .into_iter()
+            .map(|rule| {
+                let path = match &rule.path_pattern {
+                    Some(p) => Some(glob_to_regex(p).map_err(serde::de::Error::custom)?),
+                    None => None,
+                };
+                Ok(Compiled { rule, path })
+            })
+            .collect::<Result<_, D::Error>>()?;
+        Ok(Faults {
+            rules,
+            rng: f.rng,
+            next_id: f.next_id,
+        })
+    }
+}
+
 impl Faults {
     pub fn new(seed: u64) -> Faults {
         Faults {

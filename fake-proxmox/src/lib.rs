@@ -84,6 +84,7 @@ pub mod faults;
 pub mod firewall;
 pub mod journal;
 pub mod nodes;
+pub mod persist;
 pub mod qemu;
 pub mod request;
 pub mod route;
@@ -120,6 +121,8 @@ pub enum Error {
     Tls(String),
     #[error("state dir: {0}")]
     StateDir(String),
+    #[error("state dir: {0}")]
+    State(#[from] crate::persist::PersistError),
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
     #[error("{0}")]

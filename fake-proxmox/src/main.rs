@@ -42,7 +42,10 @@ enum Cmd {
         /// `real`, `scaled:N` or `stepped`.
         #[arg(long, default_value = "real", value_parser = ClockMode::parse)]
         clock: ClockMode,
-        /// Where to write cert.pem, fingerprint and the site URLs.
+        /// Keep the world here across restarts (`state.json`, written crash-safely before
+        /// each change is answered), with the certificate (`cert.pem`, `key.pem`,
+        /// `fingerprint`, reused on restart) and the site URLs (`sites`). A state dir
+        /// that holds a world serves it, whatever `--scenario` says.
         #[arg(long)]
         state_dir: Option<PathBuf>,
         /// `simulated` (volumes are records only) or `files` (every volume a real file,

@@ -121,25 +121,23 @@ pub fn role_privs(role: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct User {
     pub userid: String,
-    #[serde(skip)]
     pub password: String,
     pub enable: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Token {
     pub tokenid: String,
-    #[serde(skip)]
     pub secret: String,
     pub privsep: bool,
     pub comment: Option<String>,
     pub expire: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Acl {
     pub path: String,
     pub ugid: String,
@@ -148,7 +146,7 @@ pub struct Acl {
 }
 
 /// Who a request runs as.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Identity {
     pub userid: String,
     /// Full token id (`user@realm!name`) when authenticated by API token.
@@ -162,7 +160,7 @@ impl Identity {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Access {
     pub users: BTreeMap<String, User>,
     pub tokens: BTreeMap<String, Token>,

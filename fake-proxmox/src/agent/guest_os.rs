@@ -60,13 +60,13 @@ impl GuestSetup {
 }
 
 /// A password set through `guest-set-user-password`, as the guest's `chpasswd` got it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct PasswordSet {
     pub password: String,
     pub crypted: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct OpenFile {
     path: String,
     read: bool,
@@ -77,7 +77,7 @@ struct OpenFile {
 
 /// A process `guest-exec` started: its result is known at start, revealed once it has run
 /// for its time.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Process {
     pub ends_at: f64,
     pub exitcode: Option<i64>,
@@ -86,7 +86,7 @@ pub struct Process {
     pub err: Vec<u8>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GuestOs {
     seeded: bool,
     pub files: BTreeMap<String, Vec<u8>>,

@@ -48,20 +48,25 @@ impl ControlClient {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, ControlError> {
-        let resp = req.send().await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body: Value = resp.json().await.unwrap_or(Value::Null);
-            let message = body["error"]
-                .as_str()
-                .unwrap_or("unknown error")
-                .to_string();
-            return Err(ControlError::Refused {
-                status: status.as_u16(),
-                message,
-            });
-        }
+        let resp = Self::checked(req.send().await?).await?;
         Ok(resp.json().await?)
+    }
+
+    /// The response, or its refusal as an error.
+    async fn checked(resp: reqwest::Response) -> Result<reqwest::Response, ControlError> {
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let message = body["error"]
+            .as_str()
+            .unwrap_or("unknown error")
+            .to_string();
+        Err(ControlError::Refused {
+            status: status.as_u16(),
+            message,
+        })
     }
 
     async fn post(&self, p: &str, body: Value) -> Result<Value, ControlError> {
@@ -321,5 +326,23 @@ impl ControlClient {
     /// VMs, volumes, tasks per node, for assertions.
     pub async fn state(&self) -> Result<Value, ControlError> {
         self.send(self.http.get(self.url("/state"))).await
+    }
+
+    /// The whole state as one file (`GET /_fake/state/export`): what a state dir holds.
+    pub async fn export_state(&self) -> Result<Vec<u8>, ControlError> {
+        let resp = self.http.get(self.url("/state/export")).send().await?;
+        let resp = Self::checked(resp).await?;
+        Ok(resp.bytes().await?.to_vec())
+    }
+
+    /// Replace the world with an exported one (`POST /_fake/state/import`); a file that is
+    /// not a valid state is refused (400) and nothing changes.
+    pub async fn import_state(&self, file: &[u8]) -> Result<(), ControlError> {
+        let req = self
+            .http
+            .post(self.url("/state/import"))
+            .header("content-type", "application/json")
+            .body(file.to_vec());
+        self.send::<Value>(req).await.map(|_| ())
     }
 }

@@ -58,6 +58,13 @@ pub fn router() -> Router<SiteCtx> {
         .route("/nodes/{node}/fault", post(node_fault))
         .route("/journal", get(journal).delete(journal_clear))
         .route("/state", get(state))
+        .route("/state/export", get(super::state_file::export))
+        .route(
+            "/state/import",
+            post(super::state_file::import).layer(axum::extract::DefaultBodyLimit::max(
+                super::state_file::IMPORT_LIMIT,
+            )),
+        )
 }
 
 type Res = Result<Response, Response>;

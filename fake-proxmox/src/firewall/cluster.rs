@@ -2,7 +2,7 @@
 //! importing the firewall's rules, which work on the world).
 
 /// The cluster-level firewall state of a site.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ClusterFirewall {
     /// `/etc/pve/firewall/cluster.fw`: the aliases, ipsets and security groups guests may
     /// name, as the scenario's `cluster_firewall` gives it (no cluster-level route writes it).

@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 
 use serde::Serialize;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Bridge {
     pub name: String,
     pub cidr: Option<String>,
@@ -14,7 +14,7 @@ pub struct Bridge {
     pub dhcp: Option<(Ipv4Addr, Ipv4Addr)>,
     /// The node's link on this bridge is down (a control API fault, not config): its guests'
     /// NICs on it have no carrier, including those started while it lasts.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub link_cut: bool,
 }
 

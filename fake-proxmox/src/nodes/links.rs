@@ -10,7 +10,7 @@ use crate::qemu::model::{Nic, Power, is_net_key};
 use crate::world::Site;
 
 /// A NIC a node fault reached: the VM and its `netN`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReachedNic {
     pub vmid: u32,
     pub net: String,

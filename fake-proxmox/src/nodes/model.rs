@@ -11,13 +11,13 @@ use crate::storage::model::Storage;
 pub use super::bridge::Bridge;
 
 /// A task failure armed by the control plane for the next task of a type on a node.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ArmedFailure {
     pub task_type: String,
     pub exitstatus: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Node {
     pub name: String,
     pub ip: String,

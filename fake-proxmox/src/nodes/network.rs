@@ -16,7 +16,7 @@ use crate::wire::PveError;
 
 /// One `iface` stanza as the API handlers hold it (`$ifaces->{$iface}`): every value as the
 /// file's text, besides the keys the parser gives structure.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Iface {
     /// `type`: as the caller gave it until the file is read back (then derived, see `read_kind`).
     pub kind: String,
@@ -97,7 +97,7 @@ pub fn netmask_bits(mask: &str) -> Option<u32> {
 pub type Ifaces = BTreeMap<String, Iface>;
 
 /// A node's `/etc/network/interfaces` and its pending `interfaces.new`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct NodeNetwork {
     pub active: Ifaces,
     pub pending: Option<Ifaces>,

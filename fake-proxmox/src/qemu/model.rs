@@ -13,7 +13,7 @@ use super::pending::Pending;
 use crate::storage::model::format_size;
 use crate::version::PveVersion;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Power {
     Stopped,
@@ -24,7 +24,7 @@ pub enum Power {
     IoError,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Vm {
     pub vmid: u32,
     pub node: String,
@@ -47,11 +47,18 @@ pub struct Vm {
     /// The VM's firewall config file, `/etc/pve/firewall/<vmid>.fw` (see `firewall`).
     pub firewall: String,
     /// The simulated guest behind the agent (files, processes, freeze; see `agent`).
-    #[serde(skip)]
     pub guest: crate::agent::guest_os::GuestOs,
 }
 
 impl Vm {
+    /// The guest is gone with the process that ran it: stopped, as after a node crash.
+    pub fn power_lost(&mut self) {
+        self.power = Power::Stopped;
+        self.pid = None;
+        self.started_at = 0.0;
+        self.agent_ready_at = None;
+    }
+
     /// A VM whose QEMU is not running, with no pending changes, snapshots or leases.
     pub fn stopped(
         vmid: u32,
@@ -79,7 +86,7 @@ impl Vm {
 }
 
 /// A disk to allocate (or import) inside a task.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct DiskPlan {
     pub key: String,
     pub storage: String,

@@ -19,7 +19,7 @@ use crate::world::Site;
 type Config = BTreeMap<String, String>;
 
 /// Pending values and pending deletions (written `delete: a,!b`; `!` marks a forced one).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Pending {
     pub set: Config,
     /// Key → forced (`delete` with `force=1`: a disk is freed, not kept as `unusedN`).

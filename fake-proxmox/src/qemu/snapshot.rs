@@ -29,7 +29,7 @@ use crate::wire::PveError;
 use crate::world::Site;
 
 /// One `[snapname]` section.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Snapshot {
     /// The VM's config when the snapshot was taken (its `parent` included).
     pub config: BTreeMap<String, String>,

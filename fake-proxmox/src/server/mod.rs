@@ -34,7 +34,44 @@ pub fn app(shared: SharedRef, site: &str) -> Router {
     Router::new()
         .nest("/_fake", crate::control::router())
         .fallback(any(dispatch::api_handler))
+        .layer(axum::middleware::from_fn_with_state(ctx.clone(), durable))
         .with_state(ctx)
+}
+
+/// With a state dir, an answer leaves only once the state it reflects is durable: a request
+/// that may have changed it (any method but GET/HEAD) counts a change, and every request
+/// waits for the changes it saw (a read must not show what a crash could still undo).
+async fn durable(
+    axum::extract::State(ctx): axum::extract::State<SiteCtx>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let Some(persist) = ctx.shared.persist.clone() else {
+        return next.run(req).await;
+    };
+    let writes = !matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    let resp = next.run(req).await;
+    let change = {
+        let mut inner = ctx.shared.inner.lock();
+        if writes {
+            inner.dirty += 1;
+        }
+        inner.dirty
+    };
+    if persist.is_durable(change) {
+        return resp;
+    }
+    match persist.wait(change).await {
+        Ok(()) => resp,
+        Err(e) => {
+            use axum::response::IntoResponse;
+            let msg = format!("fake-proxmox: the state could not be made durable: {e}");
+            (axum::http::StatusCode::INTERNAL_SERVER_ERROR, msg).into_response()
+        }
+    }
 }
 
 pub struct Builder {
@@ -151,8 +188,58 @@ impl Builder {
         })
     }
 
+    /// The shared state: the state dir's world when it holds one (then its scenario is
+    /// the one served), else the scenario's; with a state dir, written there before
+    /// anything is served and after every change (see `persist`).
+    fn shared(&mut self) -> Result<SharedRef, crate::Error> {
+        let Some(dir) = self.state_dir.clone() else {
+            let (default, other) = self.runners()?;
+            return Ok(Shared::new(
+                &self.scenario,
+                self.clock,
+                self.auth_failure_delay,
+                default,
+                other,
+            ));
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| crate::Error::StateDir(e.to_string()))?;
+        let restored = crate::persist::load(&dir)?;
+        let mut inner = match restored {
+            Some(st) => {
+                if st.scenario() != &self.scenario {
+                    tracing::warn!(
+                        "{} holds a world: serving it, not the scenario given",
+                        dir.display()
+                    );
+                }
+                self.scenario = st.scenario().clone();
+                let (default, other) = self.runners()?;
+                let at = st.saved_at;
+                let mut inner = crate::persist::restored_inner(st, default, other);
+                let n = crate::persist::interrupt_running(&mut inner, at);
+                if n > 0 {
+                    tracing::warn!("{n} task(s) were running when the last process stopped");
+                }
+                inner
+            }
+            None => {
+                let (default, other) = self.runners()?;
+                state::Inner::fresh(&self.scenario, self.clock, default, other)
+            }
+        };
+        inner.dirty = 0;
+        crate::persist::write_atomic(&dir, crate::persist::FILE, &crate::persist::encode(&inner))?;
+        let persister = crate::persist::writer::Persister::new(dir, 0);
+        let shared = Shared::from_inner(inner, self.auth_failure_delay, Some(persister.clone()));
+        persister
+            .spawn(Arc::downgrade(&shared))
+            .map_err(|e| crate::Error::StateDir(format!("starting the state writer: {e}")))?;
+        Ok(shared)
+    }
+
     /// Bind every site's listener and start serving.
-    pub async fn start(self) -> Result<FakeProxmox, crate::Error> {
+    pub async fn start(mut self) -> Result<FakeProxmox, crate::Error> {
+        let shared = self.shared()?;
         for s in self.listen.keys() {
             if !self.scenario.sites.iter().any(|x| &x.name == s) {
                 return Err(crate::Error::Config(format!(
@@ -160,21 +247,16 @@ impl Builder {
                 )));
             }
         }
-        let (default, other) = self.runners()?;
-        let shared = Shared::new(
-            &self.scenario,
-            self.clock,
-            self.auth_failure_delay,
-            default,
-            other,
-        );
         let names: Vec<String> = self
             .scenario
             .sites
             .iter()
             .flat_map(|s| s.nodes.iter().map(|n| n.name.clone()))
             .collect();
-        let cert = tls::make_cert(&names)?;
+        let cert = match &self.state_dir {
+            Some(dir) => tls::kept_cert(dir, &names)?,
+            None => tls::make_cert(&names)?,
+        };
         let mut sites = Vec::new();
         for s in &self.scenario.sites {
             let addr = self
@@ -228,11 +310,7 @@ impl Builder {
             });
         }
         if let Some(dir) = &self.state_dir {
-            std::fs::create_dir_all(dir).map_err(|e| crate::Error::StateDir(e.to_string()))?;
-            let w = |f: &str, s: &str| {
-                std::fs::write(dir.join(f), s).map_err(|e| crate::Error::StateDir(e.to_string()))
-            };
-            w("cert.pem", &cert.cert_pem)?;
+            let w = |f: &str, s: &str| crate::persist::write_atomic(dir, f, s.as_bytes());
             w("fingerprint", &format!("{}\n", cert.fingerprint))?;
             let urls: String = sites
                 .iter()

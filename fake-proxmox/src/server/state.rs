@@ -18,13 +18,46 @@ pub struct Inner {
     pub journal: Journal,
     pub snapshots: BTreeMap<String, World>,
     pub next_snapshot: u64,
+    /// Counts the changes to the state, for the state file (`persist::writer`): requests
+    /// that may change it bump it, and so does completing tasks.
+    pub dirty: u64,
 }
 
 impl Inner {
+    /// The scenario's world, new, on a new clock.
+    pub fn fresh(
+        scenario: &Scenario,
+        clock: ClockMode,
+        default: Runners,
+        other: Option<(Backend, Runners)>,
+    ) -> Inner {
+        let clock = Clock::new(clock);
+        let world = World::from_scenario_with(scenario, clock.now(), default, other);
+        Inner {
+            clock,
+            world,
+            faults: Faults::new(scenario.seed),
+            journal: Journal::default(),
+            snapshots: BTreeMap::new(),
+            next_snapshot: 1,
+            dirty: 0,
+        }
+    }
+
     /// Bring the world up to the clock's present and return that time.
     pub fn now(&mut self) -> f64 {
         let now = self.clock.now();
+        let running = |w: &World| {
+            w.sites
+                .iter()
+                .map(|s| s.tasks.running_count())
+                .sum::<usize>()
+        };
+        let before = running(&self.world);
         self.world.tick(now);
+        if running(&self.world) != before {
+            self.dirty += 1;
+        }
         now
     }
 }
@@ -32,6 +65,8 @@ impl Inner {
 pub struct Shared {
     pub inner: Mutex<Inner>,
     pub auth_failure_delay: bool,
+    /// Set with a state dir: answers wait until the state they saw is durable.
+    pub persist: Option<Arc<crate::persist::writer::Persister>>,
 }
 
 pub type SharedRef = Arc<Shared>;
@@ -44,18 +79,25 @@ impl Shared {
         default: Runners,
         other: Option<(Backend, Runners)>,
     ) -> SharedRef {
-        let clock = Clock::new(clock);
-        let world = World::from_scenario_with(scenario, clock.now(), default, other);
         Arc::new(Shared {
-            inner: Mutex::new(Inner {
-                clock,
-                world,
-                faults: Faults::new(scenario.seed),
-                journal: Journal::default(),
-                snapshots: BTreeMap::new(),
-                next_snapshot: 1,
-            }),
+            inner: Mutex::new(Inner::fresh(scenario, clock, default, other)),
             auth_failure_delay,
+            persist: None,
+        })
+    }
+}
+
+impl Shared {
+    /// The shared state around a ready `inner` (a state read back), with its persister.
+    pub fn from_inner(
+        inner: Inner,
+        auth_failure_delay: bool,
+        persist: Option<Arc<crate::persist::writer::Persister>>,
+    ) -> SharedRef {
+        Arc::new(Shared {
+            inner: Mutex::new(inner),
+            auth_failure_delay,
+            persist,
         })
     }
 }

@@ -119,7 +119,7 @@ impl StorageType {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Volume {
     pub volname: String,
     pub vtype: Content,
@@ -132,7 +132,7 @@ pub struct Volume {
     pub ctime: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Storage {
     pub name: String,
     pub kind: StorageType,

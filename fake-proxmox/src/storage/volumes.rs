@@ -25,6 +25,16 @@ impl Deref for Volumes {
     }
 }
 
+/// Read back as the map alone; the running total is counted again.
+impl<'de> serde::Deserialize<'de> for Volumes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, Volume>::deserialize(d)?;
+        let mut v = Volumes { map, used: 0 };
+        v.recount();
+        Ok(v)
+    }
+}
+
 impl Volumes {
     /// Bytes all volumes take (saturating, like the sum it replaces).
     pub fn used(&self) -> u64 {

@@ -13,7 +13,7 @@ use crate::qemu::model::DiskPlan;
 use crate::world::Site;
 
 /// The work a task does when it completes.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub enum Work {
     Noop,
     CreateVm {
@@ -104,7 +104,7 @@ pub enum Work {
 }
 
 /// A piece of a task log placed on the simulated timeline.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub enum Chunk {
     Line(String),
     /// A transfer from `at` to `until`, logged once per percent as qemu-img does.
@@ -115,7 +115,7 @@ pub enum Chunk {
     },
 }
 
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub enum TransferStyle {
     QemuImg,
     Download,
@@ -152,7 +152,7 @@ fn splice_copies(timeline: &mut Vec<(f64, Chunk)>, copies: Vec<CopyLog>) {
     *timeline = out;
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Task {
     pub upid: String,
     pub node: String,
@@ -441,6 +441,27 @@ impl Site {
 
     pub fn task(&self, upid: &str) -> Option<&Task> {
         self.tasks.get(upid)
+    }
+
+    /// The tasks still running when the process that ran them died, as PVE shows a task
+    /// whose worker died with its node: stopped, its log ending where the worker got to
+    /// (here: the last state written, `at`) with no `TASK OK`/`TASK ERROR` line, so its
+    /// exit status is `unexpected status` (pve-common `PVE/UPID.pm`, see pve-api-facts.md
+    /// on task status). Nothing is rolled back: no worker is left to clean up, so a create
+    /// leaves its VM with `lock: create` as `create_and_lock_config` wrote it, and a clone
+    /// its `lock: clone`. Returns how many tasks were stopped.
+    pub fn interrupt_running(&mut self, at: f64) -> usize {
+        let seqs = self.tasks.running_seqs();
+        for &seq in &seqs {
+            self.tasks.update(seq, |t| {
+                let end = at.max(t.start);
+                t.timeline.retain(|(when, _)| *when <= end);
+                t.end = end;
+                t.exitstatus = Some("unexpected status".into());
+                t.endtime = Some(end as u64);
+            });
+        }
+        seqs.len()
     }
 
     /// Stop a running task (`DELETE /nodes/{node}/tasks/{upid}`).

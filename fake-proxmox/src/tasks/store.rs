@@ -38,7 +38,66 @@ pub struct TaskStore {
     next_seq: u64,
 }
 
+/// What a state file holds of a store: the tasks by sequence number and the next one; the
+/// indexes are built again when it is read back.
+#[derive(serde::Serialize)]
+struct StoreRef<'a> {
+    next_seq: u64,
+    tasks: &'a BTreeMap<u64, Task>,
+}
+
+#[derive(serde::Deserialize)]
+struct StoreOwned {
+    next_seq: u64,
+    tasks: BTreeMap<u64, Task>,
+}
+
+impl serde::Serialize for TaskStore {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        StoreRef {
+            next_seq: self.next_seq,
+            tasks: &self.by_seq,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for TaskStore {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let StoreOwned { next_seq, tasks } = StoreOwned::deserialize(d)?;
+        if let Some(last) = tasks.keys().next_back()
+            && *last >= next_seq
+        {
+            return Err(serde::de::Error::custom(format!(
+                "task sequence {last} is not below next_seq {next_seq}"
+            )));
+        }
+        let mut store = TaskStore {
+            next_seq,
+            ..TaskStore::default()
+        };
+        for (seq, task) in tasks {
+            if task.running() {
+                store.running.insert((EndTime(task.end), seq));
+            }
+            store.by_upid.insert(task.upid.clone(), seq);
+            store.by_seq.insert(seq, task);
+        }
+        Ok(store)
+    }
+}
+
 impl TaskStore {
+    /// How many tasks are running.
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    /// The sequence numbers of the running tasks.
+    pub fn running_seqs(&self) -> Vec<u64> {
+        self.running.iter().map(|(_, seq)| *seq).collect()
+    }
+
     pub fn len(&self) -> usize {
         self.by_seq.len()
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{Runners, Site, World};
+use super::{Runners, Site, World, runners_on};
 use crate::access::model::{Access, Acl, Token, User};
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks, StorageInfo};
 use crate::nodes::model::{Bridge, Node};
@@ -51,19 +51,7 @@ impl World {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let pick = |asked: Option<Backend>| match (&other, asked) {
-                    (Some((b, o)), Some(asked)) if *b == asked => (true, o),
-                    _ => (false, &default),
-                };
-                let (site_other, runners) = pick(s.backend);
-                let node_runners = s
-                    .nodes
-                    .iter()
-                    .filter_map(|n| {
-                        let (node_other, r) = pick(n.backend.or(s.backend));
-                        (node_other != site_other).then(|| (n.name.clone(), r.clone()))
-                    })
-                    .collect();
+                let (runners, node_runners) = site_runners(s, &default, &other);
                 let mut site = Site {
                     exec: runners.exec.clone(),
                     disks: runners.disks.clone(),
@@ -83,6 +71,52 @@ impl World {
         }
     }
 
+    /// A world read back from a state file (`persist`), run by these runners as
+    /// `from_scenario_with` would assign them. The volumes' data stays where it is: the
+    /// disks learn the storages again, nothing is reset or placed.
+    pub fn reattached(
+        scenario: Scenario,
+        sites: Vec<Site>,
+        default: Runners,
+        other: Option<(Backend, Runners)>,
+    ) -> World {
+        let mut sites = sites;
+        for (site, spec) in sites.iter_mut().zip(&scenario.sites) {
+            let (runners, node_runners) = site_runners(spec, &default, &other);
+            site.exec = runners.exec.clone();
+            site.disks = runners.disks.clone();
+            site.node_runners = node_runners;
+            site.copy_logs.clear();
+            for n in &spec.nodes {
+                for s in &n.storages {
+                    let info = StorageInfo {
+                        site: spec.name.clone(),
+                        node: n.name.clone(),
+                        name: s.name.clone(),
+                        kind: s.kind,
+                        backing_dir: s.backing_dir.clone(),
+                    };
+                    if let Err(e) = site.disks_on(&n.name).add_storage(&info) {
+                        tracing::warn!("storage {} on {}: {e}", s.name, n.name);
+                    }
+                }
+            }
+            // Guests a backend really ran (lab QEMU) did not outlive the process.
+            for vm in site.vms.values_mut() {
+                if runners_on(&site.exec, &site.node_runners, &vm.node).observes_guests() {
+                    vm.power_lost();
+                }
+            }
+        }
+        World {
+            scenario,
+            sites,
+            exec: default.exec,
+            disks: default.disks,
+            other,
+        }
+    }
+
     /// The same world's scenario again, from scratch, with the same executors and disks.
     pub fn rebuilt(&self, scenario: &Scenario, now: f64) -> World {
         let default = Runners {
@@ -91,6 +125,28 @@ impl World {
         };
         World::from_scenario_with(scenario, now, default, self.other.clone())
     }
+}
+
+/// The runners of a site's spec and, for nodes that name the other backend, theirs.
+fn site_runners(
+    s: &SiteSpec,
+    default: &Runners,
+    other: &Option<(Backend, Runners)>,
+) -> (Runners, BTreeMap<String, Runners>) {
+    let pick = |asked: Option<Backend>| match (other, asked) {
+        (Some((b, o)), Some(asked)) if *b == asked => (true, o),
+        _ => (false, default),
+    };
+    let (site_other, runners) = pick(s.backend);
+    let node_runners = s
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let (node_other, r) = pick(n.backend.or(s.backend));
+            (node_other != site_other).then(|| (n.name.clone(), r.clone()))
+        })
+        .collect();
+    (runners.clone(), node_runners)
 }
 
 impl Site {

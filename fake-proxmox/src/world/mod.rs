@@ -70,7 +70,10 @@ fn runners_on<'a>(
     nodes.get(node).map(|r| &r.exec).unwrap_or(default)
 }
 
-#[derive(Clone, Debug)]
+/// A site's durable state is what `persist` writes; the fields marked `skip` are the
+/// runtime things that carry it out (executors, disks), which the server that loads the
+/// state attaches again (`World::reattached`), or the scratch list of one task completion.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Site {
     pub name: String,
     pub version: PveVersion,
@@ -82,16 +85,24 @@ pub struct Site {
     pub nodes: BTreeMap<String, Node>,
     pub vms: BTreeMap<u32, Vm>,
     pub tasks: TaskStore,
+    /// Kept with its position, so a restarted server draws the same MACs and figures next.
+    #[serde(with = "crate::persist::rng")]
     pub rng: ChaCha8Rng,
     /// What runs the VMs (see `exec`): the qemu model decides, this carries it out.
+    /// Runtime only (a process handle, not state): attached again on load.
+    #[serde(skip, default = "crate::persist::simulated_exec")]
     pub exec: Arc<dyn Executor>,
     /// What holds the volumes' data (see `exec::Disks`): the storage and qemu models
-    /// decide, this carries it out.
+    /// decide, this carries it out. Runtime only: attached again on load.
+    #[serde(skip, default = "crate::persist::simulated_disks")]
     pub disks: Arc<dyn Disks>,
     /// Nodes whose scenario names another backend than the site's: their own runners.
+    /// Runtime only: attached again on load.
+    #[serde(skip)]
     pub node_runners: BTreeMap<String, Runners>,
     /// The log lines of the disk copies the task being completed ran, in order (see
-    /// `tasks::model`): they replace its laid-out transfers.
+    /// `tasks::model`): they replace its laid-out transfers. Empty between requests.
+    #[serde(skip)]
     pub copy_logs: Vec<crate::exec::CopyLog>,
     /// The cluster-level firewall objects VM rules may name, and the firewall log.
     pub firewall: crate::firewall::cluster::ClusterFirewall,

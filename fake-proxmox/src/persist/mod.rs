@@ -1,0 +1,313 @@
+//! State that outlives the process.
+//!
+//! With a state dir, the whole durable state — the world (sites with their nodes, storages
+//! and volumes, VMs, tasks, users and tokens, firewall, guest state), the faults, the clock
+//! and the control plane's snapshots — lives in `STATE_DIR/state.json`, one JSON document
+//! with a `format` name and a `version`. The same document is what `GET /_fake/state/export`
+//! returns and `POST /_fake/state/import` takes.
+//!
+//! Crash safety (see `writer`): every request that may have changed the state (any method
+//! but GET/HEAD, and a GET that completed tasks) is answered only after a state at least that
+//! new is durable: written to a temp file in the state dir, fsynced, renamed over the old
+//! file, and the directory fsynced. One writer thread writes the newest state for all
+//! requests waiting, so concurrent requests share a write (group commit).
+//!
+//! Not kept: the request journal (a log for test assertions, not part of the world, and
+//! the largest thing to rewrite on every request) and the runtime handles (executors, disk
+//! backends, lab processes), which the server that loads a state attaches again.
+
+pub mod rng;
+pub mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::ClockMode;
+use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
+use crate::faults::Faults;
+use crate::scenario::{Backend, Scenario};
+use crate::server::state::Inner;
+use crate::world::{Runners, Site, World};
+
+/// The `format` field of every state file.
+pub const FORMAT: &str = "fake-proxmox-state";
+/// The version of the layout this build writes and reads.
+pub const VERSION: u64 = 1;
+/// The state file's name in the state dir.
+pub const FILE: &str = "state.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("not a fake-proxmox state file: {0}")]
+    NotState(String),
+    #[error(
+        "state file version {found} cannot be read by this build (it reads version {VERSION}); \
+         use the fake-proxmox build that wrote it, or start from a fresh state dir"
+    )]
+    Version { found: u64 },
+    #[error("invalid state file: {0}")]
+    Invalid(String),
+}
+
+/// The default executor of a site read back (replaced by `World::reattached`).
+pub fn simulated_exec() -> Arc<dyn Executor> {
+    Arc::new(Simulated)
+}
+
+/// The default disks of a site read back (replaced by `World::reattached`).
+pub fn simulated_disks() -> Arc<dyn Disks> {
+    Arc::new(SimulatedDisks)
+}
+
+#[derive(Serialize)]
+struct WorldRef<'a> {
+    scenario: &'a Scenario,
+    sites: &'a [Site],
+}
+
+#[derive(Deserialize)]
+struct WorldOwned {
+    scenario: Scenario,
+    sites: Vec<Site>,
+}
+
+#[derive(Serialize)]
+struct StateRef<'a> {
+    format: &'static str,
+    version: u64,
+    /// The simulated time the state was taken at.
+    saved_at: f64,
+    clock: ClockMode,
+    world: WorldRef<'a>,
+    faults: &'a Faults,
+    snapshots: BTreeMap<&'a str, WorldRef<'a>>,
+    next_snapshot: u64,
+}
+
+/// Read first, alone, so a file of another format or version is named as such rather than
+/// failing on whatever field changed.
+#[derive(Deserialize)]
+struct Header {
+    format: Option<String>,
+    version: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateOwned {
+    #[allow(dead_code)]
+    format: String,
+    #[allow(dead_code)]
+    version: u64,
+    saved_at: f64,
+    clock: ClockMode,
+    world: WorldOwned,
+    faults: Faults,
+    snapshots: BTreeMap<String, WorldOwned>,
+    next_snapshot: u64,
+}
+
+/// A state file read and checked, not yet attached to runners.
+pub struct State {
+    pub saved_at: f64,
+    pub clock: ClockMode,
+    scenario: Scenario,
+    sites: Vec<Site>,
+    faults: Faults,
+    snapshots: BTreeMap<String, WorldOwned>,
+    next_snapshot: u64,
+}
+
+/// The state as one JSON document. The caller holds the lock: this is the only work a
+/// write does under it.
+pub fn encode(inner: &Inner) -> Vec<u8> {
+    let doc = StateRef {
+        format: FORMAT,
+        version: VERSION,
+        saved_at: inner.clock.now(),
+        clock: inner.clock.mode(),
+        world: WorldRef {
+            scenario: &inner.world.scenario,
+            sites: &inner.world.sites,
+        },
+        faults: &inner.faults,
+        snapshots: inner
+            .snapshots
+            .iter()
+            .map(|(k, w)| {
+                let r = WorldRef {
+                    scenario: &w.scenario,
+                    sites: &w.sites,
+                };
+                (k.as_str(), r)
+            })
+            .collect(),
+        next_snapshot: inner.next_snapshot,
+    };
+    // Every type in the state serialises to JSON without error (string keys, finite
+    // figures); an empty document would fail to read back rather than pass for a state.
+    serde_json::to_vec(&doc).unwrap_or_default()
+}
+
+/// Read a state document; a file of another format or version, or one that does not hold
+/// a consistent world, is an error naming what is wrong.
+pub fn decode(bytes: &[u8]) -> Result<State, PersistError> {
+    let header: Header = serde_json::from_slice(bytes)
+        .map_err(|e| PersistError::NotState(format!("not a JSON object ({e})")))?;
+    match header.format.as_deref() {
+        Some(FORMAT) => {}
+        Some(other) => {
+            return Err(PersistError::NotState(format!(
+                "format is '{other}', expected '{FORMAT}'"
+            )));
+        }
+        None => return Err(PersistError::NotState("no 'format' field".into())),
+    }
+    match header.version {
+        Some(VERSION) => {}
+        Some(found) => return Err(PersistError::Version { found }),
+        None => return Err(PersistError::NotState("no 'version' field".into())),
+    }
+    let s: StateOwned =
+        serde_json::from_slice(bytes).map_err(|e| PersistError::Invalid(e.to_string()))?;
+    if !s.saved_at.is_finite() {
+        return Err(PersistError::Invalid("saved_at is not a number".into()));
+    }
+    check_world(&s.world).map_err(PersistError::Invalid)?;
+    for (id, w) in &s.snapshots {
+        check_world(w).map_err(|e| PersistError::Invalid(format!("snapshot {id}: {e}")))?;
+    }
+    Ok(State {
+        saved_at: s.saved_at,
+        clock: s.clock,
+        scenario: s.world.scenario,
+        sites: s.world.sites,
+        faults: s.faults,
+        snapshots: s.snapshots,
+        next_snapshot: s.next_snapshot,
+    })
+}
+
+/// The references the model relies on: sites as the scenario lists them, VMs on nodes of
+/// their site, VM ids matching their keys.
+fn check_world(w: &WorldOwned) -> Result<(), String> {
+    let want: Vec<&str> = w.scenario.sites.iter().map(|s| s.name.as_str()).collect();
+    let have: Vec<&str> = w.sites.iter().map(|s| s.name.as_str()).collect();
+    if want != have {
+        return Err(format!(
+            "sites {have:?} are not the scenario's sites {want:?}"
+        ));
+    }
+    for site in &w.sites {
+        for (vmid, vm) in &site.vms {
+            if vm.vmid != *vmid {
+                return Err(format!(
+                    "site {}: VM {vmid} says it is {}",
+                    site.name, vm.vmid
+                ));
+            }
+            if !site.nodes.contains_key(&vm.node) {
+                return Err(format!(
+                    "site {}: VM {vmid} is on node '{}', which the site does not have",
+                    site.name, vm.node
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl State {
+    /// The scenario the state's world was built from.
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
+    /// Put the state into `inner` (the journal stays), run by the given runners; the clock
+    /// resumes at the state's time (wall time if that is later and the clock is real).
+    pub fn install(self, inner: &mut Inner, default: Runners, other: Option<(Backend, Runners)>) {
+        let attach = |scenario: Scenario, sites: Vec<Site>| {
+            World::reattached(scenario, sites, default.clone(), other.clone())
+        };
+        inner.clock = crate::clock::Clock::resume(self.clock, self.saved_at);
+        inner.world = attach(self.scenario, self.sites);
+        inner.faults = self.faults;
+        inner.snapshots = self
+            .snapshots
+            .into_iter()
+            .map(|(k, w)| (k, attach(w.scenario, w.sites)))
+            .collect();
+        inner.next_snapshot = self.next_snapshot;
+    }
+}
+
+/// A server's shared state made from a state read back (an empty journal).
+pub fn restored_inner(state: State, default: Runners, other: Option<(Backend, Runners)>) -> Inner {
+    let empty = Scenario {
+        seed: 0,
+        sites: Vec::new(),
+    };
+    let mut inner = Inner {
+        clock: crate::clock::Clock::new(state.clock),
+        world: World::reattached(empty, Vec::new(), default.clone(), other.clone()),
+        faults: Faults::new(0),
+        journal: crate::journal::Journal::default(),
+        snapshots: BTreeMap::new(),
+        next_snapshot: 1,
+        dirty: 0,
+    };
+    state.install(&mut inner, default, other);
+    inner
+}
+
+/// After a restart: the tasks that were running when the old process died stop as PVE
+/// shows a task whose worker died (see `Site::interrupt_running`), at the state's time.
+pub fn interrupt_running(inner: &mut Inner, at: f64) -> usize {
+    let mut n = 0;
+    for site in &mut inner.world.sites {
+        n += site.interrupt_running(at);
+    }
+    n
+}
+
+/// Write `bytes` to `dir/name` so that a crash leaves either the old file or the new one:
+/// a temp file in the same dir, fsynced, renamed over the old one, then the dir fsynced.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), PersistError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| PersistError::Io { path: p, source }
+    };
+    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(bytes).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
+    Ok(())
+}
+
+/// The state file of `dir`, if there is one.
+pub fn load(dir: &Path) -> Result<Option<State>, PersistError> {
+    let path = dir.join(FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => decode(&bytes).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PersistError::Io { path, source }),
+    }
+}

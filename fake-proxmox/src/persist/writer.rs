@@ -1,0 +1,141 @@
+//! The writer of the state file, and what a request waits for before it is answered.
+//!
+//! The shared state counts its changes (`Inner::dirty`). A request that may have changed
+//! something bumps the count after its handler ran; every request then waits until a
+//! state at least as new as the count it saw is durable. One thread writes: it takes the
+//! newest state under the lock (serialising it is the only work done there), writes it
+//! outside the lock, and wakes every request that state covers — so many concurrent
+//! requests share one fsync, and a lone client pays one write per change.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::watch;
+
+use super::{FILE, encode, write_atomic};
+use crate::server::state::Shared;
+
+/// How far the state file has got.
+#[derive(Clone, Debug, Default)]
+struct Durable {
+    /// Every change up to this count is on disk.
+    change: u64,
+    /// The last write that failed: the count it tried to make durable, and why.
+    failed: Option<(u64, String)>,
+}
+
+pub struct Persister {
+    dir: PathBuf,
+    /// The newest count a request waits for.
+    wanted: Mutex<u64>,
+    wake: Condvar,
+    durable: watch::Sender<Durable>,
+}
+
+impl std::fmt::Debug for Persister {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persister").field("dir", &self.dir).finish()
+    }
+}
+
+impl Persister {
+    /// A persister for `dir` whose file already holds the state as of change `change`.
+    pub fn new(dir: PathBuf, change: u64) -> Arc<Persister> {
+        let (durable, _) = watch::channel(Durable {
+            change,
+            failed: None,
+        });
+        Arc::new(Persister {
+            dir,
+            wanted: Mutex::new(change),
+            wake: Condvar::new(),
+            durable,
+        })
+    }
+
+    /// Start the writer thread; it ends when `shared` is dropped.
+    pub fn spawn(self: &Arc<Self>, shared: Weak<Shared>) -> std::io::Result<()> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("fake-proxmox-state".into())
+            .spawn(move || me.run(shared))
+            .map(|_| ())
+    }
+
+    fn run(&self, shared: Weak<Shared>) {
+        loop {
+            {
+                let mut wanted = self.wanted.lock();
+                while *wanted <= self.durable.borrow().change {
+                    // Wake now and then to notice that the server is gone.
+                    if self
+                        .wake
+                        .wait_for(&mut wanted, Duration::from_millis(500))
+                        .timed_out()
+                        && shared.strong_count() == 0
+                    {
+                        return;
+                    }
+                }
+            }
+            let Some(sh) = shared.upgrade() else { return };
+            let (change, bytes) = {
+                let mut inner = sh.inner.lock();
+                // Complete what is due first: a task that ended before the state was taken
+                // is recorded as ended, not as running when the process stopped.
+                let now = inner.clock.now();
+                inner.world.tick(now);
+                (inner.dirty, encode(&inner))
+            };
+            drop(sh);
+            match write_atomic(&self.dir, FILE, &bytes) {
+                Ok(()) => self.durable.send_modify(|d| {
+                    d.change = d.change.max(change);
+                    d.failed = None;
+                }),
+                Err(e) => {
+                    tracing::error!("writing the state file: {e}");
+                    self.durable
+                        .send_modify(|d| d.failed = Some((change, e.to_string())));
+                    // Do not spin on a full disk: retry a little later.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Whether change `change` is durable already (then a request need not wait).
+    pub fn is_durable(&self, change: u64) -> bool {
+        self.durable.borrow().change >= change
+    }
+
+    /// Wait until change `change` is durable; `Err` says why it could not be written.
+    pub async fn wait(&self, change: u64) -> Result<(), String> {
+        let mut rx = self.durable.subscribe();
+        if rx.borrow().change >= change {
+            return Ok(());
+        }
+        {
+            let mut wanted = self.wanted.lock();
+            if *wanted < change {
+                *wanted = change;
+            }
+            self.wake.notify_one();
+        }
+        let seen = rx
+            .wait_for(|d| {
+                d.change >= change || d.failed.as_ref().is_some_and(|(g, _)| *g >= change)
+            })
+            .await
+            .map_err(|_| "the state writer stopped".to_string())?;
+        if seen.change >= change {
+            return Ok(());
+        }
+        Err(seen
+            .failed
+            .as_ref()
+            .map_or_else(String::new, |(_, e)| e.clone()))
+    }
+}
