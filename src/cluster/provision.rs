@@ -100,10 +100,12 @@ fn cloud_dir_script(layout: &GuestLayout, dir: &str) -> String {
 fail() {{ code=$1; shift; echo "provision: $*" >&2; exit "$code"; }}
 DIR={dir}
 MNT={mnt}
-for b in etcd etcdctl; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the node's image"; done
 mounted() {{ awk -v m="$1" '$2 == m {{ f = 1 }} END {{ exit !f }}' /proc/mounts; }}
 PARENT=$(dirname "$DIR")
+# The disk first: an image keeps its programs on it, so without it they are missing too, and
+# the missing disk is the cause to name.
 mounted "$PARENT" || fail 20 "$PARENT is not mounted: the image has no persistent file system there"
+for b in etcd etcdctl; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the node's image"; done
 mkdir -p "$DIR" "$MNT" || fail 25 "cannot create $DIR"
 mounted "$MNT" || mount -o bind "$DIR" "$MNT" || fail 24 "cannot bind $DIR on $MNT"
 mkdir -p {bin} {etc} {secrets} "$MNT/log" {data} {per_boot} || fail 25 "cannot create directories on $MNT"
