@@ -269,7 +269,10 @@ pub fn build(cache: &Path, req: &CloudImageRequest) -> Result<CloudImage> {
         },
     )?;
     std::fs::remove_file(&initrd).map_err(|e| Error::io(&initrd, e))?;
-    std::fs::remove_dir_all(&data_root).map_err(|e| Error::io(&data_root, e))?;
+    // Made only when a baked-in package had programs to move.
+    if data_root.exists() {
+        std::fs::remove_dir_all(&data_root).map_err(|e| Error::io(&data_root, e))?;
+    }
     let _ = std::fs::remove_dir_all(&out_dir);
     std::fs::rename(&tmp, &out_dir).map_err(|e| Error::io(&out_dir, e))?;
 
