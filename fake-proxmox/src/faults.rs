@@ -100,7 +100,7 @@ pub fn glob_to_regex(glob: &str) -> Result<Regex, regex::Error> {
 #[derive(Serialize, Deserialize)]
 struct FaultsFile {
     rules: Vec<FaultRule>,
-    #[serde(with = "crate::persist::rng")]
+    #[serde(with = "crate::rng_state")]
     rng: ChaCha8Rng,
     next_id: u64,
 }

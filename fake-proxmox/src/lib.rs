@@ -87,6 +87,7 @@ pub mod nodes;
 pub mod persist;
 pub mod qemu;
 pub mod request;
+pub mod rng_state;
 pub mod route;
 pub mod router;
 pub mod scenario;

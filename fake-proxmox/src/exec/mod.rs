@@ -280,6 +280,17 @@ pub struct GuestAccess {
     pub serial_log: Option<String>,
 }
 
+/// The default executor of a site read back from a state file (replaced by
+/// `World::reattached`).
+pub fn simulated_exec() -> std::sync::Arc<dyn Executor> {
+    std::sync::Arc::new(Simulated)
+}
+
+/// The default disks of a site read back from a state file (replaced by `World::reattached`).
+pub fn simulated_disks() -> std::sync::Arc<dyn Disks> {
+    std::sync::Arc::new(SimulatedDisks)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};

@@ -16,7 +16,6 @@
 //! the largest thing to rewrite on every request) and the runtime handles (executors, disk
 //! backends, lab processes), which the server that loads a state attaches again.
 
-pub mod rng;
 pub mod writer;
 
 #[cfg(test)]
@@ -25,12 +24,10 @@ mod tests;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::ClockMode;
-use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
 use crate::faults::Faults;
 use crate::scenario::{Backend, Scenario};
 use crate::server::state::Inner;
@@ -59,16 +56,6 @@ pub enum PersistError {
     Version { found: u64 },
     #[error("invalid state file: {0}")]
     Invalid(String),
-}
-
-/// The default executor of a site read back (replaced by `World::reattached`).
-pub fn simulated_exec() -> Arc<dyn Executor> {
-    Arc::new(Simulated)
-}
-
-/// The default disks of a site read back (replaced by `World::reattached`).
-pub fn simulated_disks() -> Arc<dyn Disks> {
-    Arc::new(SimulatedDisks)
 }
 
 #[derive(Serialize)]

@@ -8,14 +8,23 @@
 //! requests share one fsync, and a lone client pays one write per change.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
-use super::{FILE, encode, write_atomic};
-use crate::server::state::Shared;
+use super::{FILE, write_atomic};
+
+/// Where the writer takes the state from: the server's shared state, held weakly, so the
+/// writer ends with the server (implemented by the server, which the writer need not know).
+pub trait StateSource: Send + Sync + 'static {
+    /// Whether the server still exists.
+    fn alive(&self) -> bool;
+    /// The newest state, encoded, with the change count it covers; `None` once the server
+    /// is gone.
+    fn take(&self) -> Option<(u64, Vec<u8>)>;
+}
 
 /// How far the state file has got.
 #[derive(Clone, Debug, Default)]
@@ -55,8 +64,8 @@ impl Persister {
         })
     }
 
-    /// Start the writer thread; it ends when `shared` is dropped.
-    pub fn spawn(self: &Arc<Self>, shared: Weak<Shared>) -> std::io::Result<()> {
+    /// Start the writer thread; it ends when the source's server is gone.
+    pub fn spawn(self: &Arc<Self>, shared: impl StateSource) -> std::io::Result<()> {
         let me = self.clone();
         std::thread::Builder::new()
             .name("fake-proxmox-state".into())
@@ -64,7 +73,7 @@ impl Persister {
             .map(|_| ())
     }
 
-    fn run(&self, shared: Weak<Shared>) {
+    fn run(&self, shared: impl StateSource) {
         loop {
             {
                 let mut wanted = self.wanted.lock();
@@ -74,22 +83,15 @@ impl Persister {
                         .wake
                         .wait_for(&mut wanted, Duration::from_millis(500))
                         .timed_out()
-                        && shared.strong_count() == 0
+                        && !shared.alive()
                     {
                         return;
                     }
                 }
             }
-            let Some(sh) = shared.upgrade() else { return };
-            let (change, bytes) = {
-                let mut inner = sh.inner.lock();
-                // Complete what is due first: a task that ended before the state was taken
-                // is recorded as ended, not as running when the process stopped.
-                let now = inner.clock.now();
-                inner.world.tick(now);
-                (inner.dirty, encode(&inner))
+            let Some((change, bytes)) = shared.take() else {
+                return;
             };
-            drop(sh);
             match write_atomic(&self.dir, FILE, &bytes) {
                 Ok(()) => self.durable.send_modify(|d| {
                     d.change = d.change.max(change);

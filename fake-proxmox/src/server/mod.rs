@@ -232,7 +232,7 @@ impl Builder {
         let persister = crate::persist::writer::Persister::new(dir, 0);
         let shared = Shared::from_inner(inner, self.auth_failure_delay, Some(persister.clone()));
         persister
-            .spawn(Arc::downgrade(&shared))
+            .spawn(WeakState(Arc::downgrade(&shared)))
             .map_err(|e| crate::Error::StateDir(format!("starting the state writer: {e}")))?;
         Ok(shared)
     }
@@ -382,5 +382,24 @@ impl FakeProxmox {
         for s in &self.sites {
             s.handle.shutdown();
         }
+    }
+}
+
+/// The server's state as the state file's writer takes it.
+struct WeakState(std::sync::Weak<Shared>);
+
+impl crate::persist::writer::StateSource for WeakState {
+    fn alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    fn take(&self) -> Option<(u64, Vec<u8>)> {
+        let sh = self.0.upgrade()?;
+        let mut inner = sh.inner.lock();
+        // Complete what is due first: a task that ended before the state was taken is
+        // recorded as ended, not as running when the process stopped.
+        let now = inner.clock.now();
+        inner.world.tick(now);
+        Some((inner.dirty, crate::persist::encode(&inner)))
     }
 }

@@ -86,15 +86,15 @@ pub struct Site {
     pub vms: BTreeMap<u32, Vm>,
     pub tasks: TaskStore,
     /// Kept with its position, so a restarted server draws the same MACs and figures next.
-    #[serde(with = "crate::persist::rng")]
+    #[serde(with = "crate::rng_state")]
     pub rng: ChaCha8Rng,
     /// What runs the VMs (see `exec`): the qemu model decides, this carries it out.
     /// Runtime only (a process handle, not state): attached again on load.
-    #[serde(skip, default = "crate::persist::simulated_exec")]
+    #[serde(skip, default = "crate::exec::simulated_exec")]
     pub exec: Arc<dyn Executor>,
     /// What holds the volumes' data (see `exec::Disks`): the storage and qemu models
     /// decide, this carries it out. Runtime only: attached again on load.
-    #[serde(skip, default = "crate::persist::simulated_disks")]
+    #[serde(skip, default = "crate::exec::simulated_disks")]
     pub disks: Arc<dyn Disks>,
     /// Nodes whose scenario names another backend than the site's: their own runners.
     /// Runtime only: attached again on load.
