@@ -185,3 +185,14 @@ fn an_unknown_argument_is_refused_before_anything_runs() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument '--chek'"));
 }
+
+#[test]
+fn the_package_list_names_every_package_ci_installs() {
+    let bin = bin_dir(&[], &[]);
+    let out = run(bin.path(), &["--list"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let list = String::from_utf8_lossy(&out.stdout);
+    for p in ["qemu-system-x86", "qemu-utils", "ipxe-qemu", "chromium", "python3-venv"] {
+        assert!(list.lines().any(|l| l == p), "{p} missing from {list}");
+    }
+}
