@@ -192,7 +192,13 @@ fn the_package_list_names_every_package_ci_installs() {
     let out = run(bin.path(), &["--list"], &[]);
     assert!(out.status.success(), "{out:?}");
     let list = String::from_utf8_lossy(&out.stdout);
-    for p in ["qemu-system-x86", "qemu-utils", "ipxe-qemu", "chromium", "python3-venv"] {
+    for p in [
+        "qemu-system-x86",
+        "qemu-utils",
+        "ipxe-qemu",
+        "chromium",
+        "python3-venv",
+    ] {
         assert!(list.lines().any(|l| l == p), "{p} missing from {list}");
     }
 }
