@@ -89,16 +89,7 @@ impl World {
             site.copy_logs.clear();
             for n in &spec.nodes {
                 for s in &n.storages {
-                    let info = StorageInfo {
-                        site: spec.name.clone(),
-                        node: n.name.clone(),
-                        name: s.name.clone(),
-                        kind: s.kind,
-                        backing_dir: s.backing_dir.clone(),
-                    };
-                    if let Err(e) = site.disks_on(&n.name).add_storage(&info) {
-                        tracing::warn!("storage {} on {}: {e}", s.name, n.name);
-                    }
+                    site.add_storage_to_disks(spec, n, s);
                 }
             }
             // Guests a backend really ran (lab QEMU) did not outlive the process.
@@ -184,19 +175,29 @@ impl Site {
         }
     }
 
+    /// Tell the disks seam about one storage of the spec; `false` (logged) when it refused it.
+    fn add_storage_to_disks(&self, spec: &SiteSpec, n: &NodeSpec, s: &StorageSpec) -> bool {
+        let info = StorageInfo {
+            site: spec.name.clone(),
+            node: n.name.clone(),
+            name: s.name.clone(),
+            kind: s.kind,
+            backing_dir: s.backing_dir.clone(),
+        };
+        match self.disks_on(&n.name).add_storage(&info) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("storage {} on {}: {e}", s.name, n.name);
+                false
+            }
+        }
+    }
+
     /// Tell the disks seam about the spec's storages and place the volumes it lists.
     fn place_scenario_volumes(&mut self, spec: &SiteSpec) {
         for n in &spec.nodes {
             for s in &n.storages {
-                let info = StorageInfo {
-                    site: spec.name.clone(),
-                    node: n.name.clone(),
-                    name: s.name.clone(),
-                    kind: s.kind,
-                    backing_dir: s.backing_dir.clone(),
-                };
-                if let Err(e) = self.disks_on(&n.name).add_storage(&info) {
-                    tracing::warn!("storage {} on {}: {e}", s.name, n.name);
+                if !self.add_storage_to_disks(spec, n, s) {
                     continue;
                 }
                 for v in &s.volumes {
