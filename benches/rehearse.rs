@@ -1,9 +1,10 @@
-//! Rehearse benchmark: wall time of `rehearse` on the seed's 30 manifests, and of a generated
-//! rollout of 1,000 VMs over 50 nodes, with the server's and the deployer's peak RSS.
-//! Prints `name: value unit` lines. Run: `cargo bench --bench rehearse`.
+//! Rehearse benchmark: wall time of `rehearse` on the seed's 30 manifests, and of generated
+//! rollouts of 1,000 VMs over 50 nodes and 10,000 VMs over 500 nodes, with the server's and the
+//! deployer's peak RSS. Prints `name: value unit` lines. Run: `cargo bench --bench rehearse`.
 //!
-//! For the 1,000-VM rollout the fake runs in a child process (this binary re-executed with
-//! `--serve-fake`), so its peak RSS and the deployer's are measured apart.
+//! For the generated rollouts the fake runs in a child process (this binary re-executed with
+//! `--serve-fake`), so its peak RSS and the deployer's are measured apart. The fake keeps its
+//! world in memory only (no `--state-dir`): the figure is the API's, not the disk's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -19,10 +20,15 @@ use provision_harness::pve::Credentials;
 use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
 use provision_harness::rehearse::{RehearseOptions, rehearse};
 
-const SITES: usize = 5;
-const NODES_PER_SITE: usize = 10;
-const VMS: usize = 1000;
 const CLOCK: f64 = 2000.0;
+
+/// One generated rollout: `sites` clusters of `nodes_per_site` nodes, `vms` VMs spread evenly.
+#[derive(Clone, Copy)]
+struct Shape {
+    sites: usize,
+    nodes_per_site: usize,
+    vms: usize,
+}
 
 fn peak_rss_kib(pid: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -36,15 +42,16 @@ fn peak_rss_kib(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// 5 sites (clusters) × 10 nodes, each node with lvm-thin and the cloud image as an import volume.
-fn big_scenario() -> String {
+/// `shape.sites` clusters × `shape.nodes_per_site` nodes, each node with lvm-thin and the cloud
+/// image as an import volume.
+fn big_scenario(shape: Shape) -> String {
     let mut y = String::from("seed: 7\nsites:\n");
-    for s in 0..SITES {
+    for s in 0..shape.sites {
         let _ = write!(
             y,
             "  - name: bench-{s}\n    version: \"9.1\"\n    boot_delay_secs: 20\n    users:\n      - userid: root@pam\n        password: harness\n    tokens:\n      - tokenid: root@pam!bench\n        secret: 11111111-2222-3333-4444-555555555555\n        privsep: false\n    nodes:\n"
         );
-        for n in 0..NODES_PER_SITE {
+        for n in 0..shape.nodes_per_site {
             let _ = write!(
                 y,
                 "      - name: pve-{s}-{n}\n        ip: 10.{s}.0.{}\n        cpu_model: bench\n        sockets: 2\n        cores: 32\n        threads: 64\n        memory_bytes: 549755813888\n        bridges:\n          - name: vmbr0\n            cidr: 10.{s}.0.{}/16\n            gateway: 10.{s}.0.1\n            ports: eno1\n            dhcp_start: 10.{s}.{}.10\n            dhcp_end: 10.{s}.{}.250\n        storages:\n          - name: local\n            type: dir\n            path: /var/lib/vz\n            content: [iso, import, snippets]\n            total_bytes: 107374182400\n            volumes:\n              - volname: import/ubuntu-22.04-cloud.qcow2\n                size_bytes: 2361393152\n                used_bytes: 691863552\n          - name: local-lvm\n            type: lvmthin\n            content: [images, rootdir]\n            total_bytes: 4398046511104\n",
@@ -58,12 +65,12 @@ fn big_scenario() -> String {
     y
 }
 
-fn big_manifests() -> Vec<(String, String)> {
-    (0..VMS)
+fn big_manifests(shape: Shape) -> Vec<(String, String)> {
+    (0..shape.vms)
         .map(|i| {
-            let s = i % SITES;
-            let n = (i / SITES) % NODES_PER_SITE;
-            let name = format!("bench-vm-{i:04}");
+            let s = i % shape.sites;
+            let n = (i / shape.sites) % shape.nodes_per_site;
+            let name = format!("bench-vm-{i:05}");
             let text = format!(
                 "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: pve-{s}-{n}\n    name: {name}\n    cpu: 2\n    memory: 2Gi\n    disk: 10Gi\n    storage: local-lvm\n    network: vmbr0\n    image: local:import/ubuntu-22.04-cloud.qcow2\n    site: bench-{s}\n"
             );
@@ -72,7 +79,8 @@ fn big_manifests() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Child mode: serve the scenario until stdin closes.
+/// Child mode: serve the scenario until stdin closes. Writes `fingerprint` and `sites` (one
+/// `name url` line each) into `dir`, then `ready`.
 fn serve_fake(scenario: &str, dir: &str) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -81,11 +89,18 @@ fn serve_fake(scenario: &str, dir: &str) {
             .tls(true)
             .auth_failure_delay(false)
             .clock(ClockMode::Scaled { factor: CLOCK })
-            .state_dir(dir)
             .start()
             .await
             .unwrap();
-        std::fs::write(Path::new(dir).join("ready"), "1").unwrap();
+        let dir = Path::new(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("fingerprint"), fake.fingerprint()).unwrap();
+        let sites: String = fake
+            .sites()
+            .map(|s| format!("{} {}\n", s.name(), s.url()))
+            .collect();
+        std::fs::write(dir.join("sites"), sites).unwrap();
+        std::fs::write(dir.join("ready"), "1").unwrap();
         // Parent closes stdin when done.
         let _ = tokio::task::spawn_blocking(|| {
             let mut s = String::new();
@@ -96,42 +111,31 @@ fn serve_fake(scenario: &str, dir: &str) {
     });
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--serve-fake") {
-        serve_fake(&args[2], &args[3]);
-        return;
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-
-    // 1. 1,000 VMs over 50 nodes, the fake in a child process; first, so this process's peak
-    //    RSS is the deployer's alone.
+/// A generated rollout against a fake in a child process; prints its figures under `label`.
+fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = dir.path().join("scenario.yaml");
-    std::fs::write(&scenario_path, big_scenario()).unwrap();
-    let state_dir = dir.path().join("fake");
+    std::fs::write(&scenario_path, big_scenario(shape)).unwrap();
+    let info_dir = dir.path().join("fake");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--serve-fake")
         .arg(&scenario_path)
-        .arg(&state_dir)
+        .arg(&info_dir)
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
-    let ready = state_dir.join("ready");
+    let ready = info_dir.join("ready");
     let started = Instant::now();
     while !ready.exists() {
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < Duration::from_secs(120),
             "fake did not start"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let fingerprint = std::fs::read_to_string(state_dir.join("fingerprint")).unwrap();
+    let fingerprint = std::fs::read_to_string(info_dir.join("fingerprint")).unwrap();
     let pin = parse_fingerprint(fingerprint.trim()).unwrap();
-    let sites: Vec<Site> = std::fs::read_to_string(state_dir.join("sites"))
+    let sites: Vec<Site> = std::fs::read_to_string(info_dir.join("sites"))
         .unwrap()
         .lines()
         .filter_map(|l| l.split_once(' '))
@@ -149,31 +153,66 @@ fn main() {
             secret: "11111111-2222-3333-4444-555555555555".into(),
         },
     };
-    let files = big_manifests();
+    let files = big_manifests(shape);
     let set = load_texts(files.iter().map(|(p, t)| (p.as_str(), t.as_str())));
-    let opts = RehearseOptions::default();
-    let mut deploy: DeployOptions = opts.deploy.clone();
+    let mut deploy: DeployOptions = RehearseOptions::default().deploy.clone();
     deploy.concurrency = 64;
-    let state_file = dir.path().join("state.json");
-    deploy.state_path = Some(state_file);
+    deploy.state_path = Some(dir.path().join("state.json"));
     let deployer = Deployer::new(provider, deploy).unwrap();
     let t = Instant::now();
     let result = rt.block_on(deployer.deploy(&set)).unwrap();
+    println!("{label}_wall: {} ms", t.elapsed().as_millis());
+    println!("{label}_ready: {} vms", result.summary.ready);
+    println!("{label}_failed: {} vms", result.summary.failed);
     println!(
-        "rollout_1000_vms_50_nodes_wall: {} ms",
-        t.elapsed().as_millis()
-    );
-    println!("rollout_1000_ready: {} vms", result.summary.ready);
-    println!("rollout_1000_failed: {} vms", result.summary.failed);
-    println!(
-        "fake_peak_rss: {} KiB",
+        "{label}_fake_peak_rss: {} KiB",
         peak_rss_kib(&child.id().to_string())
     );
-    println!("deployer_peak_rss: {} KiB", peak_rss_kib("self"));
+    println!(
+        "{label}_deployer_peak_rss: {} KiB (this process so far)",
+        peak_rss_kib("self")
+    );
     drop(child.stdin.take());
     let _ = child.wait();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-fake") {
+        serve_fake(&args[2], &args[3]);
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // 1. Generated rollouts, the fake in a child process; first, so this process's peak RSS is
+    //    the deployer's alone (the second's includes the first's high-water mark).
+    //    `BENCH_ROLLOUTS=1000` runs only the smaller one.
+    generated_rollout(
+        &rt,
+        Shape {
+            sites: 5,
+            nodes_per_site: 10,
+            vms: 1000,
+        },
+        "rollout_1000_vms_50_nodes",
+    );
+    if std::env::var("BENCH_ROLLOUTS").as_deref() != Ok("1000") {
+        generated_rollout(
+            &rt,
+            Shape {
+                sites: 10,
+                nodes_per_site: 50,
+                vms: 10_000,
+            },
+            "rollout_10000_vms_500_nodes",
+        );
+    }
 
     // 2. rehearse on the seed's 30 manifests, in-process (fake included), as the CLI runs it.
+    let opts = RehearseOptions::default();
     let t = Instant::now();
     let seed = rt.block_on(rehearse(None, false, &opts)).unwrap();
     println!("rehearse_seed_30_wall: {} ms", t.elapsed().as_millis());

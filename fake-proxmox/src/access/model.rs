@@ -207,7 +207,7 @@ impl Access {
         (u.enable && u.password == password).then_some(userid)
     }
 
-    fn sign(&self, data: &str) -> String {
+    pub(crate) fn sign(&self, data: &str) -> String {
         STANDARD_NO_PAD.encode(hmac_sha256(&self.key, data.as_bytes()))
     }
 

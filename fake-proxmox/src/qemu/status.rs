@@ -13,7 +13,7 @@ use crate::version::PveVersion;
 
 /// The QEMU a node of `version` runs (pve-qemu-kvm 10.1 in 9.1, 9.2 in 8.4, 6.1 in 7.1):
 /// `running-qemu`, and the machine version a VM without a pinned machine gets.
-fn qemu_of(version: PveVersion) -> (&'static str, &'static str) {
+pub(crate) fn qemu_of(version: PveVersion) -> (&'static str, &'static str) {
     match version {
         PveVersion::V9_1 => ("10.1.2", "10.1"),
         PveVersion::V8_4 => ("9.2.0", "9.2"),
@@ -236,12 +236,12 @@ pub struct VmStatus {
 }
 
 /// Simulated traffic rates (bytes per second of uptime).
-const NET_IN_PER_S: u64 = 1800;
-const NET_OUT_PER_S: u64 = 900;
-const DISK_READ_PER_S: u64 = 40_000;
-const DISK_WRITE_PER_S: u64 = 12_000;
+pub(crate) const NET_IN_PER_S: u64 = 1800;
+pub(crate) const NET_OUT_PER_S: u64 = 900;
+pub(crate) const DISK_READ_PER_S: u64 = 40_000;
+pub(crate) const DISK_WRITE_PER_S: u64 = 12_000;
 /// QEMU's own memory on top of what the guest touched (`memhost` is the cgroup's).
-const QEMU_OVERHEAD: u64 = 96 << 20;
+pub(crate) const QEMU_OVERHEAD: u64 = 96 << 20;
 
 impl Vm {
     /// The fields every vmstatus carries (qemu-server `vmstatus` without `full`); `memhost`
@@ -436,7 +436,7 @@ impl Vm {
         self.config.get("balloon").and_then(|b| b.parse().ok())
     }
 
-    fn net_count(&self) -> u64 {
+    pub(crate) fn net_count(&self) -> u64 {
         self.config.keys().filter(|k| is_net_key(k)).count() as u64
     }
 

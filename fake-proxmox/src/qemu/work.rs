@@ -14,7 +14,7 @@ impl Site {
         now: f64,
     ) -> Result<Vec<String>, String> {
         match work {
-            Work::Noop => Ok(Vec::new()),
+            Work::Noop | Work::Console { .. } => Ok(Vec::new()),
             Work::CreateVm {
                 vmid,
                 config,

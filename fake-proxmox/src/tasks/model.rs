@@ -16,6 +16,11 @@ use crate::world::Site;
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub enum Work {
     Noop,
+    /// A console proxy (`vncproxy`, `termproxy`) listening on `port` until it ends.
+    Console {
+        vmid: u32,
+        port: u16,
+    },
     CreateVm {
         vmid: u32,
         config: Vec<(String, String)>,
