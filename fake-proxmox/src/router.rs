@@ -32,6 +32,7 @@ static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     v.extend(crate::qemu::routes::routes());
     v.extend(crate::agent::routes::routes());
     v.extend(crate::firewall::routes::routes());
+    v.extend(crate::pools::routes::routes());
     v
 });
 
