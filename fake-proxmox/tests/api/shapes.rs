@@ -38,7 +38,13 @@ const REAL_PVE_DIFFERS: &[(&str, &str, &str)] = &[
 ];
 
 /// Implemented GETs with specific returns that the test does not call, and why.
-const NOT_CALLED: &[(&str, &str)] = &[];
+const NOT_CALLED: &[(&str, &str)] = &[
+    ("/access/tfa", "no TFA is modelled: always an empty list"),
+    (
+        "/access/tfa/{userid}",
+        "no TFA is modelled: always an empty list",
+    ),
+];
 
 /// A site with what each GET can show: a running VM (agent, disks, cloud-init, NIC, serial,
 /// qxl display, firewall rule/alias/ipset, an agent exec and file) and a stopped one with a
@@ -139,6 +145,65 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
         .await;
     assert_eq!(write.status, 200, "{}", write.body);
 
+    // What deployers manage beside VMs: a group, a user in it with a token, a custom role,
+    // ACLs, a pool with VM 100 and a storage, a realm that enforces TFA.
+    for (method, path, form) in [
+        (
+            "POST",
+            "/access/groups",
+            vec![("groupid", "ops"), ("comment", "Operators")],
+        ),
+        (
+            "POST",
+            "/access/users",
+            vec![
+                ("userid", "deployer@pve"),
+                ("password", "deployer-pw"),
+                ("groups", "ops"),
+                ("email", "d@example.com"),
+                ("comment", "CI"),
+            ],
+        ),
+        (
+            "POST",
+            "/access/users/deployer@pve/token/ci",
+            vec![("comment", "pipeline")],
+        ),
+        (
+            "POST",
+            "/access/roles",
+            vec![("roleid", "Deployer"), ("privs", "VM.Audit,VM.Allocate")],
+        ),
+        (
+            "PUT",
+            "/access/acl",
+            vec![("path", "/vms"), ("roles", "PVEVMUser"), ("groups", "ops")],
+        ),
+        (
+            "PUT",
+            "/access/acl",
+            vec![
+                ("path", "/pool/prod"),
+                ("roles", "Deployer"),
+                ("tokens", "deployer@pve!ci"),
+            ],
+        ),
+        (
+            "POST",
+            "/pools",
+            vec![("poolid", "prod"), ("comment", "Production")],
+        ),
+        (
+            "PUT",
+            "/pools",
+            vec![("poolid", "prod"), ("vms", "100"), ("storage", "local")],
+        ),
+        ("PUT", "/access/domains/pve", vec![("tfa", "type=oath")]),
+    ] {
+        let r = api.send(method, path, &form).await;
+        assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
+    }
+
     let vars = Vars { upid, pid };
     (f, api, vars)
 }
@@ -165,6 +230,50 @@ fn calls(v: &Vars) -> Vec<Call> {
         (
             "/access/users/{userid}/token/{tokenid}",
             "/access/users/root@pam/token/harness".into(),
+            vec![],
+        ),
+        ("/access/users", "/access/users".into(), vec![]),
+        ("/access/users", "/access/users".into(), q("full", "1")),
+        (
+            "/access/users/{userid}",
+            "/access/users/deployer@pve".into(),
+            vec![],
+        ),
+        (
+            "/access/users/{userid}",
+            "/access/users/root@pam".into(),
+            vec![],
+        ),
+        (
+            "/access/users/{userid}/tfa",
+            "/access/users/deployer@pve/tfa".into(),
+            vec![],
+        ),
+        ("/access/groups", "/access/groups".into(), vec![]),
+        (
+            "/access/groups/{groupid}",
+            "/access/groups/ops".into(),
+            vec![],
+        ),
+        ("/access/roles", "/access/roles".into(), vec![]),
+        (
+            "/access/roles/{roleid}",
+            "/access/roles/Deployer".into(),
+            vec![],
+        ),
+        (
+            "/access/roles/{roleid}",
+            "/access/roles/PVEVMAdmin".into(),
+            vec![],
+        ),
+        ("/access/acl", "/access/acl".into(), vec![]),
+        ("/access/domains", "/access/domains".into(), vec![]),
+        ("/pools", "/pools".into(), vec![]),
+        ("/pools", "/pools".into(), q("poolid", "prod")),
+        ("/pools/{poolid}", "/pools/prod".into(), vec![]),
+        (
+            "/nodes/{node}/version",
+            format!("/nodes/{NODE}/version"),
             vec![],
         ),
         ("/cluster/resources", "/cluster/resources".into(), vec![]),
