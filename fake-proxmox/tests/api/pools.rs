@@ -74,6 +74,16 @@ async fn a_pool_holds_vms_and_storages_and_is_deleted_once_empty() {
     let deprecated = ok(api.get("/pools/prod").await).await;
     assert_eq!(deprecated.data()["members"], pool["members"]);
 
+    // cluster/resources lists the pool and names it on its VM.
+    let res = ok(api.get("/cluster/resources").await).await;
+    let rows = res.data().as_array().unwrap();
+    assert_eq!(
+        rows[0],
+        json!({"id": "/pool/prod", "pool": "prod", "type": "pool"})
+    );
+    let vm = rows.iter().find(|r| r["id"] == "qemu/100").unwrap();
+    assert_eq!(vm["pool"], "prod");
+
     let again = api
         .send("PUT", "/pools", &[("poolid", "prod"), ("vms", "100")])
         .await;
