@@ -441,3 +441,82 @@ async fn a_privilege_separated_token_holds_what_both_it_and_its_user_hold() {
         .await;
     assert_eq!(create.status, 403);
 }
+
+#[tokio::test]
+async fn without_permissions_modify_only_held_roles_can_be_handed_out() {
+    let f = start().await;
+    let api = f.api("site-1");
+    let lead = user_client(&api, "lead@pve").await;
+    ok(api.post("/access/users", &[("userid", "member@pve")]).await).await;
+    ok(api
+        .send(
+            "PUT",
+            "/access/acl",
+            &[
+                ("path", "/vms/100"),
+                ("roles", "PVEVMAdmin"),
+                ("users", "lead@pve"),
+            ],
+        )
+        .await)
+    .await;
+    ok(api
+        .send(
+            "PUT",
+            "/access/acl",
+            &[
+                ("path", "/vms/101"),
+                ("roles", "PVEVMAdmin"),
+                ("users", "lead@pve"),
+                ("propagate", "0"),
+            ],
+        )
+        .await)
+    .await;
+    let grant = |path: &'static str, role: &'static str, propagate: &'static str| {
+        let lead = lead.clone();
+        async move {
+            lead.send(
+                "PUT",
+                "/access/acl",
+                &[
+                    ("path", path),
+                    ("roles", role),
+                    ("users", "member@pve"),
+                    ("propagate", propagate),
+                ],
+            )
+            .await
+        }
+    };
+    ok(grant("/vms/100", "PVEVMUser", "1").await).await;
+    let more = grant("/vms/100", "PVEAdmin", "1").await;
+    assert_eq!(more.status, 400, "{}", more.body);
+    assert_eq!(
+        more.json["errors"]["role"],
+        "Cannot add role 'PVEAdmin' - requires 'Permissions.Modify' or superset of privileges."
+    );
+    let none = grant("/vms/100", "NoAccess", "1").await;
+    assert_eq!(
+        none.json["errors"]["role"],
+        "Cannot add role 'NoAccess' - requires 'Permissions.Modify'"
+    );
+    let propagated = grant("/vms/101", "PVEVMUser", "1").await;
+    assert_eq!(
+        propagated.json["errors"]["role"],
+        "Cannot add role 'PVEVMUser' with propagation - requires 'Permissions.Modify' or propagated superset of privileges."
+    );
+    ok(grant("/vms/101", "PVEVMUser", "0").await).await;
+    let elsewhere = grant("/vms/102", "PVEVMUser", "0").await;
+    assert_eq!(elsewhere.status, 403, "{}", elsewhere.body);
+    // The lead lists only the entries on paths where it may modify permissions.
+    let seen = ok(lead.get("/access/acl").await).await;
+    let paths: Vec<&str> = seen
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/vms/100", "/vms/100", "/vms/101", "/vms/101"]);
+}
