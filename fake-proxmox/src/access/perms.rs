@@ -191,3 +191,102 @@ impl Access {
 
 static ALL: std::sync::LazyLock<PrivSet> =
     std::sync::LazyLock::new(|| roles::ALL_PRIVS.iter().copied().collect());
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::access::model::{Acl, Group, PoolConfig, Token, User};
+
+    fn acl(path: &str, ugid: &str, role: &str, propagate: bool) -> Acl {
+        Acl {
+            path: path.into(),
+            ugid: ugid.into(),
+            role: role.into(),
+            propagate,
+        }
+    }
+
+    fn who(userid: &str, tokenid: Option<&str>) -> Identity {
+        Identity {
+            userid: userid.into(),
+            tokenid: tokenid.map(str::to_string),
+        }
+    }
+
+    fn access() -> Access {
+        let mut a = Access::new([1; 32]);
+        a.users
+            .insert("u@pve".into(), User::new("u@pve", "pw", true));
+        let group = Group {
+            comment: None,
+            members: ["u@pve".to_string()].into(),
+        };
+        a.groups.insert("g".into(), group);
+        a
+    }
+
+    #[test]
+    fn a_users_own_entry_beats_its_groups_at_the_same_level() {
+        let mut a = access();
+        a.acls.push(acl("/vms", "@g", "PVEVMAdmin", true));
+        let u = who("u@pve", None);
+        assert!(a.has(&u, "/vms/100", "VM.Allocate"), "through the group");
+        a.acls.push(acl("/vms/", "u@pve", "PVEAuditor", true));
+        assert!(
+            !a.has(&u, "/vms/100", "VM.Allocate"),
+            "the user's own entry wins"
+        );
+        assert!(a.has(&u, "/vms/100", "VM.Audit"));
+        // Deeper levels replace what came from above; NoAccess wins at its level.
+        a.acls.push(acl("/vms/100", "@g", "NoAccess", false));
+        assert!(!a.has(&u, "/vms/100", "VM.Audit"));
+        assert!(a.has(&u, "/vms/101", "VM.Audit"));
+    }
+
+    #[test]
+    fn pool_roles_reach_members_but_not_over_no_access() {
+        let mut a = access();
+        let pool = PoolConfig {
+            comment: None,
+            vms: [100].into(),
+            storage: ["local".to_string()].into(),
+        };
+        a.pools.insert("web".into(), pool);
+        a.acls.push(acl("/pool/web", "u@pve", "PVEAdmin", true));
+        let u = who("u@pve", None);
+        assert!(a.has(&u, "/vms/100", "VM.Allocate"));
+        assert!(a.has(&u, "/storage/local", "Datastore.Allocate"));
+        assert!(!a.has(&u, "/vms/101", "VM.Allocate"));
+        a.acls.push(acl("/vms/100", "u@pve", "NoAccess", false));
+        assert!(!a.has(&u, "/vms/100", "VM.Audit"));
+    }
+
+    #[test]
+    fn tokens_with_privsep_intersect_and_without_inherit() {
+        let mut a = access();
+        for (name, privsep) in [("sep", true), ("full", false)] {
+            let id = format!("u@pve!{name}");
+            let t = Token {
+                tokenid: id.clone(),
+                secret: "s".into(),
+                privsep,
+                comment: None,
+                expire: 0,
+            };
+            a.tokens.insert(id, t);
+        }
+        a.acls.push(acl("/", "u@pve", "PVEVMUser", true));
+        a.acls.push(acl("/", "u@pve!sep", "PVEVMAdmin", true));
+        let sep = who("u@pve", Some("u@pve!sep"));
+        let full = who("u@pve", Some("u@pve!full"));
+        assert!(a.has(&sep, "/vms/1", "VM.PowerMgmt"));
+        assert!(!a.has(&sep, "/vms/1", "VM.Allocate"));
+        assert_eq!(
+            a.privs(&full, "/vms/1"),
+            a.privs(&who("u@pve", None), "/vms/1")
+        );
+        assert_eq!(normalize_path("//vms//100/"), "/vms/100");
+        assert_eq!(normalize_path(""), "/");
+    }
+}
