@@ -5,7 +5,8 @@
 //! # Deviations from real PVE
 //! - A VM created with `pool=` joins the pool when the create request is accepted (PVE:
 //!   when its create task succeeds); destroying a VM leaves it listed in its pool's
-//!   configuration (PVE removes it) — listings skip VMs that no longer exist, as PVE's do.
+//!   configuration (PVE removes it) until a VM of that id is created again — listings skip
+//!   VMs that no longer exist, as PVE's do.
 //! - Member figures are the VM's and storage's current ones (PVE: the last RRD sample); a
 //!   storage member is shown on the first node (by name) that has it.
 

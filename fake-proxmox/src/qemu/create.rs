@@ -76,9 +76,7 @@ impl Site {
             vmid,
             Vm::stopped(vmid, node, Default::default(), Some("create")),
         );
-        if let Some(pool) = &pool {
-            self.add_vm_to_pool(vmid, pool);
-        }
+        self.join_pool_on_create(vmid, pool.as_deref());
         let start_after = p.flag("start");
         let mut plan = op.plan("qmcreate", Work::Noop);
         let (t, err) = self.layout_disks(node, &disks, &mut plan, 0.3);

@@ -168,6 +168,21 @@ async fn a_vm_is_in_one_pool_and_moves_only_when_allowed() {
         ok_delete.body
     );
 
+    // Pool "b" still lists VM 101, which does not exist (destroyed, say): a new VM 101
+    // created into "c" is in "c" only.
+    ok(api.post("/pools", &[("poolid", "c")]).await).await;
+    create_vm(
+        &f,
+        &api,
+        "ml110-01",
+        &[("vmid", "101"), ("memory", "512"), ("pool", "c")],
+    )
+    .await;
+    let b = ok(api.send("GET", "/pools", &[("poolid", "b")]).await).await;
+    assert_eq!(b.data()[0]["members"], json!([]));
+    let c = ok(api.send("GET", "/pools", &[("poolid", "c")]).await).await;
+    assert_eq!(c.data()[0]["members"][0]["vmid"], 101);
+
     let missing = api
         .post(
             "/nodes/ml110-01/qemu",
