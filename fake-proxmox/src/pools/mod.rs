@@ -3,7 +3,7 @@
 //! pools themselves live in the site's access state, as PVE keeps them in `user.cfg`.
 //!
 //! # Deviations from real PVE
-//! - A VM created with `pool=` joins the pool when the create request is accepted (PVE:
+//! - A VM created or cloned with `pool=` joins the pool when the request is accepted (PVE:
 //!   when its create task succeeds); destroying a VM leaves it listed in its pool's
 //!   configuration (PVE removes it) until a VM of that id is created again — listings skip
 //!   VMs that no longer exist, as PVE's do.

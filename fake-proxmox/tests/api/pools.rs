@@ -183,6 +183,18 @@ async fn a_vm_is_in_one_pool_and_moves_only_when_allowed() {
     let c = ok(api.send("GET", "/pools", &[("poolid", "c")]).await).await;
     assert_eq!(c.data()[0]["members"][0]["vmid"], 101);
 
+    // A clone joins the pool it is cloned into.
+    let clone = ok(api
+        .post(
+            "/nodes/ml110-01/qemu/101/clone",
+            &[("newid", "105"), ("pool", "b")],
+        )
+        .await)
+    .await;
+    wait_task(&f, &api, "ml110-01", clone.data().as_str().unwrap()).await;
+    let b = ok(api.send("GET", "/pools", &[("poolid", "b")]).await).await;
+    assert_eq!(b.data()[0]["members"][0]["vmid"], 105);
+
     let missing = api
         .post(
             "/nodes/ml110-01/qemu",
