@@ -1,7 +1,7 @@
 //! Generates `fake-proxmox/schema/returns-9.1.json` and `returns-8.4.json`: the declared
 //! `returns` of every GET in the PVE 9.1 API dump (and the 8.4 VM subset), reduced to what a response's shape is checked against (`type`,
 //! `optional`, `enum`, `properties`, `items`, `additionalProperties`). Texts are dropped.
-//! The API shape test (`tests/api/shapes.rs`) reads it.
+//! The API shape test (`tests/api/shapes/`) reads it.
 //!
 //! Usage: `cargo run -p fake-proxmox --example gen-returns -- /work/shared/pve-api [OUT_DIR]`
 

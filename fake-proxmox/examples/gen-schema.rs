@@ -7,6 +7,10 @@
 //! Every human-written text (`description`, `verbose_description`, `typetext`,
 //! `format_description`, permission descriptions, `returns`) is dropped.
 //!
+//! The VM subsets lack what deployers manage beside VMs (users, groups, roles, ACLs,
+//! realms, pools, a node's version): those paths ([`FROM_FULL_DUMP`]) come from the full 9.1
+//! dump, for the 8.4 facts too (no full 8.4 dump is at hand; these routes changed little).
+//!
 //! Usage: `cargo run -p fake-proxmox --example gen-schema -- /work/shared/pve-api [OUT_DIR]`
 
 use std::path::PathBuf;
@@ -32,6 +36,28 @@ const PROP_KEYS: &[&str] = &[
     "default_key",
     "items",
 ];
+
+/// Paths taken from the full 9.1 dump when a subset lacks them: prefixes, and exact paths.
+const FROM_FULL_DUMP: (&[&str], &[&str]) = (&["/access/", "/pools"], &["/nodes/{node}/version"]);
+
+/// The full dump's paths a subset lacks, per [`FROM_FULL_DUMP`].
+fn missing_paths(subset: &Value, full: &Value) -> Result<Map<String, Value>> {
+    let have = subset
+        .get("paths")
+        .and_then(Value::as_object)
+        .context("subset has no `paths` object")?;
+    let all = full
+        .get("paths")
+        .and_then(Value::as_object)
+        .context("full dump has no `paths` object")?;
+    let (prefixes, exact) = FROM_FULL_DUMP;
+    Ok(all
+        .iter()
+        .filter(|(p, _)| prefixes.iter().any(|x| p.starts_with(x)) || exact.contains(&p.as_str()))
+        .filter(|(p, _)| !have.contains_key(*p))
+        .map(|(p, v)| (p.clone(), v.clone()))
+        .collect())
+}
 
 /// Keys whose Perl-ish 0/1 values become JSON booleans.
 const FLAG_KEYS: &[&str] = &["optional", "default_key"];
@@ -178,6 +204,11 @@ fn main() -> Result<()> {
         args.next()
             .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/schema").into()),
     );
+    let full_path = input_dir.join("pve-9.1-schema.json");
+    let full: Value = serde_json::from_str(
+        &std::fs::read_to_string(&full_path)
+            .with_context(|| format!("reading {}", full_path.display()))?,
+    )?;
     for (version, file) in [
         ("9.1", "pve-9.1-vm-subset.json"),
         ("8.4", "pve-8.4-vm-subset.json"),
@@ -185,7 +216,11 @@ fn main() -> Result<()> {
         let path = input_dir.join(file);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let input: Value = serde_json::from_str(&text)?;
+        let mut input: Value = serde_json::from_str(&text)?;
+        let extra = missing_paths(&input, &full)?;
+        if let Some(paths) = input.get_mut("paths").and_then(Value::as_object_mut) {
+            paths.extend(extra);
+        }
         let source = input
             .pointer("/_meta/pve_docs_commit")
             .and_then(Value::as_str)

@@ -86,6 +86,7 @@ pub mod firewall;
 pub mod journal;
 pub mod nodes;
 pub mod persist;
+pub mod pools;
 pub mod qemu;
 pub mod request;
 pub mod rng_state;

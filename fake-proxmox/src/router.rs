@@ -34,6 +34,7 @@ static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     v.extend(crate::firewall::routes::routes());
     v.extend(crate::console::routes::routes());
     v.extend(crate::rrd::routes::routes());
+    v.extend(crate::pools::routes::routes());
     v
 });
 

@@ -57,6 +57,29 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .unwrap();
     let status = rt.block_on(app.clone().oneshot(create)).unwrap().status();
     assert_eq!(status.as_u16(), 200, "creating the fixture VM");
+    // A user, group, role, realm and pool for the access and pool routes to find (never
+    // root@pam: deleting or disabling it would end the run).
+    for (method, path, body) in [
+        ("POST", "/access/groups", "groupid=fuzzers"),
+        ("POST", "/access/users", "userid=fuzz%40pve&groups=fuzzers"),
+        ("POST", "/access/roles", "roleid=FuzzRole&privs=VM.Audit"),
+        (
+            "POST",
+            "/access/domains",
+            "realm=fuzzldap&type=ldap&server1=ldap.example&base_dn=dc%3Dexample&user_attr=uid",
+        ),
+        ("POST", "/pools", "poolid=fuzzpool"),
+    ] {
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("/api2/json{path}"))
+            .header("Authorization", TOKEN)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(Body::from(body))
+            .unwrap();
+        let status = rt.block_on(app.clone().oneshot(req)).unwrap().status();
+        assert_eq!(status.as_u16(), 200, "{method} {path}");
+    }
     let routes = fake_proxmox::router::table()
         .iter()
         .map(|r| (r.method, r.template))
@@ -182,6 +205,30 @@ const NAMES: &[&str] = &[
     "mtu",
     "autostart",
     "_dc",
+    "groupid",
+    "groups",
+    "users",
+    "tokens",
+    "roles",
+    "roleid",
+    "privs",
+    "append",
+    "path",
+    "propagate",
+    "enable",
+    "email",
+    "firstname",
+    "keys",
+    "poolid",
+    "vms",
+    "allow-move",
+    "server1",
+    "base_dn",
+    "user_attr",
+    "scope",
+    "dry-run",
+    "multiple",
+    "enabled",
     "",
     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
 ];
@@ -203,6 +250,10 @@ fn value() -> impl Strategy<Value = String> {
         Just("bridge".to_string()),
         Just("eno1".to_string()),
         Just("/etc/hostname".to_string()),
+        Just("fuzz@pve".to_string()),
+        Just("/vms".to_string()),
+        Just("PVEVMAdmin,FuzzRole".to_string()),
+        Just("fuzzers".to_string()),
         Just("sh\0-c\0echo hi > /tmp/x".to_string()),
         Just("UPID:ml110-01:00001234:00005678:66B0C1D2:qmcreate:100:root@pam:".to_string()),
         "[0-9]{1,12}",
@@ -257,7 +308,11 @@ fn realistic(param: &str) -> &'static str {
         "storage" => "local-lvm",
         "volume" => "local:iso/ubuntu-22.04-cloud.img",
         "upid" => "UPID:ml110-01:00001234:00005678:66B0C1D2:qmcreate:100:root@pam:",
-        "userid" => "root@pam",
+        "userid" => "fuzz@pve",
+        "groupid" => "fuzzers",
+        "roleid" => "FuzzRole",
+        "realm" => "fuzzldap",
+        "poolid" => "fuzzpool",
         // Never the token the fuzzer authenticates with: deleting it would end the run.
         "tokenid" => "fuzz",
         "iface" => "vmbr0",
@@ -270,7 +325,8 @@ fn path_value() -> impl Strategy<Value = (bool, String)> {
     let junk = prop_oneof![
         2 => prop::sample::select(vec![
             "ml110-01", "r630-01", "100", "101", "9000", "local", "local-lvm", "ceph-fs", "vmbr0",
-            "root@pam", "fuzz", "local:iso/ubuntu-22.04-cloud.img",
+            "fuzz@pve", "fuzz", "local:iso/ubuntu-22.04-cloud.img", "pve", "pam", "fuzzers",
+            "PVEVMAdmin", "fuzzpool",
         ]).prop_map(str::to_string),
         1 => "[0-9]{1,12}",
         1 => "\\PC{1,30}",

@@ -7,118 +7,16 @@ use base64::engine::general_purpose::STANDARD_NO_PAD;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub use super::directory::{Group, PoolConfig, Realm};
+pub use super::roles::{ALL_PRIVS, PrivSet};
+
 /// Ticket lifetime and clock-skew grace (`AccessControl.pm:58-59`).
 const TICKET_LIFETIME: f64 = 7200.0;
 const TICKET_GRACE: f64 = 300.0;
 
-pub const ALL_PRIVS: &[&str] = &[
-    "Datastore.Allocate",
-    "Datastore.AllocateSpace",
-    "Datastore.AllocateTemplate",
-    "Datastore.Audit",
-    "Group.Allocate",
-    "Mapping.Audit",
-    "Mapping.Modify",
-    "Mapping.Use",
-    "Permissions.Modify",
-    "Pool.Allocate",
-    "Pool.Audit",
-    "Realm.Allocate",
-    "Realm.AllocateUser",
-    "SDN.Allocate",
-    "SDN.Audit",
-    "SDN.Use",
-    "Sys.AccessNetwork",
-    "Sys.Audit",
-    "Sys.Console",
-    "Sys.Incoming",
-    "Sys.Modify",
-    "Sys.PowerMgmt",
-    "Sys.Syslog",
-    "User.Modify",
-    "VM.Allocate",
-    "VM.Audit",
-    "VM.Backup",
-    "VM.Clone",
-    "VM.Config.CDROM",
-    "VM.Config.CPU",
-    "VM.Config.Cloudinit",
-    "VM.Config.Disk",
-    "VM.Config.HWType",
-    "VM.Config.Memory",
-    "VM.Config.Network",
-    "VM.Config.Options",
-    "VM.Console",
-    "VM.GuestAgent.Audit",
-    "VM.GuestAgent.FileRead",
-    "VM.GuestAgent.FileSystemMgmt",
-    "VM.GuestAgent.FileWrite",
-    "VM.GuestAgent.Unrestricted",
-    "VM.Migrate",
-    "VM.PowerMgmt",
-    "VM.Replicate",
-    "VM.Snapshot",
-    "VM.Snapshot.Rollback",
-];
-
-const VM_ADMIN: &[&str] = &[
-    "VM.Allocate",
-    "VM.Audit",
-    "VM.Backup",
-    "VM.Clone",
-    "VM.Config.CDROM",
-    "VM.Config.CPU",
-    "VM.Config.Cloudinit",
-    "VM.Config.Disk",
-    "VM.Config.HWType",
-    "VM.Config.Memory",
-    "VM.Config.Network",
-    "VM.Config.Options",
-    "VM.Console",
-    "VM.GuestAgent.Audit",
-    "VM.GuestAgent.FileRead",
-    "VM.GuestAgent.FileSystemMgmt",
-    "VM.GuestAgent.FileWrite",
-    "VM.GuestAgent.Unrestricted",
-    "VM.Migrate",
-    "VM.PowerMgmt",
-    "VM.Snapshot",
-    "VM.Snapshot.Rollback",
-];
-
-const AUDITOR: &[&str] = &[
-    "Datastore.Audit",
-    "Mapping.Audit",
-    "Pool.Audit",
-    "SDN.Audit",
-    "Sys.Audit",
-    "VM.Audit",
-    "VM.GuestAgent.Audit",
-];
-
-const VM_USER: &[&str] = &[
-    "VM.Audit",
-    "VM.Backup",
-    "VM.Config.CDROM",
-    "VM.Config.Cloudinit",
-    "VM.Console",
-    "VM.GuestAgent.Audit",
-    "VM.PowerMgmt",
-];
-
-const DATASTORE_USER: &[&str] = &["Datastore.AllocateSpace", "Datastore.Audit"];
-
-/// Privileges of a built-in role.
-pub fn role_privs(role: &str) -> Option<&'static [&'static str]> {
-    Some(match role {
-        "Administrator" => ALL_PRIVS,
-        "PVEVMAdmin" => VM_ADMIN,
-        "PVEAuditor" => AUDITOR,
-        "PVEVMUser" => VM_USER,
-        "PVEDatastoreUser" => DATASTORE_USER,
-        "NoAccess" => &[],
-        _ => return None,
-    })
+/// The privileges of a built-in role (custom roles are the site's: [`Access::role`]).
+pub fn role_privs(role: &str) -> Option<&'static PrivSet> {
+    super::roles::builtin(role)
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -126,6 +24,36 @@ pub struct User {
     pub userid: String,
     pub password: String,
     pub enable: bool,
+    /// Seconds since the epoch; 0: never.
+    #[serde(default)]
+    pub expire: u64,
+    #[serde(default)]
+    pub firstname: Option<String>,
+    #[serde(default)]
+    pub lastname: Option<String>,
+    #[serde(default)]
+    pub email: Option<String>,
+    #[serde(default)]
+    pub comment: Option<String>,
+    #[serde(default)]
+    pub keys: Option<String>,
+}
+
+impl User {
+    /// A user as `POST /access/users` or a scenario makes it: enabled, nothing else set.
+    pub fn new(userid: &str, password: &str, enable: bool) -> User {
+        User {
+            userid: userid.to_string(),
+            password: password.to_string(),
+            enable,
+            expire: 0,
+            firstname: None,
+            lastname: None,
+            email: None,
+            comment: None,
+            keys: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -164,8 +92,19 @@ impl Identity {
 pub struct Access {
     pub users: BTreeMap<String, User>,
     pub tokens: BTreeMap<String, Token>,
+    /// One entry per (path, user/`@group`/token, role), as PVE's ACL tree holds them.
     pub acls: Vec<Acl>,
     key: [u8; 32],
+    // Added after state format 1 was first written: absent in older state files.
+    #[serde(default)]
+    pub groups: BTreeMap<String, Group>,
+    /// The roles made through the API (the built-in ones are `roles::BUILTIN`).
+    #[serde(default)]
+    pub roles: BTreeMap<String, BTreeSet<String>>,
+    #[serde(default = "Realm::builtin_realms")]
+    pub realms: BTreeMap<String, Realm>,
+    #[serde(default)]
+    pub pools: BTreeMap<String, PoolConfig>,
 }
 
 fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
@@ -193,6 +132,10 @@ impl Access {
             tokens: BTreeMap::new(),
             acls: Vec::new(),
             key,
+            groups: BTreeMap::new(),
+            roles: BTreeMap::new(),
+            realms: Realm::builtin_realms(),
+            pools: BTreeMap::new(),
         }
     }
 
@@ -269,67 +212,6 @@ impl Access {
             userid: user.to_string(),
             tokenid: Some(tok.tokenid.clone()),
         })
-    }
-
-    fn ugid_privs(&self, ugid: &str, path: &str) -> BTreeSet<&'static str> {
-        let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-        let mut best: Option<BTreeSet<&'static str>> = None;
-        for depth in 0..=comps.len() {
-            let prefix = format!("/{}", comps[..depth].join("/"));
-            let exact = depth == comps.len();
-            let roles: Vec<&Acl> = self
-                .acls
-                .iter()
-                .filter(|a| {
-                    a.ugid == ugid
-                        && a.path.trim_end_matches('/') == prefix.trim_end_matches('/')
-                        && (exact || a.propagate)
-                })
-                .collect();
-            if !roles.is_empty() {
-                let mut set = BTreeSet::new();
-                for a in roles {
-                    set.extend(role_privs(&a.role).unwrap_or(&[]).iter().copied());
-                }
-                best = Some(set);
-            }
-        }
-        best.unwrap_or_default()
-    }
-
-    /// Effective privileges of an identity on an ACL path.
-    pub fn privs(&self, who: &Identity, path: &str) -> BTreeSet<&'static str> {
-        let user_privs: BTreeSet<&'static str> = if who.userid == "root@pam" {
-            ALL_PRIVS.iter().copied().collect()
-        } else {
-            self.ugid_privs(&who.userid, path)
-        };
-        match &who.tokenid {
-            Some(t) if self.tokens.get(t).is_some_and(|t| t.privsep) => {
-                let tok = self.ugid_privs(t, path);
-                user_privs.intersection(&tok).copied().collect()
-            }
-            _ => user_privs,
-        }
-    }
-
-    pub fn has(&self, who: &Identity, path: &str, privilege: &str) -> bool {
-        // root@pam holds everything; skip the ACL walk on this hot path (listings check
-        // one privilege per VM and storage).
-        if self.holds_everything(who) {
-            return ALL_PRIVS.contains(&privilege);
-        }
-        self.privs(who, path).contains(privilege)
-    }
-
-    /// `root@pam`, or one of its tokens without privilege separation: every privilege on
-    /// every path, so listings need not check each entry.
-    pub fn holds_everything(&self, who: &Identity) -> bool {
-        who.userid == "root@pam"
-            && !who
-                .tokenid
-                .as_ref()
-                .is_some_and(|t| self.tokens.get(t).is_some_and(|t| t.privsep))
     }
 
     /// Paths a permissions listing covers: the root, the usual top levels and every ACL path.

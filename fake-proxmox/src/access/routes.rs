@@ -7,7 +7,7 @@ use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
 pub fn routes() -> Vec<Route> {
-    vec![
+    let mut v = vec![
         route("GET", "/access", index),
         route("GET", "/access/ticket", ticket_get),
         Route {
@@ -32,7 +32,9 @@ pub fn routes() -> Vec<Route> {
             "/access/users/{userid}/token/{tokenid}",
             token_delete,
         ),
-    ]
+    ];
+    v.extend(crate::access::admin_routes::routes());
+    v
 }
 
 fn index(_c: &mut Ctx) -> Result<Reply, PveError> {

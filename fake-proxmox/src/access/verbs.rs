@@ -28,6 +28,17 @@ impl Site {
             Some(u) if u == userid => Some(u),
             _ => self.access.login(&username, &password, realm.as_deref()),
         };
+        // `check_user_enabled`: an expired account cannot log in; nor a user of a realm
+        // that no longer exists.
+        let user = user.filter(|u| {
+            let realm = u.rsplit_once('@').map_or("", |(_, r)| r);
+            let live = self
+                .access
+                .users
+                .get(u)
+                .is_some_and(|x| x.expire == 0 || x.expire as f64 >= req.now);
+            live && self.access.realms.contains_key(realm)
+        });
         user.ok_or_else(auth_failure)
     }
 

@@ -14,6 +14,12 @@ use crate::world::Site;
 #[serde(untagged)]
 pub enum Resource {
     Vm(Box<VmStatus>),
+    /// A VM in a pool the caller may audit: its row with the pool's name.
+    Pooled {
+        #[serde(flatten)]
+        vm: Box<VmStatus>,
+        pool: String,
+    },
     Other(Value),
 }
 
@@ -21,6 +27,9 @@ pub enum Resource {
 pub fn list(site: &Site, req: &Request, ty: Option<&str>) -> Vec<Resource> {
     let want = |t: &str| ty.is_none_or(|x| x == t);
     let mut out = Vec::new();
+    if ty.is_none() {
+        out.extend(pools(site, req));
+    }
     if want("vm") {
         out.extend(vms(site, req));
     }
@@ -72,7 +81,62 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
             if !online {
                 st.status = "unknown";
             }
-            Resource::Vm(Box::new(st))
+            let pool = site.pool_of_vm(vm.vmid).filter(|p| {
+                site.access
+                    .has(&req.who, &format!("/pool/{p}"), "Pool.Audit")
+            });
+            match pool {
+                Some(p) => Resource::Pooled {
+                    vm: Box::new(st),
+                    pool: p.to_string(),
+                },
+                None => Resource::Vm(Box::new(st)),
+            }
+        })
+        .collect()
+}
+
+/// Pools with `Pool.Audit`, with the sums of their running VMs' figures, as PVE adds them.
+fn pools(site: &Site, req: &Request) -> Vec<Resource> {
+    site.access
+        .pools
+        .iter()
+        .filter(|(p, _)| {
+            site.access
+                .has(&req.who, &format!("/pool/{p}"), "Pool.Audit")
+        })
+        .map(|(p, cfg)| {
+            let mut v = json!({"id": format!("/pool/{p}"), "pool": p, "type": "pool"});
+            let running = cfg
+                .vms
+                .iter()
+                .filter_map(|id| site.vms.get(id))
+                .map(|vm| vm.vmstatus(req.now, site.version))
+                .filter(|st| st.uptime > 0);
+            let (mut uptime, mut mem, mut maxmem, mut cpu, mut maxcpu) =
+                (0u64, 0u64, 0u64, 0.0, 0u32);
+            let mut any = false;
+            for st in running {
+                any = true;
+                uptime = uptime.max(st.uptime);
+                mem += st.mem;
+                maxmem += st.maxmem;
+                let cpus = st.cpus.unwrap_or(0);
+                let load = st.cpu.as_f64().unwrap_or(0.0);
+                let total = maxcpu + cpus;
+                if total > 0 {
+                    cpu = (cpu * f64::from(maxcpu) + load * f64::from(cpus)) / f64::from(total);
+                }
+                maxcpu = total;
+            }
+            if any {
+                v["uptime"] = json!(uptime);
+                v["mem"] = json!(mem);
+                v["maxmem"] = json!(maxmem);
+                v["cpu"] = json!(cpu);
+                v["maxcpu"] = json!(maxcpu);
+            }
+            Resource::Other(v)
         })
         .collect()
 }

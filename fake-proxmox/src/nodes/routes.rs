@@ -11,6 +11,8 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/nodes", nodes),
         route("GET", "/nodes/{node}", node_index),
         route("GET", "/nodes/{node}/status", node_status),
+        // The node's pve-manager version: the same answer as `/version` (one release per site).
+        route("GET", "/nodes/{node}/version", version),
     ];
     v.extend(crate::nodes::network_routes::routes());
     v

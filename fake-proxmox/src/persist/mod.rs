@@ -1,10 +1,10 @@
 //! State that outlives the process.
 //!
 //! With a state dir, the whole durable state — the world (sites with their nodes, storages
-//! and volumes, VMs, tasks, users and tokens, firewall, guest state), the faults, the clock
-//! and the control plane's snapshots — lives in `STATE_DIR/state.json`, one JSON document
-//! with a `format` name and a `version`. The same document is what `GET /_fake/state/export`
-//! returns and `POST /_fake/state/import` takes.
+//! and volumes, VMs, tasks, users, tokens, groups, roles, ACLs, realms and pools, firewall,
+//! guest state), the faults, the clock and the control plane's snapshots — lives in
+//! `STATE_DIR/state.json`, one JSON document with a `format` name and a `version`. The same
+//! document is what `GET /_fake/state/export` returns and `POST /_fake/state/import` takes.
 //!
 //! Crash safety (see `writer`): every request that may have changed the state (any method
 //! but GET/HEAD, and a GET that completed tasks) is answered only after a state at least that
@@ -35,7 +35,9 @@ use crate::world::{Runners, Site, World};
 
 /// The `format` field of every state file.
 pub const FORMAT: &str = "fake-proxmox-state";
-/// The version of the layout this build writes and reads.
+/// The version of the layout this build writes and reads. Fields added since (the access
+/// state's groups, roles, realms, pools and user details) have serde defaults, so older
+/// files of this version still load.
 pub const VERSION: u64 = 1;
 /// The state file's name in the state dir.
 pub const FILE: &str = "state.json";

@@ -214,3 +214,55 @@ fn times_read_back_to_the_same_bits() {
         );
     }
 }
+
+#[test]
+fn a_state_written_before_groups_roles_realms_and_pools_still_loads() {
+    let mut inner = busy_inner();
+    {
+        let access = &mut inner.world.sites[0].access;
+        access.groups.insert("ops".into(), Default::default());
+        access.pools.insert("prod".into(), Default::default());
+        access
+            .roles
+            .insert("Deployer".into(), ["VM.Audit".to_string()].into());
+    }
+    let mut v: Value = serde_json::from_slice(&encode(&inner)).unwrap();
+    // What an older build wrote: the access state without the later fields.
+    let sites = v["world"]["sites"].as_array_mut().unwrap();
+    for site in sites {
+        let access = site["access"].as_object_mut().unwrap();
+        for k in ["groups", "roles", "realms", "pools"] {
+            access.remove(k);
+        }
+        for user in access["users"].as_object_mut().unwrap().values_mut() {
+            let user = user.as_object_mut().unwrap();
+            for k in [
+                "expire",
+                "firstname",
+                "lastname",
+                "email",
+                "comment",
+                "keys",
+            ] {
+                user.remove(k);
+            }
+        }
+    }
+    let old = serde_json::to_vec(&v).unwrap();
+    let back = reread(&old);
+    let access = &back.world.sites[0].access;
+    assert!(access.groups.is_empty() && access.pools.is_empty() && access.roles.is_empty());
+    let realms: Vec<&String> = access.realms.keys().collect();
+    assert_eq!(realms, ["pam", "pve"], "the built-in realms are there");
+    assert_eq!(access.users["root@pam"].expire, 0);
+    // And the new fields round-trip.
+    let now = encode(&inner);
+    let again = encode(&reread(&now));
+    let a: Value = serde_json::from_slice(&now).unwrap();
+    let b: Value = serde_json::from_slice(&again).unwrap();
+    assert_eq!(
+        a["world"]["sites"][0]["access"],
+        b["world"]["sites"][0]["access"]
+    );
+    assert!(a["world"]["sites"][0]["access"]["pools"]["prod"].is_object());
+}

@@ -48,13 +48,20 @@ impl Site {
                 "fake-proxmox: restore from a backup archive is not simulated",
             ));
         }
-        if let Some(pool) = p.str("pool") {
-            self.require(&req.who, &format!("/pool/{pool}"), "VM.Allocate")?;
-        } else if !self
+        // `['or', /vms/{vmid}, /pool/{pool}]`, then the pool must exist.
+        let pool = p.str("pool");
+        let on_vm = self
             .access
-            .has(&req.who, &format!("/vms/{vmid}"), "VM.Allocate")
-        {
+            .has(&req.who, &format!("/vms/{vmid}"), "VM.Allocate");
+        let on_pool = pool.as_ref().is_some_and(|pool| {
+            self.access
+                .has(&req.who, &format!("/pool/{pool}"), "VM.Allocate")
+        });
+        if !on_vm && !on_pool {
             return Err(PveError::perm(None));
+        }
+        if let Some(pool) = &pool {
+            self.check_pool_exists(pool)?;
         }
         let (config, disks) = self.new_config(&op)?;
         check_create_balloon(p)?;
@@ -69,6 +76,7 @@ impl Site {
             vmid,
             Vm::stopped(vmid, node, Default::default(), Some("create")),
         );
+        self.join_pool_on_create(vmid, pool.as_deref());
         let start_after = p.flag("start");
         let mut plan = op.plan("qmcreate", Work::Noop);
         let (t, err) = self.layout_disks(node, &disks, &mut plan, 0.3);

@@ -28,6 +28,7 @@ impl Site {
         // `clone_vmfw_conf`: the clone starts with the source's firewall config.
         clone.firewall = src.firewall.clone();
         self.vms.insert(newid, clone);
+        self.join_pool_on_create(newid, p.str("pool").as_deref());
         let target_storage = p.str("storage");
         let mut plan = op.plan("qmclone", Work::Noop);
         let (t, err) = self.lay_out_clone(node, &src, target_storage.as_deref(), &mut plan);
@@ -65,7 +66,18 @@ impl Site {
     fn check_clone(&self, op: &VmOp, src: &Vm, newid: u32) -> Result<(), PveError> {
         let (node, req, p) = (op.node.as_str(), op.req, &op.req.p);
         op.require(self, &["VM.Clone"])?;
-        self.require(&req.who, &format!("/vms/{newid}"), "VM.Allocate")?;
+        // `['or', /vms/{newid}, /pool/{pool}]`, then the pool must exist.
+        let pool = p.str("pool");
+        let on_pool = pool.as_ref().is_some_and(|pool| {
+            self.access
+                .has(&req.who, &format!("/pool/{pool}"), "VM.Allocate")
+        });
+        if !on_pool {
+            self.require(&req.who, &format!("/vms/{newid}"), "VM.Allocate")?;
+        }
+        if let Some(pool) = &pool {
+            self.check_pool_exists(pool)?;
+        }
         let full = p.bool("full").unwrap_or(!src.is_template());
         if !full && p.has("storage") {
             return Err(PveError::param(

@@ -224,11 +224,7 @@ pub fn access_from_spec(spec: &SiteSpec, key: [u8; 32]) -> Access {
         .users
         .iter()
         .map(|u| {
-            let user = User {
-                userid: u.userid.clone(),
-                password: u.password.clone(),
-                enable: u.enable,
-            };
+            let user = User::new(&u.userid, &u.password, u.enable);
             (u.userid.clone(), user)
         })
         .collect();

@@ -464,14 +464,31 @@ async fn each_agent_route_asks_for_its_own_privilege() {
         serde_json::from_value(serde_json::json!({"userid": "ops@pve", "password": "opspw"}))
             .unwrap(),
     );
-    scenario.sites[0].acls.push(
-        serde_json::from_value(
-            serde_json::json!({"path": "/vms", "ugid": "ops@pve", "role": "PVEVMUser"}),
-        )
-        .unwrap(),
-    );
     let f = start_with(scenario, fake_proxmox::ClockMode::Stepped).await;
     let api = f.api("site-1");
+    // PVE 9.1's PVEVMUser holds the file and freeze privileges too: a role without them.
+    let role = api
+        .post(
+            "/access/roles",
+            &[
+                ("roleid", "AgentAudit"),
+                ("privs", "VM.Audit,VM.GuestAgent.Audit,VM.PowerMgmt"),
+            ],
+        )
+        .await;
+    assert_eq!(role.status, 200, "{}", role.body);
+    let acl = api
+        .send(
+            "PUT",
+            "/access/acl",
+            &[
+                ("path", "/vms"),
+                ("roles", "AgentAudit"),
+                ("users", "ops@pve"),
+            ],
+        )
+        .await;
+    assert_eq!(acl.status, 200, "{}", acl.body);
     let agent = running_vm(&f, &api, "159", &[]).await;
     let ops = api.login("ops@pve", "opspw").await;
     let r = ops
@@ -495,7 +512,7 @@ async fn each_agent_route_asks_for_its_own_privilege() {
         )
         .await;
     assert_eq!(r.status, 403, "{}", r.body);
-    // PVEVMUser has VM.GuestAgent.Audit and VM.PowerMgmt.
+    // The role has VM.GuestAgent.Audit and VM.PowerMgmt.
     let r = ops.post(&format!("{agent}/fsfreeze-status"), &[]).await;
     assert_eq!(r.data()["result"], "thawed", "{}", r.body);
     let r = ops.post(&format!("{agent}/shutdown"), &[]).await;

@@ -178,7 +178,7 @@ pub async fn create_vm(fake: &Fake, api: &Api, node: &str, form: &[(&str, &str)]
     wait_task(fake, api, node, &upid).await
 }
 
-// Response shapes against the schema's declared `returns` (`shapes.rs`).
+// Response shapes against the schema's declared `returns` (`shapes/`).
 
 /// The declared `returns` of every GET in `version`'s API (8.4: the VM subset).
 pub fn returns(version: PveVersion) -> BTreeMap<String, Value> {

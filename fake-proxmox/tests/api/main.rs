@@ -4,6 +4,9 @@
 
 mod common;
 
+mod access_acl;
+mod access_realms;
+mod access_users;
 mod agent;
 mod auth;
 mod cloudinit;
@@ -14,6 +17,7 @@ mod firewall;
 mod move_disk;
 mod network;
 mod pending;
+mod pools;
 mod rrd;
 mod shapes;
 mod snapshot;
