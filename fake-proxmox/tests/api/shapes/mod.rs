@@ -158,13 +158,34 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
 
     admin::populate(&api).await;
 
-    let vars = Vars { upid, pid };
+    // A console for `vncwebsocket`, whose ticket is bound to the port.
+    let console = api
+        .post(
+            &format!("/nodes/{NODE}/qemu/100/vncproxy"),
+            &[("websocket", "1")],
+        )
+        .await;
+    assert_eq!(console.status, 200, "{}", console.body);
+    let vnc_port = console.data()["port"].to_string();
+    let vnc_ticket = console.data()["ticket"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    let vars = Vars {
+        upid,
+        pid,
+        vnc_port,
+        vnc_ticket,
+    };
     (f, api, vars)
 }
 
 struct Vars {
     upid: String,
     pid: String,
+    vnc_port: String,
+    vnc_ticket: String,
 }
 
 /// One GET: the template it exercises, the concrete path, the query.
@@ -247,6 +268,11 @@ fn calls(v: &Vars) -> Vec<Call> {
             format!("{s}/content"),
             vec![],
         ));
+        c.push((
+            "/nodes/{node}/storage/{storage}/rrd",
+            format!("{s}/rrd"),
+            vec![("timeframe", "hour".into()), ("ds", "total,used".into())],
+        ));
     }
     for volume in [
         "local:iso/ubuntu-22.04-cloud.img",
@@ -299,6 +325,19 @@ fn calls(v: &Vars) -> Vec<Call> {
         ));
     }
     let running = vm("100");
+    c.push((
+        "/nodes/{node}/qemu/{vmid}/rrd",
+        format!("{running}/rrd"),
+        vec![("timeframe", "day".into()), ("ds", "cpu".into())],
+    ));
+    c.push((
+        "/nodes/{node}/qemu/{vmid}/vncwebsocket",
+        format!("{running}/vncwebsocket"),
+        vec![
+            ("port", v.vnc_port.clone()),
+            ("vncticket", v.vnc_ticket.clone()),
+        ],
+    ));
     c.push((
         "/nodes/{node}/qemu/{vmid}/cloudinit",
         format!("{running}/cloudinit"),
