@@ -87,10 +87,9 @@ impl Site {
             "port": port,
             "upid": upid,
         });
-        if kind == Kind::Vnc {
-            if let Some(pw) = password {
-                res["password"] = json!(pw);
-            }
+        // Only a VNC proxy makes a password.
+        if let Some(pw) = password {
+            res["password"] = json!(pw);
         }
         Ok(res)
     }
