@@ -94,7 +94,9 @@ fn serve_fake(scenario: &str, dir: &str) {
             .unwrap();
         let dir = Path::new(dir);
         std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("fingerprint"), fake.fingerprint()).unwrap();
+        // Every site of one server serves the same certificate.
+        let fingerprint = fake.sites().next().unwrap().fingerprint().to_string();
+        std::fs::write(dir.join("fingerprint"), fingerprint).unwrap();
         let sites: String = fake
             .sites()
             .map(|s| format!("{} {}\n", s.name(), s.url()))

@@ -25,6 +25,7 @@ pub mod create;
 pub mod disks;
 pub mod hotplug;
 pub mod lifecycle;
+pub mod migrate;
 pub mod model;
 pub mod move_disk;
 pub mod op;

@@ -48,6 +48,12 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/nodes/{node}/qemu/{vmid}/feature", feature),
         route("PUT", "/nodes/{node}/qemu/{vmid}/unlink", unlink),
         route("POST", "/nodes/{node}/qemu/{vmid}/move_disk", move_disk),
+        route(
+            "GET",
+            "/nodes/{node}/qemu/{vmid}/migrate",
+            migrate_precondition,
+        ),
+        route("POST", "/nodes/{node}/qemu/{vmid}/migrate", migrate),
         route("GET", "/nodes/{node}/qemu/{vmid}/snapshot", snapshot_list),
         route(
             "POST",
@@ -235,6 +241,14 @@ fn feature(c: &mut Ctx) -> Result<Reply, PveError> {
         feature,
         snapname.as_deref(),
     )?))
+}
+
+fn migrate_precondition(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(c.site.migrate_precondition(&c.req)?))
+}
+
+fn migrate(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(upid(c.site.migrate(&c.req)?))
 }
 
 fn move_disk(c: &mut Ctx) -> Result<Reply, PveError> {

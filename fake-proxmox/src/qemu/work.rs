@@ -73,6 +73,12 @@ impl Site {
                 volname,
                 tmp,
             } => self.finish_upload(node, storage, volname, tmp, now),
+            Work::Migrate {
+                vmid,
+                target,
+                storages,
+                ..
+            } => self.finish_migrate(node, *vmid, target, storages),
             Work::DeleteVolume { storage, volname } => {
                 self.remove_volume(node, storage, volname);
                 Ok(Vec::new())
@@ -164,6 +170,7 @@ impl Site {
                     vm.lock = None;
                 }
             }
+            Work::Migrate { vmid, .. } => self.abort_migrate(*vmid),
             Work::SnapshotCreate { .. }
             | Work::SnapshotDelete { .. }
             | Work::SnapshotRollback { .. } => self.abort_snapshot_work(work),

@@ -106,6 +106,12 @@ pub enum Work {
         snapname: String,
         start: bool,
     },
+    Migrate {
+        vmid: u32,
+        target: String,
+        storages: crate::qemu::migrate::StorageMap,
+        online: bool,
+    },
 }
 
 /// A piece of a task log placed on the simulated timeline.

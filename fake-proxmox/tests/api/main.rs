@@ -14,6 +14,7 @@ mod console;
 mod control;
 mod exec;
 mod firewall;
+mod migrate;
 mod move_disk;
 mod network;
 mod pending;

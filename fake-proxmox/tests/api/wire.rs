@@ -249,28 +249,36 @@ async fn extreme_values_never_break_the_server() {
     }
 }
 
-/// A method PVE has but the fake does not model yet (migration): its parameters are checked
-/// as PVE checks them, and only a valid call gets the 501.
+/// A method PVE has but the fake does not model yet (migration to another cluster): its
+/// parameters are checked as PVE checks them, and only a valid call gets the 501.
 #[tokio::test]
 async fn an_unmodelled_pve_method_validates_before_its_501() {
     let f = start().await;
     let api = f.api("site-1");
+    let path = "/nodes/ml110-01/qemu/100/remote_migrate";
     let r = api
-        .post(
-            "/nodes/ml110-01/qemu/100/migrate",
-            &[("target", "not a node!"), ("online", "maybe")],
-        )
+        .post(path, &[("target-bridge", "vmbr0"), ("online", "maybe")])
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
     let errors = &r.json["errors"];
-    assert!(errors["target"].is_string(), "{}", r.body);
     assert!(errors["online"].is_string(), "{}", r.body);
+    assert!(errors["target-endpoint"].is_string(), "{}", r.body);
     let r = api
-        .post("/nodes/ml110-01/qemu/100/migrate", &[("target", "r630-01")])
+        .post(
+            path,
+            &[
+                (
+                    "target-endpoint",
+                    "host=10.0.0.9,apitoken=PVEAPIToken=a@pve!t=s",
+                ),
+                ("target-bridge", "vmbr0"),
+                ("target-storage", "local-lvm"),
+            ],
+        )
         .await;
     assert_eq!(r.status, 501, "{}", r.body);
     assert_eq!(
         r.message(),
-        "Method 'POST /nodes/ml110-01/qemu/100/migrate' not implemented"
+        "Method 'POST /nodes/ml110-01/qemu/100/remote_migrate' not implemented"
     );
 }
