@@ -275,6 +275,7 @@ pub fn args<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn span(thread: &str, name: &str, start: i64, dur: i64) -> Span {

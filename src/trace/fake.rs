@@ -60,7 +60,7 @@ pub fn tasks_process(site: &str) -> String {
 }
 
 fn wall_us(e: &JournalEntry) -> Option<i64> {
-    (e.received_at > 0.0).then(|| (e.received_at * 1e6) as i64)
+    (e.received_at > 0.0).then_some((e.received_at * 1e6) as i64)
 }
 
 /// Adds one span per journaled request (entries of journals without wall-clock times are
@@ -201,6 +201,7 @@ pub fn add_tasks(trace: &mut Trace, state: &Value, clock: &ClockMap) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use fake_proxmox::AuthKind;
 

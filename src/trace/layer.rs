@@ -217,9 +217,16 @@ where
                 None => return,
             },
         };
-        let name = match fields.get("what").and_then(Value::as_str) {
-            Some(w) if span.name() == "run" => w.to_string(),
-            _ => span.name().to_string(),
+        let field = |k: &str| {
+            fields
+                .get(k)
+                .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
+        };
+        let name = match (span.name(), field("what"), field("vm"), field("attempt")) {
+            ("run", Some(what), _, _) => what,
+            ("attempt", _, _, Some(n)) => format!("attempt {n}"),
+            ("vm", _, Some(vm), _) => format!("vm {vm}"),
+            (n, ..) => n.to_string(),
         };
         let lane = lane_for(&fields, parent_lane.as_ref());
         span.extensions_mut().insert(Open {
@@ -339,6 +346,7 @@ where
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use tracing::Instrument as _;
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -363,7 +371,7 @@ mod tests {
         tracing::info!("outside any capture");
         let t = cap.take();
         let names: Vec<&str> = t.spans.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["create", "start", "attempt", "deploy"]);
+        assert_eq!(names, ["create", "start", "attempt 1", "deploy"]);
         assert_eq!(t.spans[0].lane, Lane::new(DEPLOYER, "vm web"));
         assert_eq!(t.spans[3].lane, Lane::new(DEPLOYER, "rollout"));
         let attempt = &t.spans[2];

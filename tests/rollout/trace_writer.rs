@@ -288,21 +288,6 @@ impl<W: 'static> cucumber::Writer<W> for StepTrace {
     }
 }
 
-/// A harness-side instant (a fault injected, a lab milestone) for a scenario's trace.
-pub fn harness_mark(
-    thread: &str,
-    name: &str,
-    a: serde_json::Map<String, serde_json::Value>,
-) -> Mark {
-    Mark {
-        lane: Lane::new("harness", thread),
-        name: name.to_string(),
-        cat: "harness".into(),
-        at_us: provision_harness::trace::now_us(),
-        args: a,
-    }
-}
-
 /// The files a lab keeps per guest that a failure bundle copies.
 const LAB_FILES: &[&str] = &["serial.log", "qemu.stderr", "qmp-events.jsonl"];
 
