@@ -219,7 +219,6 @@ async fn a_failed_scenario_keeps_a_bundle_with_its_cause() {
     provision_harness::trace::install();
     rollout::trace_writer::configure(&reports, "rollout", true);
     let w = RolloutWorld::cucumber()
-        .with_default_cli()
         .after(rollout::after_hook)
         .with_writer(
             writer::Basic::new(
@@ -236,6 +235,8 @@ async fn a_failed_scenario_keeps_a_bundle_with_its_cause() {
             .normalized(),
         )
         .fail_on_skipped()
+        // Not this test binary's own arguments (libtest's filter and flags).
+        .with_default_cli()
         .run(&features)
         .await;
     use cucumber::writer::Stats as _;
