@@ -134,7 +134,7 @@ mod tests {
     fn an_entry_without_timing_reads_back_with_zeros() {
         let old = r#"{"seq":3,"time":1.5,"site":"site-1","method":"GET","path":"/version",
             "params":{},"auth":{"kind":"None"},"status":200,"status_text":"OK","node":null}"#;
-        let e: JournalEntry = serde_json::from_str(old).unwrap();
+        let e: JournalEntry = serde_json::from_str(old).expect("an old journal entry reads");
         assert_eq!((e.seq, e.received_at, e.duration_ms), (3, 0.0, 0.0));
     }
 }
