@@ -339,3 +339,40 @@ async fn a_failed_scenario_keeps_a_bundle_with_its_cause() {
         "the failed step is marked"
     );
 }
+
+#[test]
+fn a_lab_run_dir_gives_a_bundle_its_guest_logs_and_a_trace_its_qmp_events() {
+    // The layout vm-lab keeps per guest (`<run dir>/<node>/…`), QMP events as vm-lab writes
+    // them (qapi's Event: `event`, `data`, `timestamp`).
+    let run = tempfile::tempdir().unwrap();
+    let node = run.path().join("node01");
+    std::fs::create_dir_all(&node).unwrap();
+    std::fs::write(node.join("serial.log"), "node01 login:").unwrap();
+    std::fs::write(node.join("disk.qcow2"), "not kept").unwrap();
+    std::fs::write(
+        node.join("qmp-events.jsonl"),
+        concat!(
+            r#"{"event":"STOP","data":{},"timestamp":{"seconds":1790000000,"microseconds":250}}"#,
+            "\n",
+            r#"{"event":"RESET","data":{"guest":true,"reason":"guest-reset"},"timestamp":{"seconds":1790000001,"microseconds":0}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let (files, trace) = rollout::trace_writer::lab_files(run.path());
+    let names: Vec<&str> = files.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names, ["node01.qmp-events.jsonl", "node01.serial.log"]);
+    let marks: Vec<(&str, &str, i64)> = trace
+        .marks
+        .iter()
+        .map(|m| (m.lane.thread.as_str(), m.name.as_str(), m.at_us))
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            ("node01", "STOP", 1_790_000_000_000_250),
+            ("node01", "RESET", 1_790_000_001_000_000)
+        ]
+    );
+    assert_eq!(trace.marks[1].args["data"]["reason"], "guest-reset");
+}
