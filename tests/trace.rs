@@ -376,3 +376,71 @@ fn a_lab_run_dir_gives_a_bundle_its_guest_logs_and_a_trace_its_qmp_events() {
     );
     assert_eq!(trace.marks[1].args["data"]["reason"], "guest-reset");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_writes_the_deployers_side_of_a_trace() {
+    let scenario =
+        fake_proxmox::Scenario::from_yaml_str(provision_harness::examples::SANKOFA_FIXED_SCENARIO)
+            .unwrap();
+    let fake = fake_proxmox::FakeProxmox::builder()
+        .scenario(scenario)
+        .auth_failure_delay(false)
+        .clock(fake_proxmox::ClockMode::Scaled { factor: 2000.0 })
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Both sites at the fake, certificates pinned; the example's credentials Secret beside it.
+    let mut provider = String::from(
+        "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProviderConfig\nmetadata:\n  name: trace\n\
+         spec:\n  credentials:\n    source: Secret\n    secretRef:\n      name: proxmox-credentials\n  sites:\n",
+    );
+    for s in fake.sites() {
+        provider.push_str(&format!(
+            "    - name: {}\n      endpoint: {}\n      fingerprint: \"{}\"\n",
+            s.name(),
+            s.url(),
+            s.fingerprint()
+        ));
+    }
+    let pc = dir.path().join("provider-config.yaml");
+    std::fs::write(&pc, provider).unwrap();
+    std::fs::copy(
+        repo.join("examples/sankofa/proxmox-credentials.yaml"),
+        dir.path().join("proxmox-credentials.yaml"),
+    )
+    .unwrap();
+    let file = dir.path().join("deploy.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_provision-harness"));
+    cmd.arg("deploy")
+        .arg("--provider-config")
+        .arg(&pc)
+        .arg("--manifests")
+        .arg(repo.join("examples/sankofa-fixed/production"))
+        .arg("--state")
+        .arg(dir.path().join("state.json"))
+        .arg("--trace")
+        .arg(&file);
+    tokio::task::spawn_blocking(move || run(&mut cmd))
+        .await
+        .unwrap()
+        .expect("deploy --trace runs");
+    fake.shutdown().await;
+    let events = assert_spans_nest(&file);
+    assert_eq!(process_names(&events), ["deployer"]);
+    let creates: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "client-request" && e["name"] == "POST /nodes/ml110-01/qemu")
+        .collect();
+    assert!(!creates.is_empty(), "the client's view of the creates");
+    for e in creates {
+        assert_eq!(e["args"]["status"], 200, "{e}");
+    }
+    let vms = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .filter(|e| e["args"]["name"].as_str().unwrap().starts_with("vm "))
+        .count();
+    assert_eq!(vms, 30, "a lane per VM of the fixed rollout");
+}
