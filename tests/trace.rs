@@ -204,7 +204,8 @@ const FEATURE: &str = r#"Feature: Traces of the rollout suite
     When the deployer runs
     Then VM "nginx-proxy-vm" is ready with a VMID
 
-  Scenario: A create that works
+  Scenario: A create that works, slowly
+    Given every create call on "ml110-01" takes 300 ms to arrive
     When the deployer runs
     Then VM "nginx-proxy-vm" is ready with a VMID
 "#;
@@ -268,6 +269,24 @@ async fn a_failed_scenario_keeps_a_bundle_with_its_cause() {
                 .any(|e| e["cat"] == "gherkin" && e["name"] == "When the deployer runs")
         );
     }
+
+    // The latency a fault rule adds is in the journal's, so in the request's span.
+    let slow = traces
+        .iter()
+        .find(|t| t.to_string_lossy().contains("a-create-that-works-slowly"))
+        .expect("the passing scenario's trace");
+    let slow: Value = serde_json::from_slice(&std::fs::read(slow).unwrap()).unwrap();
+    let create = slow["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["cat"] == "api" && e["name"] == "POST /nodes/ml110-01/qemu")
+        .expect("the create request");
+    assert!(
+        create["args"]["latency_ms"].as_f64().unwrap() >= 300.0,
+        "{create}"
+    );
+    assert!(create["dur"].as_i64().unwrap() >= 300_000, "{create}");
 
     let failures: Vec<PathBuf> = std::fs::read_dir(suite.join("failures"))
         .unwrap()
