@@ -18,6 +18,9 @@
 //!   deployer made through a PVE API, [`cluster::stack`]), and the Raft quorum check.
 //! - [`suite`] — running the Gherkin suites on many machines: which scenarios a shard runs
 //!   ([`suite::shard`]), their recorded durations, and one report merged from the shards'.
+//! - [`trace`] — one trace per run: the deployer's spans, the fake's requests and tasks, the
+//!   harness's steps and lab events merged into one Chrome trace-event file, and the failure
+//!   bundle a failed run keeps.
 //! - `main.rs` — the `provision-harness` CLI (`plan`, `deploy`, `status`, `destroy`, `rehearse`,
 //!   `report merge`), a thin layer over [`deployer`] and [`suite`].
 //!
@@ -35,6 +38,7 @@ pub mod cluster;
 pub mod deployer;
 pub mod mutants;
 pub mod suite;
+pub mod trace;
 
 pub use deployer::{
     config, deploy, errors, examples, image, lifecycle, manifest, order, pipeline, plan, pve,

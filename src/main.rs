@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -20,6 +22,7 @@ use provision_harness::manifest::{ManifestSet, load_dir};
 use provision_harness::plan::{PlanOptions, Verdict, plan};
 use provision_harness::rehearse::{RehearseOptions, RehearseReport, rehearse};
 use provision_harness::report::{render_plan, render_rollout};
+use provision_harness::trace;
 
 const EXIT_WOULD_FAIL: u8 = 3;
 const EXIT_VM_FAILED: u8 = 4;
@@ -144,6 +147,9 @@ struct DeployArgs {
     /// Seconds to wait for a guest agent IP after start.
     #[arg(long, default_value_t = 120)]
     ip_wait: u64,
+    /// Write the run's trace (Chrome trace-event JSON: steps, retries, API calls) here.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -177,6 +183,10 @@ struct RehearseArgs {
     /// Do not write the HTML report.
     #[arg(long, conflicts_with = "html")]
     no_html: bool,
+    /// Write one trace of the rehearsal (Chrome trace-event JSON: the deployer's steps and
+    /// retries, the fake's requests and tasks) here; open it in ui.perfetto.dev.
+    #[arg(long, value_name = "FILE", conflicts_with = "stack")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -196,10 +206,25 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let traced = match &cli.command {
+        Command::Deploy(a) => a.trace.is_some(),
+        Command::Rehearse(a) => a.trace.is_some(),
+        _ => false,
+    };
+    {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        let trace_layer = traced.then(|| trace::TraceLayer.with_filter(trace::filter()));
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(filter),
+            )
+            .with(trace_layer)
+            .init();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -375,9 +400,17 @@ async fn run_deploy(args: DeployArgs) -> Result<u8, Failure> {
     opts.pipeline.ip_wait = Duration::from_secs(args.ip_wait);
     let bar = progress(set.vms.len(), &mut opts);
     let deployer = Deployer::new(provider, opts).map_err(bad)?;
-    let result = deployer.deploy(&set).await.map_err(internal)?;
+    let capture = trace::Capture::new();
+    let result = deployer
+        .deploy(&set)
+        .instrument(capture.span("deploy run"))
+        .await
+        .map_err(internal)?;
     if let Some(b) = bar {
         b.finish_and_clear();
+    }
+    if let Some(path) = &args.trace {
+        write_trace(path, &capture)?;
     }
     if inputs.json {
         print_json(&result)?;
@@ -416,23 +449,34 @@ async fn run_rehearse(args: RehearseArgs) -> Result<u8, Failure> {
         Some(p) => Some(fake_proxmox::Scenario::from_yaml_file(p).map_err(bad)?),
         None => None,
     };
-    let report = match args.backend {
-        RehearseBackend::Simulated => {
-            let options = RehearseOptions {
-                concurrency: args.concurrency,
-                ..RehearseOptions::default()
-            };
-            rehearse(scenario, !args.seed_only, &options).await
-        }
-        RehearseBackend::Lab => {
-            let options = RehearseOptions {
-                concurrency: args.concurrency,
-                ..RehearseOptions::lab()
-            };
-            provision_harness::rehearse::rehearse_lab(&options).await
+    let capture = trace::Capture::new();
+    let traced = args.trace.as_ref().map(|_| capture.clone());
+    let report = async {
+        match args.backend {
+            RehearseBackend::Simulated => {
+                let options = RehearseOptions {
+                    concurrency: args.concurrency,
+                    trace: traced,
+                    ..RehearseOptions::default()
+                };
+                rehearse(scenario, !args.seed_only, &options).await
+            }
+            RehearseBackend::Lab => {
+                let options = RehearseOptions {
+                    concurrency: args.concurrency,
+                    trace: traced,
+                    ..RehearseOptions::lab()
+                };
+                provision_harness::rehearse::rehearse_lab(&options).await
+            }
         }
     }
+    .instrument(capture.span("rehearse"))
+    .await
     .map_err(internal)?;
+    if let Some(path) = &args.trace {
+        write_trace(path, &capture)?;
+    }
     if !args.no_html {
         let timelines: Vec<_> = report.runs.iter().map(|r| r.timeline.clone()).collect();
         provision_harness::report_html::write_page(&args.html, "rehearse", &timelines)
@@ -457,6 +501,20 @@ async fn run_rehearse(args: RehearseArgs) -> Result<u8, Failure> {
         });
     }
     Ok(0)
+}
+
+/// Writes what `capture` recorded to `path` and says where it went.
+fn write_trace(path: &Path, capture: &trace::Capture) -> Result<(), Failure> {
+    capture
+        .take()
+        .write(path)
+        .with_context(|| format!("writing the trace {}", path.display()))
+        .map_err(internal)?;
+    eprintln!(
+        "trace: {} (open it in ui.perfetto.dev or chrome://tracing)",
+        path.display()
+    );
+    Ok(())
 }
 
 /// `rehearse --stack`: progress on stderr, the rollout and the cluster on stdout.

@@ -21,6 +21,8 @@ mod params;
 mod shard;
 #[path = "lab/steps/mod.rs"]
 mod steps;
+#[path = "rollout/trace_writer.rs"]
+mod trace_writer;
 #[path = "lab/world.rs"]
 mod world;
 
@@ -70,7 +72,9 @@ async fn main() {
     vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();
     let features = root.join("features").join("lab");
-    let mut cli = cucumber::cli::Opts::<_, _, _, shard::ShardCli>::parsed();
+    // `--trace` is this runner's, not cucumber's.
+    let args = std::env::args().filter(|a| a != "--trace");
+    let mut cli = <cucumber::cli::Opts<_, _, _, shard::ShardCli> as clap::Parser>::parse_from(args);
     let filter = shard::CliFilter::take(&mut cli);
     let every: shard::RunnerFilter = Arc::new(|_, _, _| true);
     let plan = shard::Plan::new(&features, &cli.parser, &filter, &every, &cli.custom)
@@ -84,6 +88,7 @@ async fn main() {
     fs::create_dir_all(&out).expect("target/cucumber must be creatable");
     let junit = fs::File::create(out.join("lab-junit.xml")).expect("JUnit report file");
     let json = fs::File::create(out.join("lab.json")).expect("cucumber JSON report file");
+    trace_writer::configure(&out, "lab", trace_writer::trace_requested());
     let summary = LabWorld::cucumber()
         .max_concurrent_scenarios(1)
         .before(|feature, _rule, scenario, world| {
@@ -105,7 +110,7 @@ async fn main() {
             }
             .boxed_local()
         })
-        .after(|_feature, _rule, scenario, ev, world| {
+        .after(|feature, _rule, scenario, ev, world| {
             let passed = matches!(ev, cucumber::event::ScenarioFinished::StepPassed);
             let name = scenario.name.clone();
             async move {
@@ -113,6 +118,17 @@ async fn main() {
                 let Some(mut b) = w.bringup.take() else {
                     return;
                 };
+                // The guests' serial logs and QMP events, for the trace and the bundle.
+                if trace_writer::wanted(!passed) {
+                    let (files, trace) = trace_writer::lab_files(b.lab.run_dir());
+                    let c = trace_writer::Collected {
+                        trace,
+                        files,
+                        world: format!("{w:?}"),
+                        ..Default::default()
+                    };
+                    trace_writer::finish_scenario(feature, scenario, c);
+                }
                 if !passed && std::env::var_os("LAB_BREAK_ON_FAILURE").is_some() {
                     break_on_failure(&name, &b.lab).await;
                 }
@@ -138,6 +154,11 @@ async fn main() {
                 .summarized()
                 .tee::<LabWorld, _>(writer::JUnit::for_tee(junit, 0))
                 .tee::<LabWorld, _>(writer::Json::for_tee(json))
+                .tee::<LabWorld, _>(
+                    trace_writer::StepTrace::default()
+                        .discard_stats_writes()
+                        .discard_arbitrary_writes(),
+                )
                 .normalized(),
         )
         .fail_on_skipped()

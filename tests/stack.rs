@@ -15,6 +15,8 @@ mod params;
 mod shard;
 #[path = "stack/steps.rs"]
 mod steps;
+#[path = "rollout/trace_writer.rs"]
+mod trace_writer;
 #[path = "stack/world.rs"]
 mod world;
 
@@ -29,18 +31,31 @@ use world::StackWorld;
 
 #[tokio::main]
 async fn main() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STACK_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    {
+        // Logs as STACK_LOG says; the deployer's spans for the scenarios' traces.
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_env("STACK_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            );
+        let traces =
+            provision_harness::trace::TraceLayer.with_filter(provision_harness::trace::filter());
+        let _ = tracing_subscriber::registry()
+            .with(logs)
+            .with(traces)
+            .try_init();
+    }
     // A CI timeout's SIGTERM must not leave the guests' disks and the fake's state behind.
     vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();
     let features = root.join("features").join("stack");
-    let mut cli = cucumber::cli::Opts::<_, _, _, shard::ShardCli>::parsed();
+    // `--trace` is this runner's, not cucumber's.
+    let args = std::env::args().filter(|a| a != "--trace");
+    let mut cli = <cucumber::cli::Opts<_, _, _, shard::ShardCli> as clap::Parser>::parse_from(args);
     let filter = shard::CliFilter::take(&mut cli);
     let every: shard::RunnerFilter = Arc::new(|_, _, _| true);
     let plan = shard::Plan::new(&features, &cli.parser, &filter, &every, &cli.custom)
@@ -54,6 +69,7 @@ async fn main() {
     fs::create_dir_all(&out).expect("target/cucumber must be creatable");
     let junit = fs::File::create(out.join("stack-junit.xml")).expect("JUnit report file");
     let json = fs::File::create(out.join("stack.json")).expect("cucumber JSON report file");
+    trace_writer::configure(&out, "stack", trace_writer::trace_requested());
     let summary = StackWorld::cucumber()
         .max_concurrent_scenarios(1)
         .before(|_feature, _rule, scenario, _world| {
@@ -71,11 +87,14 @@ async fn main() {
             }
             .boxed_local()
         })
-        .after(|_feature, _rule, scenario, ev, world| {
+        .after(|feature, _rule, scenario, ev, world| {
             let passed = matches!(ev, cucumber::event::ScenarioFinished::StepPassed);
             let keeps = scenario.tags.iter().any(|t| t == "leaves-cluster-formed");
             async move {
                 let Some(w) = world else { return };
+                if trace_writer::wanted(!passed) {
+                    trace_writer::finish_scenario(feature, scenario, w.collect_trace().await);
+                }
                 if passed
                     && keeps
                     && let (Some(target), Some(deploy), Some(cluster)) =
@@ -97,6 +116,11 @@ async fn main() {
                 .summarized()
                 .tee::<StackWorld, _>(writer::JUnit::for_tee(junit, 0))
                 .tee::<StackWorld, _>(writer::Json::for_tee(json))
+                .tee::<StackWorld, _>(
+                    trace_writer::StepTrace::default()
+                        .discard_stats_writes()
+                        .discard_arbitrary_writes(),
+                )
                 .normalized(),
         )
         .fail_on_skipped()

@@ -38,6 +38,15 @@ pub struct JournalEntry {
     pub status: u16,
     pub status_text: String,
     pub node: Option<String>,
+    /// Wall-clock UNIX time (seconds) the request arrived, whatever the simulated clock does:
+    /// what lines a request up with the client's own timeline. 0 in journals written before
+    /// it was recorded.
+    #[serde(default)]
+    pub received_at: f64,
+    /// Wall-clock milliseconds from arrival to the answer, a fault rule's added latency
+    /// included.
+    #[serde(default)]
+    pub duration_ms: f64,
 }
 
 const SECRET_KEYS: &[&str] = &[
@@ -111,11 +120,21 @@ mod tests {
             status: 200,
             status_text: "OK".into(),
             node: None,
+            received_at: 0.0,
+            duration_ms: 0.0,
         });
         let e = &j.entries()[0];
         assert_eq!(e.seq, 1);
         assert_eq!(e.params["password"], "<redacted>");
         assert_eq!(e.params["cipassword"], "<redacted>");
         assert_eq!(e.params["username"], "root@pam");
+    }
+
+    #[test]
+    fn an_entry_without_timing_reads_back_with_zeros() {
+        let old = r#"{"seq":3,"time":1.5,"site":"site-1","method":"GET","path":"/version",
+            "params":{},"auth":{"kind":"None"},"status":200,"status_text":"OK","node":null}"#;
+        let e: JournalEntry = serde_json::from_str(old).expect("an old journal entry reads");
+        assert_eq!((e.seq, e.received_at, e.duration_ms), (3, 0.0, 0.0));
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use serde::Serialize;
 use tokio::sync::{Semaphore, watch};
+use tracing::Instrument as _;
 
 use crate::deployer::config::Provider;
 use crate::deployer::errors::StepError;
@@ -189,6 +190,7 @@ impl Deployer {
 
     /// Deploys a rollout wave by wave; inside a wave, VMs run with bounded concurrency and wait
     /// for the VMs they depend on.
+    #[tracing::instrument(name = "deploy", skip_all, fields(vms = rollout.vms.len()))]
     pub async fn deploy_rollout(&self, rollout: &Rollout) -> Result<RolloutResult, DeployError> {
         let started = Instant::now();
         let deployable = || rollout.vms.iter().filter_map(|v| v.deployable().ok());
@@ -209,10 +211,12 @@ impl Deployer {
                 let sem = Arc::clone(&semaphore);
                 let sites = &sites;
                 let signals = &signals;
+                let span = tracing::info_span!("vm", vm = %vm.name);
                 async move {
                     let ok = self.run_vm(vm, sites, signals, &sem).await;
                     self.announce_done(vm, signals, ok);
                 }
+                .instrument(span)
             });
             join_all(futs).await;
         }
@@ -291,20 +295,25 @@ impl Deployer {
                     }
                 },
             );
-            let result = match self.site_for(sites, &spec.site).await {
-                Ok(site) => {
-                    last_site = Some(Arc::clone(&site));
-                    Pipeline {
-                        site: &site,
-                        state: &self.state,
-                        options: &self.options.pipeline,
-                        sink: self.options.on_step.as_ref(),
+            let span = tracing::info_span!("attempt", vm = %spec.name, attempt);
+            let result = async {
+                match self.site_for(sites, &spec.site).await {
+                    Ok(site) => {
+                        last_site = Some(Arc::clone(&site));
+                        Pipeline {
+                            site: &site,
+                            state: &self.state,
+                            options: &self.options.pipeline,
+                            sink: self.options.on_step.as_ref(),
+                        }
+                        .run(&job)
+                        .await
                     }
-                    .run(&job)
-                    .await
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            };
+            }
+            .instrument(span)
+            .await;
             match result {
                 Ok(()) => return true,
                 Err(e)
@@ -328,6 +337,7 @@ impl Deployer {
     }
 
     /// Records why attempt `attempt` failed and sleeps the backoff delay.
+    #[tracing::instrument(name = "backoff", skip_all, fields(vm = %spec.name, attempt))]
     async fn back_off(&self, vm: &RolloutVm, spec: &ValidSpec, attempt: u32, e: &StepError) {
         let delay = self.options.backoff.delay(attempt);
         tracing::info!(vm = %spec.name, attempt, error = %e, delay_ms = delay.as_millis() as u64, "retrying");
@@ -368,6 +378,7 @@ impl Deployer {
     }
 
     /// Deletes (purge) a VM this rollout created and could not finish.
+    #[tracing::instrument(name = "cleanup", skip_all, fields(vm = %spec.name))]
     async fn cleanup(&self, site: &SiteCtx, vm: &RolloutVm, spec: &ValidSpec) {
         let Some(rec) = self.state.get(&vm.key) else {
             return;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
 use serde::Serialize;
+use tracing::Instrument as _;
 
 use crate::deployer::config::{Provider, parse_provider, parse_secret};
 use crate::deployer::deploy::{DeployOptions, Deployer, RolloutResult};
@@ -36,6 +37,8 @@ pub struct RehearseOptions {
     pub plan: PlanOptions,
     /// How a lab-backed site of the scenario runs its real guests.
     pub lab: LabOptions,
+    /// Where the fake's requests and tasks go before it shuts down (`rehearse --trace`).
+    pub trace: Option<crate::trace::Capture>,
 }
 
 impl RehearseOptions {
@@ -83,6 +86,7 @@ impl Default for RehearseOptions {
             deploy,
             plan: PlanOptions::default(),
             lab: LabOptions::default(),
+            trace: None,
         }
     }
 }
@@ -240,6 +244,7 @@ pub async fn run(rollout: Rollout, options: &RehearseOptions) -> Result<RunRepor
         })
         .start()
         .await?;
+    let span = tracing::info_span!("rehearsal", label = %rollout.label);
     let result = run_against(
         &fake,
         rollout.label,
@@ -247,7 +252,19 @@ pub async fn run(rollout: Rollout, options: &RehearseOptions) -> Result<RunRepor
         rollout.provider,
         options,
     )
+    .instrument(span)
     .await;
+    if let Some(capture) = &options.trace {
+        let controls: Vec<_> = fake.sites().map(|s| s.control()).collect();
+        match crate::trace::fake::FakeRecord::read(&controls).await {
+            Ok(rec) => {
+                let mut t = crate::trace::Trace::default();
+                rec.add_to(&mut t);
+                capture.add(t);
+            }
+            Err(e) => tracing::warn!(error = %e, "the fake's journal for the trace"),
+        }
+    }
     fake.shutdown().await;
     result
 }

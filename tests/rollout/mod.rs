@@ -21,6 +21,8 @@ pub mod shard;
 pub mod status;
 mod steps;
 pub mod target;
+pub mod trace;
+pub mod trace_writer;
 pub mod world;
 
 use std::collections::BTreeSet;
@@ -73,10 +75,10 @@ pub const FAKE_ONLY_REASON: &str = "tagged @fake: it needs the fake's control AP
 /// `destroy`, then every VM still named with the scenario's prefix removed (what a failed or
 /// killed deployer left), and the scenario's cassette written.
 pub fn after_hook<'a>(
-    _f: &'a cucumber::gherkin::Feature,
+    f: &'a cucumber::gherkin::Feature,
     _r: Option<&'a cucumber::gherkin::Rule>,
     sc: &'a cucumber::gherkin::Scenario,
-    _ev: &'a cucumber::event::ScenarioFinished,
+    ev: &'a cucumber::event::ScenarioFinished,
     w: Option<&'a mut RolloutWorld>,
 ) -> futures::future::LocalBoxFuture<'a, ()> {
     async move {
@@ -84,6 +86,12 @@ pub fn after_hook<'a>(
         if let Some((_, h)) = w.background.take() {
             h.abort();
             let _ = h.await;
+        }
+        // The trace and the failure bundle: read before the fake stops.
+        use cucumber::event::ScenarioFinished as Fin;
+        let failed = matches!(ev, Fin::StepFailed(..) | Fin::BeforeHookFailed(_));
+        if trace_writer::wanted(failed) {
+            trace_writer::finish_scenario(f, sc, trace::collect(w).await);
         }
         let real = match &w.target {
             Some(world::Target::Real(r)) => Some(r.clone()),
@@ -157,7 +165,9 @@ pub async fn run_all() {
 /// returns how it ended, without exiting.
 pub async fn run_suite() -> SuiteOutcome {
     let fail = |code| SuiteOutcome { code };
-    let mut cli = cucumber::cli::Opts::<_, _, _, shard::ShardCli>::parsed();
+    // `--trace` is this runner's, not cucumber's.
+    let args = std::env::args().filter(|a| a != "--trace");
+    let mut cli = <cucumber::cli::Opts<_, _, _, shard::ShardCli> as clap::Parser>::parse_from(args);
     let filter = shard::CliFilter::take(&mut cli);
     let real_target = target::RealPve::current();
     let real = real_target.is_some();
@@ -238,6 +248,8 @@ pub async fn run_suite() -> SuiteOutcome {
         // This run's cassettes only.
         let _ = std::fs::remove_dir_all(reports.join("cassettes"));
     }
+    provision_harness::trace::install();
+    trace_writer::configure(&reports, "rollout", trace_writer::trace_requested());
     let junit = std::fs::File::create(reports.join("rollout.junit.xml")).expect("junit report");
     let json = std::fs::File::create(reports.join("rollout.cucumber.json")).expect("json report");
     let summary = RolloutWorld::cucumber()
@@ -248,6 +260,11 @@ pub async fn run_suite() -> SuiteOutcome {
                 .summarized()
                 .tee::<RolloutWorld, _>(writer::JUnit::for_tee(junit, 0))
                 .tee::<RolloutWorld, _>(writer::Json::for_tee(json))
+                .tee::<RolloutWorld, _>(
+                    trace_writer::StepTrace::default()
+                        .discard_stats_writes()
+                        .discard_arbitrary_writes(),
+                )
                 .normalized(),
         )
         .fail_on_skipped()

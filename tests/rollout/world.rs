@@ -84,6 +84,8 @@ pub struct RolloutWorld {
     pub map: Option<TargetMap>,
     /// Real-target mode: the recording proxy the deployer talks through (see `recorder.rs`).
     pub recorder: Option<Recorder>,
+    /// What the deployer and the fault steps recorded for the scenario's trace.
+    pub capture: provision_harness::trace::Capture,
 }
 
 impl std::fmt::Debug for RolloutWorld {
@@ -129,9 +131,13 @@ impl RolloutWorld {
                 secret: HARNESS_TOKEN_SECRET.into(),
             },
         };
+        let capture = provision_harness::trace::Capture::new();
         Ok(Self {
             target: real.map(|r| Target::Real(Box::new(r))),
-            deployer: adapter::from_env(),
+            deployer: Arc::new(super::trace::Traced {
+                inner: adapter::from_env(),
+                capture: capture.clone(),
+            }),
             dir,
             creds,
             manifests: BTreeMap::new(),
@@ -150,6 +156,7 @@ impl RolloutWorld {
             reached: Default::default(),
             map,
             recorder: None,
+            capture,
         })
     }
 

@@ -14,6 +14,7 @@ use provision_harness::rehearse_stack::{
     SITE, golden_image_qcow2, pve_client, ssh_keypair, stack_options, stack_rollout, stack_vms,
     stage_cluster, start_lab_fake,
 };
+use tracing::Instrument as _;
 
 pub use provision_harness::rehearse_stack::QUORUM_TIMEOUT;
 
@@ -100,6 +101,8 @@ pub struct StackWorld {
     pub last_error: Option<String>,
     /// The deployer's bug this scenario runs it with (a mutant), if any.
     pub mutant: Option<provision_harness::mutants::Mutant>,
+    /// What the deployer recorded for the scenario's trace.
+    pub capture: provision_harness::trace::Capture,
 }
 
 impl StackWorld {
@@ -174,7 +177,8 @@ impl StackWorld {
                 r.manifests.clone(),
                 r.provider.clone(),
                 &t.options,
-            ),
+            )
+            .instrument(self.capture.span("deployer")),
         )
         .await
         .map_err(|e| ClusterError::Spec(format!("the rollout: {e}")))?;
@@ -266,6 +270,29 @@ impl StackWorld {
                 .ok_or_else(|| ClusterError::Validation("no leader was recorded".into())),
             n => Ok(n.to_owned()),
         }
+    }
+
+    /// What the scenario recorded, for its trace and failure bundle: the deployer's spans,
+    /// the fake's journal and state, the guests' serial logs and QMP events.
+    pub async fn collect_trace(&self) -> crate::trace_writer::Collected {
+        let mut c = crate::trace_writer::Collected {
+            trace: self.capture.take(),
+            world: format!("{self:?}"),
+            ..Default::default()
+        };
+        let Some(t) = &self.target else { return c };
+        let controls: Vec<_> = t.fake.sites().map(|s| s.control()).collect();
+        match provision_harness::trace::fake::FakeRecord::read(&controls).await {
+            Ok(rec) => {
+                c.states.push(("all-sites".into(), rec.state.clone()));
+                c.fake = Some(rec);
+            }
+            Err(e) => eprintln!("trace: the fake's journal and state: {e}"),
+        }
+        let (files, lab) = crate::trace_writer::lab_files(&t.state);
+        c.files = files;
+        c.trace.extend(lab);
+        c
     }
 
     /// Shuts the target down (its guests with it).

@@ -3,7 +3,7 @@
 //! schema validation, node resolution, faults, then the handler.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -47,10 +47,16 @@ struct Record {
     params: BTreeMap<String, String>,
     auth: AuthKind,
     node: Option<String>,
+    /// When the request arrived, for its latency in the journal.
+    arrived: Instant,
+    received_at: f64,
+    /// How long the answer is held after it is journaled (a fault rule, the 401 delay).
+    hold_ms: u64,
 }
 
 fn journal(inner: &mut Inner, site: &str, method: &str, rec: Record, status: u16, text: String) {
     let time = inner.clock.now();
+    let duration_ms = rec.arrived.elapsed().as_secs_f64() * 1000.0 + rec.hold_ms as f64;
     inner.journal.record(JournalEntry {
         seq: 0,
         time,
@@ -62,6 +68,8 @@ fn journal(inner: &mut Inner, site: &str, method: &str, rec: Record, status: u16
         status,
         status_text: text,
         node: rec.node,
+        received_at: rec.received_at,
+        duration_ms,
     });
 }
 
@@ -83,6 +91,11 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         params: BTreeMap::new(),
         auth: AuthKind::None,
         node: None,
+        arrived: Instant::now(),
+        received_at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        hold_ms: 0,
     };
 
     let early = read_request(&method, &full_path, &parts, body).await;
@@ -200,6 +213,9 @@ fn locked_part(ctx: &SiteCtx, incoming: Incoming, mut rec: Record) -> Locked {
     let (prepared, fault_err) = match prepare(&mut inner, &ctx.site, incoming, &mut rec) {
         Ok(p) => p,
         Err(e) => {
+            if e.status == 401 && ctx.shared.auth_failure_delay {
+                rec.hold_ms = AUTH_DELAY.as_millis() as u64;
+            }
             journal(&mut inner, &ctx.site, method, rec, e.status, e.reason());
             drop(inner);
             let resp = render_err(&e, version);
@@ -237,6 +253,8 @@ fn finish(
     fault_err: Option<PveError>,
     version: crate::version::PveVersion,
 ) -> Response<Body> {
+    let mut rec = rec;
+    rec.hold_ms = prepared.answer_latency_ms;
     let outcome = match fault_err {
         Some(e) => Err(e),
         None => run(&mut inner, site, prepared),

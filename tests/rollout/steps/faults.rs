@@ -6,7 +6,10 @@ use cucumber::{given, when};
 use fake_proxmox::FaultRule;
 
 use crate::rollout::params::{NodeName, Request, SiteName};
+use crate::rollout::trace::fault;
 use crate::rollout::world::{RolloutWorld, node_of_site};
+use provision_harness::trace::args;
+use serde_json::json;
 
 #[given(expr = "node {node} is offline")]
 async fn offline(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
@@ -14,6 +17,7 @@ async fn offline(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     ctl.set_node_online(&node, false)
         .await
         .map_err(|e| anyhow!("taking {node} offline: {e}"))?;
+    fault(w, "node offline", args([("node", json!(node.to_string()))]));
     Ok(())
 }
 
@@ -23,6 +27,11 @@ async fn online(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     ctl.set_node_online(&node, true)
         .await
         .map_err(|e| anyhow!("bringing {node} back: {e}"))?;
+    fault(
+        w,
+        "node back online",
+        args([("node", json!(node.to_string()))]),
+    );
     Ok(())
 }
 
@@ -42,6 +51,11 @@ async fn no_memory(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()> {
     })
     .await
     .map_err(|e| anyhow!("adding the memory fault: {e}"))?;
+    fault(
+        w,
+        "no free memory for starts",
+        args([("node", json!(node.to_string()))]),
+    );
     Ok(())
 }
 
@@ -51,6 +65,11 @@ async fn memory_freed(w: &mut RolloutWorld, node: NodeName) -> anyhow::Result<()
     ctl.clear_faults()
         .await
         .map_err(|e| anyhow!("clearing faults: {e}"))?;
+    fault(
+        w,
+        "faults cleared",
+        args([("node", json!(node.to_string()))]),
+    );
     Ok(())
 }
 
@@ -65,6 +84,11 @@ async fn slow_create(w: &mut RolloutWorld, node: NodeName, ms: u64) -> anyhow::R
     })
     .await
     .map_err(|e| anyhow!("adding latency: {e}"))?;
+    fault(
+        w,
+        "slow create calls",
+        args([("node", json!(node.to_string())), ("latency_ms", json!(ms))]),
+    );
     Ok(())
 }
 
@@ -101,11 +125,21 @@ async fn first_requests_fail(
         path_pattern: Some(path),
         count: Some(count),
         status: Some(status),
-        message: Some(message),
+        message: Some(message.clone()),
         ..FaultRule::default()
     })
     .await
     .map_err(|e| anyhow!("adding the fault on {site}: {e}"))?;
+    fault(
+        w,
+        "requests fail",
+        args([
+            ("site", json!(site.to_string())),
+            ("count", json!(count)),
+            ("status", json!(status)),
+            ("message", json!(message)),
+        ]),
+    );
     Ok(())
 }
 
@@ -122,5 +156,14 @@ async fn next_task_fails(
     ctl.fail_next_task(&node, &task_type, &exitstatus)
         .await
         .map_err(|e| anyhow!("arming the {task_type} failure on {node}: {e}"))?;
+    fault(
+        w,
+        "next task fails",
+        args([
+            ("node", json!(node)),
+            ("type", json!(task_type)),
+            ("exitstatus", json!(exitstatus)),
+        ]),
+    );
     Ok(())
 }

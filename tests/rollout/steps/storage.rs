@@ -44,6 +44,11 @@ async fn storage_full(w: &mut RolloutWorld, storage: String, node: NodeName) -> 
     ctl.set_storage_full(&node, &storage, true)
         .await
         .map_err(|e| anyhow!("filling {storage} on {node}: {e}"))?;
+    let a = provision_harness::trace::args([
+        ("node", serde_json::json!(node.to_string())),
+        ("storage", serde_json::json!(storage)),
+    ]);
+    crate::rollout::trace::fault(w, "storage full", a);
     Ok(())
 }
 
