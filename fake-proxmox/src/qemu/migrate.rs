@@ -346,19 +346,18 @@ impl Site {
                 .get_mut(node)
                 .and_then(|n| n.storages.get_mut(&d.storage))
                 .and_then(|s| s.volumes.remove(&d.volname));
-            if let Some(vol) = vol {
-                if let Some(s) = self
+            if let Some(vol) = vol
+                && let Some(s) = self
                     .nodes
                     .get_mut(target)
                     .and_then(|n| n.storages.get_mut(&dst))
-                {
-                    s.volumes.insert(d.volname.clone(), vol);
-                }
+            {
+                s.volumes.insert(d.volname.clone(), vol);
             }
-            if dst != d.storage {
-                if let Some(v) = config.get_mut(&d.key) {
-                    *v = v.replacen(&format!("{}:", d.storage), &format!("{dst}:"), 1);
-                }
+            if dst != d.storage
+                && let Some(v) = config.get_mut(&d.key)
+            {
+                *v = v.replacen(&format!("{}:", d.storage), &format!("{dst}:"), 1);
             }
         }
         if let Some(v) = self.vms.get_mut(&vmid) {
