@@ -95,6 +95,7 @@ pub mod schema;
 pub mod server;
 pub mod storage;
 pub mod tasks;
+pub mod tenants;
 #[cfg(feature = "testcontainers")]
 pub mod testcontainers;
 pub mod validate;
@@ -108,6 +109,7 @@ pub use faults::FaultRule;
 pub use journal::{AuthKind, JournalEntry};
 pub use scenario::{Scenario, ScenarioError};
 pub use server::{Builder, FakeProxmox, SiteHandle, app};
+pub use tenants::{CertChoice, TenantInfo, TenantRequest, TenantSite};
 pub use version::PveVersion;
 
 /// Errors of starting and running the fake.

@@ -1,0 +1,196 @@
+//! Tenants benchmark: one fake-proxmox server, 100 tenants, the seed rollout (the deployer on
+//! the embedded manifests, as `rehearse` runs it) against every tenant at once. Prints
+//! `name: value unit` lines: tenant creation time, wall time of the 100 rollouts, per-rollout
+//! p50 and max, the server's resident and peak memory. Every rollout must end as the same
+//! rollout ends against a fake of its own. Run: `cargo bench --bench tenants`.
+//!
+//! The server runs in a child process (this binary re-executed with `--serve-fake`), so its
+//! memory figures are its own, not the deployers'.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, TenantInfo, TenantRequest};
+use provision_harness::deploy::{Deployer, RolloutResult};
+use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
+use provision_harness::rehearse::{RehearseOptions, run, seed_rollout};
+
+const TENANTS: usize = 100;
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Child mode: serve the embedded scenario as `rehearse` does (TLS, fast clock) until stdin
+/// closes; the first site's URL and certificate go to `dir`.
+fn serve_fake(dir: &Path, clock_factor: f64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fake = FakeProxmox::builder()
+            .auth_failure_delay(false)
+            .clock(ClockMode::Scaled {
+                factor: clock_factor,
+            })
+            .max_tenants(TENANTS)
+            .start()
+            .await
+            .unwrap();
+        let site = fake.site("site-1").unwrap();
+        std::fs::write(dir.join("cert.pem"), site.cert_pem()).unwrap();
+        std::fs::write(dir.join("url"), site.url()).unwrap();
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut s = String::new();
+            let _ = std::io::stdin().read_line(&mut s);
+        })
+        .await;
+        fake.shutdown().await;
+    });
+}
+
+/// The seed rollout against one tenant's sites; its result and wall time.
+async fn rollout(tenant: &TenantInfo, opts: &RehearseOptions) -> (RolloutResult, Duration) {
+    let seed = seed_rollout(None).unwrap();
+    let mut provider = seed.provider;
+    for s in &tenant.sites {
+        let pin = parse_fingerprint(s.fingerprint.as_deref().unwrap()).unwrap();
+        provider.override_endpoint(&s.name, &s.url, TlsMode::Pinned(pin));
+    }
+    let mut deploy = opts.deploy.clone();
+    deploy.concurrency = opts.concurrency;
+    let t = Instant::now();
+    let result = Deployer::new(provider, deploy)
+        .unwrap()
+        .deploy(&seed.manifests)
+        .await
+        .unwrap();
+    (result, t.elapsed())
+}
+
+/// What must be the same for every run: each VM's outcome.
+fn outcomes(r: &RolloutResult) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = r
+        .vms
+        .iter()
+        .map(|o| (o.name.clone(), format!("{:?}", o.outcome)))
+        .collect();
+    v.sort();
+    v
+}
+
+fn main() {
+    let opts = RehearseOptions::default();
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-fake") {
+        serve_fake(Path::new(&args[2]), opts.clock_factor);
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The reference: the same rollout against a fake of its own, in this process.
+    let reference = rt
+        .block_on(run(seed_rollout(None).unwrap(), &opts))
+        .unwrap();
+    let want = outcomes(&reference.deploy);
+    println!(
+        "reference_rollout: {} vms ready, {} failed, {} ms",
+        reference.deploy.summary.ready,
+        reference.deploy.summary.failed,
+        reference.deploy.elapsed_ms
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("--serve-fake")
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url_file = dir.path().join("url");
+    let started = Instant::now();
+    while !url_file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "fake did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = std::fs::read_to_string(&url_file).unwrap();
+    let pem = std::fs::read_to_string(dir.path().join("cert.pem")).unwrap();
+    let ctl = ControlClient::new(&url, Some(&pem));
+    let pid = child.id();
+    println!("server_rss_idle: {} KiB", status_kib(pid, "VmRSS:"));
+
+    let t = Instant::now();
+    let tenants: Vec<TenantInfo> = rt.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..TENANTS {
+            out.push(ctl.create_tenant(&TenantRequest::default()).await.unwrap());
+        }
+        out
+    });
+    println!(
+        "create_{TENANTS}_tenants_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!(
+        "server_rss_{TENANTS}_tenants_idle: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+
+    let t = Instant::now();
+    let results: Vec<(RolloutResult, Duration)> = rt.block_on(async {
+        let runs = tenants.iter().map(|tn| rollout(tn, &opts));
+        futures::future::join_all(runs).await
+    });
+    let wall = t.elapsed();
+    let mut times: Vec<u128> = results.iter().map(|(_, d)| d.as_millis()).collect();
+    times.sort_unstable();
+    println!(
+        "{TENANTS}_seed_rollouts_at_once_wall: {} ms",
+        wall.as_millis()
+    );
+    println!("rollout_p50: {} ms", times[times.len() / 2]);
+    println!("rollout_max: {} ms", times[times.len() - 1]);
+    println!(
+        "server_rss_after_rollouts: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+    println!("server_peak_rss: {} KiB", status_kib(pid, "VmHWM:"));
+    let differ = results.iter().filter(|(r, _)| outcomes(r) != want).count();
+    println!(
+        "rollouts_as_reference: {}/{TENANTS} ({} vms each)",
+        TENANTS - differ,
+        want.len()
+    );
+    assert_eq!(
+        differ, 0,
+        "some rollouts ended otherwise than the reference"
+    );
+
+    let t = Instant::now();
+    rt.block_on(async {
+        for tn in &tenants {
+            ctl.delete_tenant(&tn.id).await.unwrap();
+        }
+    });
+    println!(
+        "delete_{TENANTS}_tenants_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!("server_rss_after_delete: {} KiB", status_kib(pid, "VmRSS:"));
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
