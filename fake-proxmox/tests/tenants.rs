@@ -384,7 +384,7 @@ async fn idle_tenants_are_reaped_busy_ones_are_not() {
         tokio::spawn(async move {
             let mut n = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     api.call(reqwest::Method::GET, "/version", &[]).await;
                 } else {
                     ctl.journal().await.unwrap();

@@ -28,53 +28,45 @@ fn refuse(e: &TenantError) -> Response {
     (status, Json(json!({"error": e.to_string()}))).into_response()
 }
 
-fn host(state: TenantsState) -> Result<Arc<Tenants>, Response> {
-    state.ok_or_else(|| refuse(&TenantError::NotHere))
+fn host(state: TenantsState) -> Result<Arc<Tenants>, TenantError> {
+    state.ok_or(TenantError::NotHere)
+}
+
+fn answer<T: serde::Serialize>(status: StatusCode, r: Result<T, TenantError>) -> Response {
+    match r {
+        Ok(v) => (status, Json(v)).into_response(),
+        Err(e) => refuse(&e),
+    }
 }
 
 /// The body is read here rather than by axum's `Json`, so every refusal is a JSON
 /// `{"error"}` naming what is wrong; an empty body asks for all the defaults.
 async fn create(State(state): State<TenantsState>, body: Bytes) -> Response {
-    let tenants = match host(state) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let req: TenantRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        TenantRequest::default()
+    let req = if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(TenantRequest::default())
     } else {
-        match serde_json::from_slice(&body) {
-            Ok(r) => r,
-            Err(e) => return refuse(&TenantError::BadRequest(e.to_string())),
-        }
+        serde_json::from_slice::<TenantRequest>(&body)
+            .map_err(|e| TenantError::BadRequest(e.to_string()))
     };
-    match tenants.create(req).await {
-        Ok(info) => (StatusCode::CREATED, Json(info)).into_response(),
-        Err(e) => refuse(&e),
-    }
+    let created = match (host(state), req) {
+        (Ok(tenants), Ok(req)) => tenants.create(req).await,
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    answer(StatusCode::CREATED, created)
 }
 
 async fn list(State(state): State<TenantsState>) -> Response {
-    match host(state) {
-        Ok(t) => Json(t.list()).into_response(),
-        Err(r) => r,
-    }
+    answer(StatusCode::OK, host(state).map(|t| t.list()))
 }
 
 async fn show(State(state): State<TenantsState>, Path(id): Path<String>) -> Response {
-    match host(state).map(|t| t.get(&id)) {
-        Ok(Ok(info)) => Json(info).into_response(),
-        Ok(Err(e)) => refuse(&e),
-        Err(r) => r,
-    }
+    answer(StatusCode::OK, host(state).and_then(|t| t.get(&id)))
 }
 
 async fn delete(State(state): State<TenantsState>, Path(id): Path<String>) -> Response {
-    let tenants = match host(state) {
-        Ok(t) => t,
-        Err(r) => return r,
+    let deleted = match host(state) {
+        Ok(t) => t.delete(&id).await.map(|()| json!({"deleted": id})),
+        Err(e) => Err(e),
     };
-    match tenants.delete(&id).await {
-        Ok(()) => Json(json!({"deleted": id})).into_response(),
-        Err(e) => refuse(&e),
-    }
+    answer(StatusCode::OK, deleted)
 }
