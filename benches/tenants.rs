@@ -4,6 +4,9 @@
 //! p50 and max, the server's resident and peak memory. Every rollout must end as the same
 //! rollout ends against a fake of its own. Run: `cargo bench --bench tenants`.
 //!
+//! The deployer's waits are `rehearse`'s, but longer in real time (see `options`): the
+//! figure is the server's throughput, not a timeout of a starved client.
+//!
 //! The server runs in a child process (this binary re-executed with `--serve-fake`), so its
 //! memory figures are its own, not the deployers'.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -87,8 +90,18 @@ fn outcomes(r: &RolloutResult) -> Vec<(String, String)> {
     v
 }
 
+/// `rehearse`'s options, with the deployer's real-time waits long enough for 100 rollouts
+/// sharing two cores (the fake's clock still runs 2000× faster).
+fn options() -> RehearseOptions {
+    let mut o = RehearseOptions::default();
+    o.deploy.http_timeout = Duration::from_secs(120);
+    o.deploy.pipeline.ip_wait = Duration::from_secs(120);
+    o.deploy.pipeline.task_wait.timeout = Duration::from_secs(300);
+    o
+}
+
 fn main() {
-    let opts = RehearseOptions::default();
+    let opts = options();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--serve-fake") {
         serve_fake(Path::new(&args[2]), opts.clock_factor);
