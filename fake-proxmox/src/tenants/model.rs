@@ -131,7 +131,7 @@ pub enum TenantError {
     )]
     Limit(usize),
     #[error(
-        "a tenant cannot manage tenants: ask the server that created it (its own /_fake/tenants)"
+        "this listener manages no tenants: a tenant cannot create or list tenants; ask the server that created it (its own /_fake/tenants)"
     )]
     NotHere,
     #[error("the server is shutting down")]
