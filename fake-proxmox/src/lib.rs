@@ -43,6 +43,8 @@
 //!   `mod.rs` lists its deviations from real PVE.
 //! - [`control`]: the `/_fake` control plane for tests (reset, state, clock, faults), apart
 //!   from the emulated API.
+//! - [`tenants`]: many isolated fakes in one server: `/_fake/tenants` starts whole worlds of
+//!   their own on their own listeners, deletes them, reaps the idle ones.
 //!
 //! # The execution seam
 //! The qemu and agent models decide *whether* something happens to a guest (privileges,
