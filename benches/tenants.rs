@@ -1,5 +1,6 @@
 //! Tenants benchmark: one fake-proxmox server, 100 tenants, the seed rollout (the deployer on
-//! the embedded manifests, as `rehearse` runs it) against every tenant at once. Prints
+//! the embedded manifests, as `rehearse` runs it) against every tenant at once; then the same
+//! with the fixed rollout, whose VMs all get ready, on 100 tenants of its scenario. Prints
 //! `name: value unit` lines: tenant creation time, wall time of the 100 rollouts, per-rollout
 //! p50 and max, the server's resident and peak memory. Every rollout must end as the same
 //! rollout ends against a fake of its own. Run: `cargo bench --bench tenants`.
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, TenantInfo, TenantRequest};
 use provision_harness::deploy::{Deployer, RolloutResult};
 use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
-use provision_harness::rehearse::{RehearseOptions, run, seed_rollout};
+use provision_harness::rehearse::{RehearseOptions, Rollout, fixed_rollout, run, seed_rollout};
 
 const TENANTS: usize = 100;
 
@@ -60,10 +61,14 @@ fn serve_fake(dir: &Path, clock_factor: f64) {
     });
 }
 
-/// The seed rollout against one tenant's sites; its result and wall time.
-async fn rollout(tenant: &TenantInfo, opts: &RehearseOptions) -> (RolloutResult, Duration) {
-    let seed = seed_rollout(None).unwrap();
-    let mut provider = seed.provider;
+/// A rollout against one tenant's sites; its result and wall time.
+async fn rollout(
+    make: fn() -> Rollout,
+    tenant: &TenantInfo,
+    opts: &RehearseOptions,
+) -> (RolloutResult, Duration) {
+    let rollout = make();
+    let mut provider = rollout.provider;
     for s in &tenant.sites {
         let pin = parse_fingerprint(s.fingerprint.as_deref().unwrap()).unwrap();
         provider.override_endpoint(&s.name, &s.url, TlsMode::Pinned(pin));
@@ -73,10 +78,98 @@ async fn rollout(tenant: &TenantInfo, opts: &RehearseOptions) -> (RolloutResult,
     let t = Instant::now();
     let result = Deployer::new(provider, deploy)
         .unwrap()
-        .deploy(&seed.manifests)
+        .deploy(&rollout.manifests)
         .await
         .unwrap();
     (result, t.elapsed())
+}
+
+fn seed() -> Rollout {
+    seed_rollout(None).unwrap()
+}
+
+fn fixed() -> Rollout {
+    fixed_rollout().unwrap()
+}
+
+/// One phase: the rollout against a fake of its own (the reference), then against
+/// `TENANTS` tenants of the server at once (each made from the rollout's scenario); figures
+/// prefixed with `label`; the tenants deleted at the end.
+fn phase(
+    rt: &tokio::runtime::Runtime,
+    ctl: &ControlClient,
+    pid: u32,
+    label: &str,
+    make: fn() -> Rollout,
+    opts: &RehearseOptions,
+) {
+    let reference = rt.block_on(run(make(), opts)).unwrap();
+    let want = outcomes(&reference.deploy);
+    let sum = &reference.deploy.summary;
+    println!(
+        "{label}_reference_rollout: {} vms ready, {} failed, {} ms (a fake of its own)",
+        sum.ready, sum.failed, reference.deploy.elapsed_ms
+    );
+    let req = TenantRequest::default().scenario(make().scenario.to_yaml());
+    let t = Instant::now();
+    let tenants: Vec<TenantInfo> = rt.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..TENANTS {
+            out.push(ctl.create_tenant(&req).await.unwrap());
+        }
+        out
+    });
+    println!(
+        "{label}_create_{TENANTS}_tenants_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!(
+        "{label}_server_rss_{TENANTS}_tenants_idle: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+    let t = Instant::now();
+    let results: Vec<(RolloutResult, Duration)> = rt.block_on(async {
+        let runs = tenants.iter().map(|tn| rollout(make, tn, opts));
+        futures::future::join_all(runs).await
+    });
+    let wall = t.elapsed();
+    let mut times: Vec<u128> = results.iter().map(|(_, d)| d.as_millis()).collect();
+    times.sort_unstable();
+    println!(
+        "{label}_{TENANTS}_rollouts_at_once_wall: {} ms",
+        wall.as_millis()
+    );
+    println!("{label}_rollout_p50: {} ms", times[times.len() / 2]);
+    println!("{label}_rollout_max: {} ms", times[times.len() - 1]);
+    println!(
+        "{label}_server_rss_after_rollouts: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+    println!("{label}_server_peak_rss: {} KiB", status_kib(pid, "VmHWM:"));
+    let differ = results.iter().filter(|(r, _)| outcomes(r) != want).count();
+    println!(
+        "{label}_rollouts_as_reference: {}/{TENANTS} ({} vms each)",
+        TENANTS - differ,
+        want.len()
+    );
+    assert_eq!(
+        differ, 0,
+        "{label}: some rollouts ended otherwise than the reference"
+    );
+    let t = Instant::now();
+    rt.block_on(async {
+        for tn in &tenants {
+            ctl.delete_tenant(&tn.id).await.unwrap();
+        }
+    });
+    println!(
+        "{label}_delete_{TENANTS}_tenants_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!(
+        "{label}_server_rss_after_delete: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
 }
 
 /// What must be the same for every run: each VM's outcome.
@@ -112,18 +205,6 @@ fn main() {
         .build()
         .unwrap();
 
-    // The reference: the same rollout against a fake of its own, in this process.
-    let reference = rt
-        .block_on(run(seed_rollout(None).unwrap(), &opts))
-        .unwrap();
-    let want = outcomes(&reference.deploy);
-    println!(
-        "reference_rollout: {} vms ready, {} failed, {} ms",
-        reference.deploy.summary.ready,
-        reference.deploy.summary.failed,
-        reference.deploy.elapsed_ms
-    );
-
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--serve-fake")
@@ -133,77 +214,27 @@ fn main() {
         .unwrap();
     let url_file = dir.path().join("url");
     let started = Instant::now();
-    while !url_file.exists() {
+    // The child writes the certificate first, the URL last.
+    let url = loop {
+        let url = std::fs::read_to_string(&url_file).unwrap_or_default();
+        if url.starts_with("https://") && url.len() > "https://".len() {
+            break url;
+        }
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "fake did not start"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let url = std::fs::read_to_string(&url_file).unwrap();
+    };
     let pem = std::fs::read_to_string(dir.path().join("cert.pem")).unwrap();
     let ctl = ControlClient::new(&url, Some(&pem));
     let pid = child.id();
     println!("server_rss_idle: {} KiB", status_kib(pid, "VmRSS:"));
 
-    let t = Instant::now();
-    let tenants: Vec<TenantInfo> = rt.block_on(async {
-        let mut out = Vec::new();
-        for _ in 0..TENANTS {
-            out.push(ctl.create_tenant(&TenantRequest::default()).await.unwrap());
-        }
-        out
-    });
-    println!(
-        "create_{TENANTS}_tenants_wall: {} ms",
-        t.elapsed().as_millis()
-    );
-    println!(
-        "server_rss_{TENANTS}_tenants_idle: {} KiB",
-        status_kib(pid, "VmRSS:")
-    );
-
-    let t = Instant::now();
-    let results: Vec<(RolloutResult, Duration)> = rt.block_on(async {
-        let runs = tenants.iter().map(|tn| rollout(tn, &opts));
-        futures::future::join_all(runs).await
-    });
-    let wall = t.elapsed();
-    let mut times: Vec<u128> = results.iter().map(|(_, d)| d.as_millis()).collect();
-    times.sort_unstable();
-    println!(
-        "{TENANTS}_seed_rollouts_at_once_wall: {} ms",
-        wall.as_millis()
-    );
-    println!("rollout_p50: {} ms", times[times.len() / 2]);
-    println!("rollout_max: {} ms", times[times.len() - 1]);
-    println!(
-        "server_rss_after_rollouts: {} KiB",
-        status_kib(pid, "VmRSS:")
-    );
-    println!("server_peak_rss: {} KiB", status_kib(pid, "VmHWM:"));
-    let differ = results.iter().filter(|(r, _)| outcomes(r) != want).count();
-    println!(
-        "rollouts_as_reference: {}/{TENANTS} ({} vms each)",
-        TENANTS - differ,
-        want.len()
-    );
-    assert_eq!(
-        differ, 0,
-        "some rollouts ended otherwise than the reference"
-    );
-
-    let t = Instant::now();
-    rt.block_on(async {
-        for tn in &tenants {
-            ctl.delete_tenant(&tn.id).await.unwrap();
-        }
-    });
-    println!(
-        "delete_{TENANTS}_tenants_wall: {} ms",
-        t.elapsed().as_millis()
-    );
-    println!("server_rss_after_delete: {} KiB", status_kib(pid, "VmRSS:"));
+    // The seed rollout as written (most VMs fail on the seed's own problems, quickly), then
+    // the fixed rollout (every VM created, started and seen with an address).
+    phase(&rt, &ctl, pid, "seed", seed, &opts);
+    phase(&rt, &ctl, pid, "fixed", fixed, &opts);
     drop(child.stdin.take());
     let _ = child.wait();
 }
