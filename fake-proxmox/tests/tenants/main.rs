@@ -337,6 +337,48 @@ async fn delete_closes_the_listeners_and_frees_the_world() {
 }
 
 #[tokio::test]
+async fn a_state_dir_keeps_the_hosts_world_never_a_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = host_with(|b| b.state_dir(dir.path())).await;
+    let t = ctl(&host)
+        .create_tenant(&TenantRequest::default())
+        .await
+        .unwrap();
+    Api::of(site1(&t)).create_vm(100).await;
+    site1(&t)
+        .control()
+        .advance_clock(Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        vmids(&site1(&t).control().state().await.unwrap()),
+        vec![100]
+    );
+    // The host's own VM 200 is kept; the tenant's VM 100 is not.
+    let h = host.site("site-1").unwrap();
+    let host_api = Api {
+        base: format!("{}/api2/json", h.url()),
+        auth: site1(&t).tokens[0].header(),
+        http: reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()
+            .unwrap(),
+    };
+    host_api.create_vm(200).await;
+    ctl(&host)
+        .advance_clock(Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(vmids(&ctl(&host).state().await.unwrap()), vec![200]);
+    host.shutdown().await;
+    // Started again on the same state dir: the host's world, no tenant, no tenant's VM.
+    let again = host_with(|b| b.state_dir(dir.path())).await;
+    assert!(ctl(&again).tenants().await.unwrap().is_empty());
+    assert_eq!(vmids(&ctl(&again).state().await.unwrap()), vec![200]);
+    again.shutdown().await;
+}
+
+#[tokio::test]
 async fn stopping_the_host_stops_its_tenants() {
     let host = host().await;
     let t = ctl(&host)
