@@ -43,6 +43,8 @@
 //!   `mod.rs` lists its deviations from real PVE.
 //! - [`control`]: the `/_fake` control plane for tests (reset, state, clock, faults), apart
 //!   from the emulated API.
+//! - [`tenants`]: many isolated fakes in one server: `/_fake/tenants` starts whole worlds of
+//!   their own on their own listeners, deletes them, reaps the idle ones.
 //!
 //! # The execution seam
 //! The qemu and agent models decide *whether* something happens to a guest (privileges,
@@ -98,6 +100,7 @@ pub mod schema;
 pub mod server;
 pub mod storage;
 pub mod tasks;
+pub mod tenants;
 #[cfg(feature = "testcontainers")]
 pub mod testcontainers;
 pub mod validate;
@@ -111,6 +114,7 @@ pub use faults::FaultRule;
 pub use journal::{AuthKind, JournalEntry};
 pub use scenario::{Scenario, ScenarioError};
 pub use server::{Builder, FakeProxmox, SiteHandle, app};
+pub use tenants::{CertChoice, TenantInfo, TenantRequest, TenantSite};
 pub use version::PveVersion;
 
 /// Errors of starting and running the fake.

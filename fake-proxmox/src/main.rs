@@ -60,6 +60,13 @@ enum Cmd {
         /// config's `memory`).
         #[arg(long, default_value_t = 1024)]
         memory_cap_mib: u64,
+        /// At most this many live tenants (`POST /_fake/tenants`); more are refused with 429.
+        #[arg(long, default_value_t = 256)]
+        max_tenants: usize,
+        /// A tenant with no request on its listeners for this many seconds is deleted
+        /// (unless it asked for another limit).
+        #[arg(long, value_name = "SECS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+        tenant_idle_timeout: u64,
     },
     /// Scenario utilities.
     Scenario {
@@ -124,6 +131,8 @@ async fn main() -> anyhow::Result<()> {
             disks,
             backend,
             memory_cap_mib,
+            max_tenants,
+            tenant_idle_timeout,
         } => {
             let sc = match scenario {
                 Some(p) => Scenario::from_yaml_file(&p)
@@ -139,7 +148,9 @@ async fn main() -> anyhow::Result<()> {
                 .lab_options(LabOptions {
                     memory_cap_mib,
                     ..LabOptions::default()
-                });
+                })
+                .max_tenants(max_tenants)
+                .tenant_idle_timeout(std::time::Duration::from_secs(tenant_idle_timeout));
             for (site, addr) in listen {
                 b = b.listen(&site, addr);
             }

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use crate::clock::ClockMode;
 use crate::faults::FaultRule;
 use crate::journal::JournalEntry;
+use crate::tenants::{TenantInfo, TenantRequest, TenantSite};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -344,5 +345,38 @@ impl ControlClient {
             .header("content-type", "application/json")
             .body(file.to_vec());
         self.send::<Value>(req).await.map(|_| ())
+    }
+
+    /// Start a tenant (`POST /_fake/tenants`): a world of its own with its own listeners.
+    /// Refused (`ControlError::Refused`) with 400 for a bad request, 403 on a tenant's own
+    /// listeners, 429 at the server's limit.
+    pub async fn create_tenant(&self, req: &TenantRequest) -> Result<TenantInfo, ControlError> {
+        self.send(self.http.post(self.url("/tenants")).json(req))
+            .await
+    }
+
+    /// The live tenants.
+    pub async fn tenants(&self) -> Result<Vec<TenantInfo>, ControlError> {
+        self.send(self.http.get(self.url("/tenants"))).await
+    }
+
+    /// One tenant; 404 once deleted or reaped.
+    pub async fn tenant(&self, id: &str) -> Result<TenantInfo, ControlError> {
+        self.send(self.http.get(self.url(&format!("/tenants/{id}"))))
+            .await
+    }
+
+    /// Stop a tenant's listeners and drop its world.
+    pub async fn delete_tenant(&self, id: &str) -> Result<(), ControlError> {
+        self.send::<Value>(self.http.delete(self.url(&format!("/tenants/{id}"))))
+            .await
+            .map(|_| ())
+    }
+}
+
+impl TenantSite {
+    /// A typed client for this tenant site's own control plane (its world only).
+    pub fn control(&self) -> ControlClient {
+        ControlClient::new(&self.url, self.cert_pem.as_deref())
     }
 }

@@ -3,13 +3,15 @@
 pub mod dispatch;
 pub mod http;
 pub mod state;
+mod tenant_host;
 pub mod tls;
 pub mod upload;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::any;
@@ -21,21 +23,50 @@ use crate::control::ControlClient;
 use crate::exec::lab::backend::LabOptions;
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
 use crate::scenario::{Backend, Scenario};
+use crate::tenants::routes::TenantsState;
+use crate::tenants::{Activity, TenantLimits, Tenants};
 use crate::world::Runners;
 use state::{Shared, SharedRef, SiteCtx};
 
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
-/// else through PVE's request pipeline.
+/// else through PVE's request pipeline. It manages no tenants (`/_fake/tenants` answers 403).
 pub fn app(shared: SharedRef, site: &str) -> Router {
+    app_with(shared, site, None, None)
+}
+
+/// [`app`] of a host server (it manages `tenants`) or of a tenant (every request stamps its
+/// `activity`).
+fn app_with(
+    shared: SharedRef,
+    site: &str,
+    tenants: TenantsState,
+    activity: Option<Arc<Activity>>,
+) -> Router {
     let ctx = SiteCtx {
         shared,
         site: site.to_string(),
     };
-    Router::new()
-        .nest("/_fake", crate::control::router())
+    let control =
+        crate::control::router().merge(crate::tenants::routes::router().with_state(tenants));
+    let router = Router::new()
+        .nest("/_fake", control)
         .fallback(any(dispatch::api_handler))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), durable))
-        .with_state(ctx)
+        .with_state(ctx);
+    match activity {
+        Some(a) => router.layer(axum::middleware::from_fn_with_state(a, active)),
+        None => router,
+    }
+}
+
+/// A tenant's listeners: every request keeps the tenant from being reaped while it runs.
+async fn active(
+    axum::extract::State(activity): axum::extract::State<Arc<Activity>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let _busy = activity.begin();
+    next.run(req).await
 }
 
 /// With a state dir, an answer leaves only once the state it reflects is durable: a request
@@ -87,6 +118,12 @@ pub struct Builder {
     explicit_runners: bool,
     backend: Backend,
     lab: LabOptions,
+    /// The certificate to serve instead of a new one (a tenant sharing its host's).
+    cert: Option<Arc<tls::Cert>>,
+    /// `Some`: this server manages tenants, within these limits.
+    tenant_limits: Option<TenantLimits>,
+    /// `Some`: this server is a tenant, and this is its activity.
+    tenant: Option<Arc<Activity>>,
 }
 
 impl Default for Builder {
@@ -103,6 +140,9 @@ impl Default for Builder {
             explicit_runners: false,
             backend: Backend::Simulated,
             lab: LabOptions::default(),
+            cert: None,
+            tenant_limits: Some(TenantLimits::default()),
+            tenant: None,
         }
     }
 }
@@ -156,6 +196,23 @@ impl Builder {
     pub fn disks(mut self, disks: Arc<dyn Disks>) -> Self {
         self.disks = disks;
         self.explicit_runners = true;
+        self
+    }
+
+    /// At most `n` live tenants (`POST /_fake/tenants`); more are refused with 429.
+    /// Default 256.
+    pub fn max_tenants(mut self, n: usize) -> Self {
+        if let Some(l) = &mut self.tenant_limits {
+            l.max = n;
+        }
+        self
+    }
+    /// A tenant with no request on its listeners for this long is deleted, unless it asked
+    /// for another limit. Default 30 minutes.
+    pub fn tenant_idle_timeout(mut self, d: Duration) -> Self {
+        if let Some(l) = &mut self.tenant_limits {
+            l.idle_timeout = d;
+        }
         self
     }
 
@@ -238,7 +295,12 @@ impl Builder {
     }
 
     /// Bind every site's listener and start serving.
-    pub async fn start(mut self) -> Result<FakeProxmox, crate::Error> {
+    pub async fn start(self) -> Result<FakeProxmox, crate::Error> {
+        self.start_now()
+    }
+
+    /// [`Builder::start`], from within a tokio runtime (nothing in it waits).
+    fn start_now(mut self) -> Result<FakeProxmox, crate::Error> {
         let shared = self.shared()?;
         for s in self.listen.keys() {
             if !self.scenario.sites.iter().any(|x| &x.name == s) {
@@ -253,11 +315,12 @@ impl Builder {
             .iter()
             .flat_map(|s| s.nodes.iter().map(|n| n.name.clone()))
             .collect();
-        let cert = match &self.state_dir {
-            Some(dir) => tls::kept_cert(dir, &names)?,
-            None => tls::make_cert(&names)?,
+        let cert = match (&self.cert, &self.state_dir) {
+            (Some(c), _) => c.clone(),
+            (None, Some(dir)) => Arc::new(tls::kept_cert(dir, &names)?),
+            (None, None) => Arc::new(tls::make_cert(&names)?),
         };
-        let mut sites = Vec::new();
+        let mut bound = Vec::new();
         for s in &self.scenario.sites {
             let addr = self
                 .listen
@@ -272,12 +335,33 @@ impl Builder {
             let local = listener
                 .local_addr()
                 .map_err(|e| crate::Error::Bind { addr, source: e })?;
+            bound.push((s.name.clone(), addr, local, listener));
+        }
+        // Tenants listen where the host's first site does (all interfaces in a container).
+        let tenants = self.tenant_limits.map(|limits| {
+            let bind_ip = bound
+                .first()
+                .map_or(IpAddr::from([127, 0, 0, 1]), |b| b.2.ip());
+            let spawn = tenant_host::spawner(tenant_host::Template {
+                tls: self.tls,
+                auth_failure_delay: self.auth_failure_delay,
+                bind_ip,
+                cert: cert.clone(),
+            });
+            Tenants::new(spawn, self.scenario.clone(), self.clock, limits)
+        });
+        let server_config = match self.tls {
+            true => Some(tls::server_config(&cert)?),
+            false => None,
+        };
+        let mut sites = Vec::new();
+        let mut tasks = Vec::new();
+        for (name, addr, local, listener) in bound {
             let handle = axum_server::Handle::new();
-            let router = app(shared.clone(), &s.name);
+            let router = app_with(shared.clone(), &name, tenants.clone(), self.tenant.clone());
             let svc = router.into_make_service();
-            if self.tls {
-                let cfg =
-                    axum_server::tls_rustls::RustlsConfig::from_config(tls::server_config(&cert)?);
+            let task = if let Some(cfg) = &server_config {
+                let cfg = axum_server::tls_rustls::RustlsConfig::from_config(cfg.clone());
                 let server = axum_server::from_tcp_rustls(listener, cfg)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
                     .map(|tls| tls.acceptor(NoDelayAcceptor::new()))
@@ -286,7 +370,7 @@ impl Builder {
                     if let Err(e) = server.serve(svc).await {
                         tracing::error!("listener stopped: {e}");
                     }
-                });
+                })
             } else {
                 let server = axum_server::from_tcp(listener)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
@@ -296,11 +380,12 @@ impl Builder {
                     if let Err(e) = server.serve(svc).await {
                         tracing::error!("listener stopped: {e}");
                     }
-                });
-            }
+                })
+            };
+            tasks.push(task);
             let scheme = if self.tls { "https" } else { "http" };
             sites.push(SiteHandle {
-                name: s.name.clone(),
+                name,
                 addr: local,
                 url: format!("{scheme}://{local}"),
                 fingerprint: cert.fingerprint.clone(),
@@ -318,7 +403,12 @@ impl Builder {
                 .collect();
             w("sites", &urls)?;
         }
-        Ok(FakeProxmox { shared, sites })
+        Ok(FakeProxmox {
+            shared,
+            sites,
+            tenants,
+            tasks,
+        })
     }
 }
 
@@ -362,6 +452,11 @@ impl SiteHandle {
 pub struct FakeProxmox {
     shared: SharedRef,
     sites: Vec<SiteHandle>,
+    /// `None` for a tenant (it manages none).
+    tenants: Option<Arc<Tenants>>,
+    /// The listeners' serving tasks: shutdown waits for them, so a stopped server's ports
+    /// refuse connections.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl FakeProxmox {
@@ -378,9 +473,20 @@ impl FakeProxmox {
     pub fn shared(&self) -> &SharedRef {
         &self.shared
     }
+    /// The tenants this server manages (`/_fake/tenants`), for in-process use.
+    pub fn tenants(&self) -> Option<&Arc<Tenants>> {
+        self.tenants.as_ref()
+    }
+    /// Stop every tenant, then the listeners; done once they refuse connections.
     pub async fn shutdown(self) {
+        if let Some(t) = &self.tenants {
+            t.shutdown().await;
+        }
         for s in &self.sites {
             s.handle.shutdown();
+        }
+        for t in self.tasks {
+            let _ = t.await;
         }
     }
 }

@@ -1,0 +1,240 @@
+//! Tenants benchmark: one fake-proxmox server, 100 tenants, the seed rollout (the deployer on
+//! the embedded manifests, as `rehearse` runs it) against every tenant at once; then the same
+//! with the fixed rollout, whose VMs all get ready, on 100 tenants of its scenario. Prints
+//! `name: value unit` lines: tenant creation time, wall time of the 100 rollouts, per-rollout
+//! p50 and max, the server's resident and peak memory. Every rollout must end as the same
+//! rollout ends against a fake of its own. Run: `cargo bench --bench tenants`.
+//!
+//! The deployer's waits are `rehearse`'s, but longer in real time (see `options`): the
+//! figure is the server's throughput, not a timeout of a starved client.
+//!
+//! The server runs in a child process (this binary re-executed with `--serve-fake`), so its
+//! memory figures are its own, not the deployers'.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, TenantInfo, TenantRequest};
+use provision_harness::deploy::{Deployer, RolloutResult};
+use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
+use provision_harness::rehearse::{RehearseOptions, Rollout, fixed_rollout, run, seed_rollout};
+
+const TENANTS: usize = 100;
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Child mode: serve the embedded scenario as `rehearse` does (TLS, fast clock) until stdin
+/// closes; the first site's URL and certificate go to `dir`.
+fn serve_fake(dir: &Path, clock_factor: f64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fake = FakeProxmox::builder()
+            .auth_failure_delay(false)
+            .clock(ClockMode::Scaled {
+                factor: clock_factor,
+            })
+            .max_tenants(TENANTS)
+            .start()
+            .await
+            .unwrap();
+        let site = fake.site("site-1").unwrap();
+        std::fs::write(dir.join("cert.pem"), site.cert_pem()).unwrap();
+        std::fs::write(dir.join("url"), site.url()).unwrap();
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut s = String::new();
+            let _ = std::io::stdin().read_line(&mut s);
+        })
+        .await;
+        fake.shutdown().await;
+    });
+}
+
+/// A rollout against one tenant's sites; its result and wall time.
+async fn rollout(
+    make: fn() -> Rollout,
+    tenant: &TenantInfo,
+    opts: &RehearseOptions,
+) -> (RolloutResult, Duration) {
+    let rollout = make();
+    let mut provider = rollout.provider;
+    for s in &tenant.sites {
+        let pin = parse_fingerprint(s.fingerprint.as_deref().unwrap()).unwrap();
+        provider.override_endpoint(&s.name, &s.url, TlsMode::Pinned(pin));
+    }
+    let mut deploy = opts.deploy.clone();
+    deploy.concurrency = opts.concurrency;
+    let t = Instant::now();
+    let result = Deployer::new(provider, deploy)
+        .unwrap()
+        .deploy(&rollout.manifests)
+        .await
+        .unwrap();
+    (result, t.elapsed())
+}
+
+fn seed() -> Rollout {
+    seed_rollout(None).unwrap()
+}
+
+fn fixed() -> Rollout {
+    fixed_rollout().unwrap()
+}
+
+/// One phase: the rollout against a fake of its own (the reference), then against
+/// `TENANTS` tenants of the server at once (each made from the rollout's scenario); figures
+/// prefixed with `label`; the tenants deleted at the end.
+fn phase(
+    rt: &tokio::runtime::Runtime,
+    ctl: &ControlClient,
+    pid: u32,
+    label: &str,
+    make: fn() -> Rollout,
+    opts: &RehearseOptions,
+) {
+    let reference = rt.block_on(run(make(), opts)).unwrap();
+    let want = outcomes(&reference.deploy);
+    let sum = &reference.deploy.summary;
+    println!(
+        "{label}_reference_rollout: {} vms ready, {} failed, {} ms (a fake of its own)",
+        sum.ready, sum.failed, reference.deploy.elapsed_ms
+    );
+    let req = TenantRequest::default().scenario(make().scenario.to_yaml());
+    let t = Instant::now();
+    let tenants: Vec<TenantInfo> = rt.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..TENANTS {
+            out.push(ctl.create_tenant(&req).await.unwrap());
+        }
+        out
+    });
+    println!(
+        "{label}_create_{TENANTS}_tenants_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!(
+        "{label}_server_rss_{TENANTS}_tenants_idle: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+    let t = Instant::now();
+    let results: Vec<(RolloutResult, Duration)> = rt.block_on(async {
+        let runs = tenants.iter().map(|tn| rollout(make, tn, opts));
+        futures::future::join_all(runs).await
+    });
+    let wall = t.elapsed();
+    let mut times: Vec<u128> = results.iter().map(|(_, d)| d.as_millis()).collect();
+    times.sort_unstable();
+    println!(
+        "{label}_{TENANTS}_rollouts_at_once_wall: {} ms",
+        wall.as_millis()
+    );
+    println!("{label}_rollout_p50: {} ms", times[times.len() / 2]);
+    println!("{label}_rollout_max: {} ms", times[times.len() - 1]);
+    println!(
+        "{label}_server_rss_after_rollouts: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+    println!("{label}_server_peak_rss: {} KiB", status_kib(pid, "VmHWM:"));
+    let differ = results.iter().filter(|(r, _)| outcomes(r) != want).count();
+    println!(
+        "{label}_rollouts_as_reference: {}/{TENANTS} ({} vms each)",
+        TENANTS - differ,
+        want.len()
+    );
+    assert_eq!(
+        differ, 0,
+        "{label}: some rollouts ended otherwise than the reference"
+    );
+    let t = Instant::now();
+    rt.block_on(async {
+        for tn in &tenants {
+            ctl.delete_tenant(&tn.id).await.unwrap();
+        }
+    });
+    println!(
+        "{label}_delete_{TENANTS}_tenants_wall: {} ms",
+        t.elapsed().as_millis()
+    );
+    println!(
+        "{label}_server_rss_after_delete: {} KiB",
+        status_kib(pid, "VmRSS:")
+    );
+}
+
+/// What must be the same for every run: each VM's outcome.
+fn outcomes(r: &RolloutResult) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = r
+        .vms
+        .iter()
+        .map(|o| (o.name.clone(), format!("{:?}", o.outcome)))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `rehearse`'s options, with the deployer's real-time waits long enough for 100 rollouts
+/// sharing two cores (the fake's clock still runs 2000× faster).
+fn options() -> RehearseOptions {
+    let mut o = RehearseOptions::default();
+    o.deploy.http_timeout = Duration::from_secs(120);
+    o.deploy.pipeline.ip_wait = Duration::from_secs(120);
+    o.deploy.pipeline.task_wait.timeout = Duration::from_secs(300);
+    o
+}
+
+fn main() {
+    let opts = options();
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-fake") {
+        serve_fake(Path::new(&args[2]), opts.clock_factor);
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("--serve-fake")
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url_file = dir.path().join("url");
+    let started = Instant::now();
+    // The child writes the certificate first, the URL last.
+    let url = loop {
+        let url = std::fs::read_to_string(&url_file).unwrap_or_default();
+        if url.starts_with("https://") && url.len() > "https://".len() {
+            break url;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "fake did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pem = std::fs::read_to_string(dir.path().join("cert.pem")).unwrap();
+    let ctl = ControlClient::new(&url, Some(&pem));
+    let pid = child.id();
+    println!("server_rss_idle: {} KiB", status_kib(pid, "VmRSS:"));
+
+    // The seed rollout as written (most VMs fail on the seed's own problems, quickly), then
+    // the fixed rollout (every VM created, started and seen with an address).
+    phase(&rt, &ctl, pid, "seed", seed, &opts);
+    phase(&rt, &ctl, pid, "fixed", fixed, &opts);
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
