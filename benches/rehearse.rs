@@ -30,6 +30,21 @@ struct Shape {
     vms: usize,
 }
 
+/// CPU seconds (user + system) a process has used, from `/proc/PID/stat`.
+fn cpu_secs(pid: &str) -> f64 {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name (which may hold spaces) start after ')'.
+            let rest = s.rsplit_once(')')?.1.to_string();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // USER_HZ is 100 on Linux.
+    ticks as f64 / 100.0
+}
+
 fn peak_rss_kib(pid: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -159,11 +174,20 @@ fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
     let set = load_texts(files.iter().map(|(p, t)| (p.as_str(), t.as_str())));
     let mut deploy: DeployOptions = RehearseOptions::default().deploy.clone();
     deploy.concurrency = 64;
-    deploy.state_path = Some(dir.path().join("state.json"));
+    // `BENCH_NO_STATE=1`: no state file (to see what keeping it costs).
+    if std::env::var("BENCH_NO_STATE").as_deref() != Ok("1") {
+        deploy.state_path = Some(dir.path().join("state.json"));
+    }
+    let (fake_cpu0, own_cpu0) = (cpu_secs(&child.id().to_string()), cpu_secs("self"));
     let deployer = Deployer::new(provider, deploy).unwrap();
     let t = Instant::now();
     let result = rt.block_on(deployer.deploy(&set)).unwrap();
     println!("{label}_wall: {} ms", t.elapsed().as_millis());
+    println!(
+        "{label}_fake_cpu: {:.1} s",
+        cpu_secs(&child.id().to_string()) - fake_cpu0
+    );
+    println!("{label}_deployer_cpu: {:.1} s", cpu_secs("self") - own_cpu0);
     println!("{label}_ready: {} vms", result.summary.ready);
     println!("{label}_failed: {} vms", result.summary.failed);
     println!(
@@ -191,17 +215,20 @@ fn main() {
 
     // 1. Generated rollouts, the fake in a child process; first, so this process's peak RSS is
     //    the deployer's alone (the second's includes the first's high-water mark).
-    //    `BENCH_ROLLOUTS=1000` runs only the smaller one.
-    generated_rollout(
-        &rt,
-        Shape {
-            sites: 5,
-            nodes_per_site: 10,
-            vms: 1000,
-        },
-        "rollout_1000_vms_50_nodes",
-    );
-    if std::env::var("BENCH_ROLLOUTS").as_deref() != Ok("1000") {
+    //    `BENCH_ROLLOUTS=1000` or `=10000` runs only that one.
+    let only = std::env::var("BENCH_ROLLOUTS").ok();
+    if only.as_deref() != Some("10000") {
+        generated_rollout(
+            &rt,
+            Shape {
+                sites: 5,
+                nodes_per_site: 10,
+                vms: 1000,
+            },
+            "rollout_1000_vms_50_nodes",
+        );
+    }
+    if only.as_deref() != Some("1000") {
         generated_rollout(
             &rt,
             Shape {
