@@ -228,7 +228,8 @@ class ControlClient:
     def journal(self) -> List[Dict[str, Any]]:
         """Every API request so far: ``seq``, ``time``, ``site``, ``method``, ``path`` (below
         ``/api2/json``), ``params`` (secrets redacted), ``auth`` (``{"kind": ...}``),
-        ``status``, ``status_text``, ``node``."""
+        ``status``, ``status_text``, ``node``, ``received_at`` (wall clock) and
+        ``duration_ms`` (how long the answer took, fault latency included)."""
         return self._call("GET", "/journal")
 
     def clear_journal(self) -> None:

@@ -352,8 +352,14 @@ fn validate_site(s: &SiteSpec) -> Result<(), String> {
     for a in &s.acls {
         if crate::access::model::role_privs(&a.role).is_none() {
             return Err(format!(
-                "site '{}': unknown role '{}' (Administrator, PVEVMAdmin, PVEAuditor, PVEDatastoreUser, PVEVMUser, NoAccess)",
-                s.name, a.role
+                "site '{}': unknown role '{}' (PVE 9.1's built-in roles: {})",
+                s.name,
+                a.role,
+                crate::access::roles::BUILTIN
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
     }
