@@ -223,6 +223,44 @@ class ControlClient:
     def guest_state(self, node: str, vmid: int) -> Dict[str, Any]:
         return self._call("GET", f"/nodes/{_seg(node)}/qemu/{int(vmid)}/agent")
 
+    # -- tenants: more isolated worlds in this server ---------------------------------------
+
+    def create_tenant(
+        self,
+        scenario: Optional[str] = None,
+        certificate: Optional[str] = None,
+        idle_timeout_secs: Optional[int] = None,
+        name: Optional[str] = None,
+        clock: Optional[ClockSpec] = None,
+    ) -> Dict[str, Any]:
+        """A fresh world of its own (sites on their own ports, own state, journal, faults
+        and clock) from ``scenario`` (YAML; default: the server's). ``certificate`` is
+        ``"shared"`` (the server's, the default) or ``"own"``. Answers the tenant: ``id``,
+        and per site in ``sites`` its ``url``, ``port``, ``fingerprint``, ``users``,
+        ``tokens``."""
+        body: Dict[str, Any] = {}
+        if scenario is not None:
+            body["scenario"] = scenario
+        if certificate is not None:
+            body["certificate"] = certificate
+        if idle_timeout_secs is not None:
+            body["idle_timeout_secs"] = idle_timeout_secs
+        if name is not None:
+            body["name"] = name
+        if clock is not None:
+            body["clock"] = clock_json(clock)
+        return self._call("POST", "/tenants", body=body)
+
+    def tenants(self) -> List[Dict[str, Any]]:
+        return self._call("GET", "/tenants")
+
+    def tenant(self, tenant_id: str) -> Dict[str, Any]:
+        return self._call("GET", f"/tenants/{urllib.parse.quote(tenant_id, safe='')}")
+
+    def delete_tenant(self, tenant_id: str) -> None:
+        """Stops its listeners and drops its world; answers once its ports are closed."""
+        self._call("DELETE", f"/tenants/{urllib.parse.quote(tenant_id, safe='')}")
+
     # -- what happened ----------------------------------------------------------------------
 
     def journal(self) -> List[Dict[str, Any]]:
