@@ -209,9 +209,13 @@ async fn node_online(
     Json(o): Json<Online>,
 ) -> Res {
     let mut inner = ctx.shared.inner.lock();
-    inner.now();
+    let now = inner.now();
     let site = node_site(&mut inner, &node)?;
-    if let Some(n) = site.nodes.get_mut(&node) {
+    let powered_off = site.nodes.get(&node).is_some_and(|n| n.powered_off);
+    if o.online && powered_off {
+        // Switched on: it boots, and starts its `onboot` VMs.
+        site.boot_node(&node, now);
+    } else if let Some(n) = site.nodes.get_mut(&node) {
         n.online = o.online;
     }
     ok(json!({}))

@@ -16,4 +16,5 @@ pub mod model;
 pub mod network;
 pub mod network_ops;
 pub mod network_routes;
+pub mod power;
 pub mod routes;

@@ -28,6 +28,13 @@ pub struct Node {
     pub threads: u32,
     pub memory: u64,
     pub booted_at: f64,
+    /// Shut down or rebooting (`POST /nodes/{node}/status`): down until `boot_at`, or,
+    /// without one, until the control plane brings it back online.
+    #[serde(default)]
+    pub powered_off: bool,
+    /// When a rebooting node is up again.
+    #[serde(default)]
+    pub boot_at: Option<f64>,
     /// The bridges the node runs now (what VMs attach to): the active network config's.
     pub bridges: Vec<Bridge>,
     /// `/etc/network/interfaces` and its pending `interfaces.new`.

@@ -73,6 +73,8 @@ impl Site {
                 volname,
                 tmp,
             } => self.finish_upload(node, storage, volname, tmp, now),
+            Work::NodeDown { reboot } => Ok(self.finish_node_down(node, *reboot, now)),
+            Work::NodeUp => Ok(self.finish_node_up(node, now)),
             Work::Migrate {
                 vmid,
                 target,

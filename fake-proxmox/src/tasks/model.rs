@@ -106,6 +106,13 @@ pub enum Work {
         snapname: String,
         start: bool,
     },
+    /// pve-guests' `stopall` as its node shuts down: the running VMs shut down, then the
+    /// node is off (back after its boot time when it reboots).
+    NodeDown {
+        reboot: bool,
+    },
+    /// pve-guests' `startall` on a node that booted: its `onboot` VMs start.
+    NodeUp,
     Migrate {
         vmid: u32,
         target: String,

@@ -306,6 +306,8 @@ fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
         threads: n.threads,
         memory: n.memory_bytes,
         booted_at,
+        powered_off: false,
+        boot_at: None,
         network: crate::nodes::network::NodeNetwork::from_bridges(&bridges, booted_at),
         bridges,
         storages: n

@@ -124,6 +124,11 @@ impl Site {
                 }
             }
         }
+        // Every task due before a node's boot completes first (its `stopall` among them).
+        while let Some(seq) = self.tasks.first_due(now) {
+            self.complete_task(seq);
+        }
+        self.boot_due_nodes(now);
         while let Some(seq) = self.tasks.first_due(now) {
             self.complete_task(seq);
         }

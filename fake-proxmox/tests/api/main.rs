@@ -17,6 +17,7 @@ mod firewall;
 mod migrate;
 mod move_disk;
 mod network;
+mod node_power;
 mod pending;
 mod pools;
 mod rrd;

@@ -326,6 +326,11 @@ fn calls(v: &Vars) -> Vec<Call> {
     }
     let running = vm("100");
     c.push((
+        "/nodes/{node}/qemu/{vmid}/migrate",
+        format!("{running}/migrate"),
+        vec![],
+    ));
+    c.push((
         "/nodes/{node}/qemu/{vmid}/rrd",
         format!("{running}/rrd"),
         vec![("timeframe", "day".into()), ("ds", "cpu".into())],
