@@ -6,12 +6,11 @@
 //! node that cannot be reached gives. Shared-storage volumes are not copied; the fake keeps
 //! a storage's volumes per node, so their records move with the VM.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 
 use super::model::{Power, Vm, is_disk_key, is_unused_key, prop, split_props};
 use super::op::unlocked;
+use super::storage_map::StorageMap;
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
 use crate::tasks::model::{TransferStyle, Work};
@@ -29,42 +28,6 @@ struct Disk {
     used: u64,
     shared: bool,
     cdrom: bool,
-}
-
-/// `targetstorage`: one storage for all, `SRC:DST` pairs (`,`-separated), or `1` (keep).
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct StorageMap {
-    pub default: Option<String>,
-    pub entries: BTreeMap<String, String>,
-}
-
-impl StorageMap {
-    fn parse(text: &str) -> Result<StorageMap, String> {
-        let mut map = StorageMap::default();
-        if text == "1" {
-            return Ok(map);
-        }
-        for part in text.split(',').filter(|p| !p.is_empty()) {
-            match part.split_once(':') {
-                Some((src, dst)) => {
-                    if map.entries.insert(src.into(), dst.into()).is_some() {
-                        return Err(format!("duplicate mapping for source '{src}'"));
-                    }
-                }
-                None if map.default.is_none() => map.default = Some(part.into()),
-                None => return Err("default target specified multiple times".into()),
-            }
-        }
-        Ok(map)
-    }
-
-    fn target(&self, source: &str) -> String {
-        self.entries
-            .get(source)
-            .or(self.default.as_ref())
-            .cloned()
-            .unwrap_or_else(|| source.to_string())
-    }
 }
 
 impl Site {

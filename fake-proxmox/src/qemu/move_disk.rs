@@ -2,9 +2,9 @@
 //! old volume becomes `unusedN`, or is freed with `delete=1`.
 //!
 //! The checks and their texts follow qemu-server's `move_vm_disk` (made before the task is
-//! forked, so they answer 500). Deviations: a running VM's disk is copied like a stopped
-//! one's (PVE mirrors it with `drive-mirror`, with other log lines); moving a disk to
-//! another VM (`target-vmid`) is not implemented.
+//! forked, so they answer 500). Deviation: a running VM's disk is copied like a stopped
+//! one's (PVE mirrors it with `drive-mirror`, with other log lines). Moving a disk to another
+//! VM (`target-vmid`) is `reassign`.
 
 use std::collections::BTreeSet;
 
@@ -22,7 +22,10 @@ impl Site {
         let (op, vm) = self.vm_op(req, &["VM.Config.Disk"])?;
         let vm = vm.clone();
         let (node, vmid, p, now) = (op.node.as_str(), op.vmid, &req.p, req.now);
-        let storage = target_storage(p, vmid)?;
+        let storage = match destination(p, vmid)? {
+            Destination::Storage(s) => s,
+            Destination::Vm(target) => return self.reassign_disk(req, target),
+        };
         let disk = p.req_str("disk")?;
         let format = p.str("format");
         let tsto = self.storage_on(node, &storage)?;
@@ -117,19 +120,39 @@ impl Site {
     }
 }
 
-/// The storage a disk moves to: `storage`, as moving to another VM is not implemented.
-fn target_storage(p: &Params, vmid: u32) -> Result<String, PveError> {
-    let target_vmid = p.int("target-vmid").filter(|t| *t != i64::from(vmid));
+/// Where a disk goes: another storage (`storage`), or another VM (`target-vmid`, see
+/// `reassign`); PVE's parameter errors when both or neither are set.
+enum Destination {
+    Storage(String),
+    Vm(u32),
+}
+
+fn destination(p: &Params, vmid: u32) -> Result<Destination, PveError> {
+    let target_vmid = p.int("target-vmid");
     match (p.str("storage"), target_vmid) {
-        (Some(_), Some(_)) => Err(PveError::die(
-            "either set 'storage' or 'target-vmid', but not both",
+        (Some(_), Some(_)) => {
+            let msg = "either set 'storage' or 'target-vmid', but not both";
+            Err(both_params(msg))
+        }
+        (None, None) => Err(both_params(
+            "both 'storage' and 'target-vmid' missing, either needs to be set",
         )),
-        (None, None) => Err(PveError::die("either set 'storage' or 'target-vmid'")),
-        (None, Some(_)) => Err(PveError::die(
-            "moving a disk to another VM is not implemented by fake-proxmox",
+        (None, Some(t)) if t == i64::from(vmid) => Err(PveError::param(
+            "target-vmid",
+            "must be different than source VMID to reassign disk",
         )),
-        (Some(s), None) => Ok(s),
+        (None, Some(t)) => u32::try_from(t)
+            .map(Destination::Vm)
+            .map_err(|_| PveError::param("target-vmid", "invalid VMID")),
+        (Some(s), None) => Ok(Destination::Storage(s)),
     }
+}
+
+fn both_params(msg: &str) -> PveError {
+    let mut errors = std::collections::BTreeMap::new();
+    errors.insert("target-vmid".to_string(), msg.to_string());
+    errors.insert("storage".to_string(), msg.to_string());
+    PveError::params(errors)
 }
 
 /// A drive that may move: its options and its volume.

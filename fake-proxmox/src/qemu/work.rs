@@ -75,6 +75,12 @@ impl Site {
             } => self.finish_upload(node, storage, volname, tmp, now),
             Work::NodeDown { reboot } => Ok(self.finish_node_down(node, *reboot, now)),
             Work::NodeUp => Ok(self.finish_node_up(node, now)),
+            Work::ReassignDisk {
+                vmid,
+                disk,
+                target,
+                target_disk,
+            } => self.finish_reassign(*vmid, disk, *target, target_disk),
             Work::Migrate {
                 vmid,
                 target,

@@ -106,6 +106,13 @@ pub enum Work {
         snapname: String,
         start: bool,
     },
+    /// A disk handed to another VM of the node (`move_disk` with `target-vmid`).
+    ReassignDisk {
+        vmid: u32,
+        disk: String,
+        target: u32,
+        target_disk: String,
+    },
     /// pve-guests' `stopall` as its node shuts down: the running VMs shut down, then the
     /// node is off (back after its boot time when it reboots).
     NodeDown {
@@ -116,7 +123,7 @@ pub enum Work {
     Migrate {
         vmid: u32,
         target: String,
-        storages: crate::qemu::migrate::StorageMap,
+        storages: crate::qemu::storage_map::StorageMap,
         online: bool,
     },
 }

@@ -120,11 +120,20 @@ async fn pves_refusals_answer_before_any_task() {
         "you can't move a cdrom",
     )
     .await;
-    refused(
+    // Neither or both destinations: PVE's parameter errors, on both keys.
+    for form in [
         vec![("disk", "scsi0")],
-        "either set 'storage' or 'target-vmid'",
-    )
-    .await;
+        vec![
+            ("disk", "scsi0"),
+            ("storage", "local"),
+            ("target-vmid", "196"),
+        ],
+    ] {
+        let r = api.post(&format!("{VM}/move_disk"), &form).await;
+        assert_eq!(r.status, 400, "{form:?}: {}", r.body);
+        assert!(r.json["errors"]["storage"].is_string(), "{}", r.body);
+        assert!(r.json["errors"]["target-vmid"].is_string(), "{}", r.body);
+    }
 
     // A disk that a snapshot still uses cannot be moved away and deleted.
     let r = api
@@ -137,4 +146,87 @@ async fn pves_refusals_answer_before_any_task() {
         "you can't move a disk with snapshots and delete the source",
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_disk_is_reassigned_to_another_vm_of_the_node() {
+    let f = start_with_images_on_local().await;
+    let api = f.api("site-1");
+    vm_with_disk_and_cdrom(&f, &api, "local-lvm:1").await;
+    create_vm(&f, &api, NODE, &[("vmid", "196"), ("scsi0", "local-lvm:2")]).await;
+    let path = format!("{VM}/move_disk");
+    let r = api
+        .post(&path, &[("disk", "scsi0"), ("target-vmid", "195")])
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = api
+        .post(&path, &[("disk", "scsi0"), ("target-vmid", "196")])
+        .await;
+    assert_eq!(
+        r.message(),
+        "Target disk key 'scsi0' is already in use for VM '196'\n"
+    );
+    let r = api
+        .post(
+            &path,
+            &[
+                ("disk", "ide2"),
+                ("target-vmid", "196"),
+                ("target-disk", "scsi5"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        r.message(),
+        "CD drive contents can't be moved to another VM\n"
+    );
+    let r = api
+        .post(&path, &[("disk", "scsi0"), ("target-vmid", "999")])
+        .await;
+    assert_eq!(r.message(), "could not find target VM 999\n");
+
+    let r = api
+        .post(
+            &path,
+            &[
+                ("disk", "scsi0"),
+                ("target-vmid", "196"),
+                ("target-disk", "scsi1"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let upid = r.data().as_str().unwrap().to_string();
+    assert!(upid.contains(":qmmove:195-scsi0>196-scsi1:"), "{upid}");
+    let st = wait_task(&f, &api, NODE, &upid).await;
+    assert_eq!(st["exitstatus"], "OK");
+    let log = task_log(&api, NODE, &upid).await;
+    assert!(
+        log.contains(&"reassign disk 'scsi0' from VM '195' as 'scsi1' to VM '196'".to_string()),
+        "{log:?}"
+    );
+
+    // The volume changed owner and name; nothing was copied.
+    let src = api.get(&format!("{VM}/config")).await;
+    assert!(src.data().get("scsi0").is_none(), "{}", src.body);
+    let dst = api.get("/nodes/ml110-01/qemu/196/config").await;
+    let scsi1 = dst.data()["scsi1"].as_str().unwrap();
+    assert!(scsi1.starts_with("local-lvm:vm-196-disk-1,"), "{scsi1}");
+    let content = api.get("/nodes/ml110-01/storage/local-lvm/content").await;
+    assert!(!content.body.contains("vm-195-disk-0"), "{}", content.body);
+    assert!(content.body.contains("vm-196-disk-1"), "{}", content.body);
+
+    // A running source VM keeps attached disks.
+    let r = api.post("/nodes/ml110-01/qemu/196/status/start", &[]).await;
+    wait_task(&f, &api, NODE, r.data().as_str().unwrap()).await;
+    let r = api
+        .post(
+            "/nodes/ml110-01/qemu/196/move_disk",
+            &[("disk", "scsi1"), ("target-vmid", "195")],
+        )
+        .await;
+    assert_eq!(
+        r.message(),
+        "Cannot move disk to another VM while the source VM is running - detach first\n"
+    );
 }
