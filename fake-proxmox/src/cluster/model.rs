@@ -25,3 +25,77 @@ impl Site {
         online * 2 > self.nodes.len()
     }
 }
+
+/// What needs quorum in PVE without it: the routes that call `check_cfs_quorum` first
+/// (create, start, clone, migration) refuse with its text; every other write to the cluster
+/// file system (`/etc/pve`, read-only without quorum) fails as writing its file fails.
+/// Reads, logins, power verbs that write no config, the agent, local storage and the node's
+/// network keep working.
+pub fn quorum_refusal(
+    site: &Site,
+    method: &str,
+    template: &str,
+    caps: &std::collections::BTreeMap<String, String>,
+    now: f64,
+) -> Option<PveError> {
+    // A standalone node (no cluster) is always quorate.
+    if (method == "GET" && !template.ends_with("/migrate"))
+        || site.cluster_name.is_none()
+        || site.quorate()
+    {
+        return None;
+    }
+    const CHECKS_QUORUM: &[&str] = &[
+        "/nodes/{node}/qemu",
+        "/nodes/{node}/qemu/{vmid}/status/start",
+        "/nodes/{node}/qemu/{vmid}/clone",
+        "/nodes/{node}/qemu/{vmid}/migrate",
+        "/nodes/{node}/qemu/{vmid}/remote_migrate",
+        "/nodes/{node}/qemu/{vmid}/mtunnel",
+    ];
+    if CHECKS_QUORUM.contains(&template) && (method == "POST" || template.ends_with("/migrate")) {
+        return Some(PveError::die("cluster not ready - no quorum?\n"));
+    }
+    if method == "GET" {
+        return None;
+    }
+    let node = caps.get("node").map_or("", String::as_str);
+    let vmid = caps.get("vmid").map_or("", String::as_str);
+    let file = if template.starts_with("/nodes/{node}/qemu/{vmid}/firewall") {
+        format!("/etc/pve/firewall/{vmid}.fw")
+    } else if template.starts_with("/nodes/{node}/qemu/{vmid}/status/")
+        || template.starts_with("/nodes/{node}/qemu/{vmid}/agent")
+        || matches!(
+            template,
+            "/nodes/{node}/qemu/{vmid}/vncproxy"
+                | "/nodes/{node}/qemu/{vmid}/termproxy"
+                | "/nodes/{node}/qemu/{vmid}/spiceproxy"
+                | "/nodes/{node}/qemu/{vmid}/sendkey"
+                | "/nodes/{node}/qemu/{vmid}/monitor"
+                | "/nodes/{node}/qemu/{vmid}/dbus-vmstate"
+        )
+    {
+        // Power verbs, the agent and consoles write no cluster file.
+        return None;
+    } else if template.starts_with("/nodes/{node}/qemu/{vmid}") {
+        format!("/etc/pve/nodes/{node}/qemu-server/{vmid}.conf")
+    } else if template.starts_with("/access/users/{userid}/token") {
+        "/etc/pve/priv/token.cfg".to_string()
+    } else if template.starts_with("/access/domains") {
+        "/etc/pve/domains.cfg".to_string()
+    } else if template.starts_with("/access/ticket") || template.starts_with("/access/vncticket") {
+        return None;
+    } else if template.starts_with("/access") || template.starts_with("/pools") {
+        "/etc/pve/user.cfg".to_string()
+    } else if template.starts_with("/cluster") {
+        "/etc/pve/datacenter.cfg".to_string()
+    } else {
+        // Node-local state: storages' volumes, the node's network, tasks.
+        return None;
+    };
+    // `file_set_contents` writes `<file>.tmp.<pid>` of the daemon's worker first.
+    let pid = 2000 + (now.max(0.0) as u64 % 60_000);
+    Some(PveError::die(format!(
+        "unable to open file '{file}.tmp.{pid}' - Permission denied\n"
+    )))
+}

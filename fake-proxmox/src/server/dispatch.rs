@@ -338,6 +338,11 @@ fn prepare(
     if let Some(n) = &node {
         check_node_reachable(site, n)?;
     }
+    if let Some(refused) =
+        crate::cluster::model::quorum_refusal(site, method, route.template, &caps, now)
+    {
+        return Err(refused);
+    }
     let hit = inner.faults.check(site_name, method, rel, node.as_deref());
     if hit.stop_clock {
         inner.clock.set_mode(crate::clock::ClockMode::Stepped);

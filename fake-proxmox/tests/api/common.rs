@@ -24,6 +24,38 @@ pub async fn start_with(scenario: Scenario, clock: ClockMode) -> Fake {
     Fake { fake }
 }
 
+/// The seed's sites, site-1 a cluster (`pve-cluster-1`) of three nodes: `ml110-02` like `ml110-01`, `ml110-03`
+/// without local-lvm; a user `ops@pve` with PVEVMAdmin on everything.
+pub async fn three_nodes() -> Fake {
+    let yaml = fake_proxmox::Scenario::default_yaml().replacen(
+        "    tokens:\n",
+        "      - userid: ops@pve\n        password: pw\n    acls:\n      - {path: /, ugid: ops@pve, role: PVEVMAdmin}\n    tokens:\n",
+        1,
+    );
+    let start = yaml.find("      - name: ml110-01").unwrap();
+    let end = start + yaml[start..].find("  - name: site-2").unwrap();
+    let node = &yaml[start..end];
+    let second = node
+        .replace("ml110-01", "ml110-02")
+        .replace("192.168.11.10 ", "192.168.11.12 ")
+        .replace("cidr: 192.168.11.10/24", "cidr: 192.168.11.12/24");
+    let third = node
+        .replace("ml110-01", "ml110-03")
+        .replace("192.168.11.10 ", "192.168.11.13 ")
+        .replace("cidr: 192.168.11.10/24", "cidr: 192.168.11.13/24")
+        .replace(
+            "          - name: local-lvm\n",
+            "          - name: other-lvm\n",
+        );
+    let yaml = format!("{}{second}{third}{}", &yaml[..end], &yaml[end..]).replacen(
+        "  - name: site-1\n",
+        "  - name: site-1\n    cluster_name: pve-cluster-1\n",
+        1,
+    );
+    let sc = fake_proxmox::Scenario::from_yaml_str(&yaml).unwrap();
+    start_with(sc, fake_proxmox::ClockMode::Stepped).await
+}
+
 /// The seed's sites on a stepped clock (tests advance it explicitly).
 pub async fn start() -> Fake {
     start_with(Scenario::embedded_default(), ClockMode::Stepped).await

@@ -20,6 +20,7 @@ mod network;
 mod node_power;
 mod pending;
 mod pools;
+mod quorum;
 mod rrd;
 mod shapes;
 mod snapshot;

@@ -3,39 +3,10 @@
 //! needs `with-local-disks`, and a target node that cannot be reached.
 
 use crate::common::*;
-use fake_proxmox::{ClockMode, Scenario};
-
-/// site-1 with a second node `ml110-02` and a third without local-lvm; a user `ops@pve`
-/// with PVEVMAdmin on everything.
-async fn cluster() -> Fake {
-    let yaml = Scenario::default_yaml().replacen(
-        "    tokens:\n",
-        "      - userid: ops@pve\n        password: pw\n    acls:\n      - {path: /, ugid: ops@pve, role: PVEVMAdmin}\n    tokens:\n",
-        1,
-    );
-    let start = yaml.find("      - name: ml110-01").unwrap();
-    let end = start + yaml[start..].find("  - name: site-2").unwrap();
-    let node = &yaml[start..end];
-    let second = node
-        .replace("ml110-01", "ml110-02")
-        .replace("192.168.11.10 ", "192.168.11.12 ")
-        .replace("cidr: 192.168.11.10/24", "cidr: 192.168.11.12/24");
-    let third = node
-        .replace("ml110-01", "ml110-03")
-        .replace("192.168.11.10 ", "192.168.11.13 ")
-        .replace("cidr: 192.168.11.10/24", "cidr: 192.168.11.13/24")
-        .replace(
-            "          - name: local-lvm\n",
-            "          - name: other-lvm\n",
-        );
-    let yaml = format!("{}{second}{third}{}", &yaml[..end], &yaml[end..]);
-    let sc = Scenario::from_yaml_str(&yaml).unwrap();
-    start_with(sc, ClockMode::Stepped).await
-}
 
 #[tokio::test]
 async fn a_stopped_vm_with_a_local_disk_migrates_offline() {
-    let f = cluster().await;
+    let f = three_nodes().await;
     let api = f.api("site-1");
     create_vm(
         &f,
@@ -139,7 +110,7 @@ async fn a_stopped_vm_with_a_local_disk_migrates_offline() {
 
 #[tokio::test]
 async fn a_running_vm_moves_live_only_when_asked_and_with_its_local_disks() {
-    let f = cluster().await;
+    let f = three_nodes().await;
     let api = f.api("site-1");
     create_vm(
         &f,
@@ -186,7 +157,7 @@ async fn a_running_vm_moves_live_only_when_asked_and_with_its_local_disks() {
 
 #[tokio::test]
 async fn an_unreachable_target_fails_the_task_and_leaves_the_vm() {
-    let f = cluster().await;
+    let f = three_nodes().await;
     let api = f.api("site-1");
     create_vm(
         &f,
