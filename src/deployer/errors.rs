@@ -211,6 +211,14 @@ fn by_text(node: &str, storage: Option<&str>, text: &str) -> Option<StepError> {
             detail: text.to_string(),
         });
     }
+    // A cluster without quorum: PVE refuses before the work (`check_cfs_quorum`) or the
+    // read-only /etc/pve refuses the write. Quorum comes back with the nodes.
+    if any(&["no quorum"]) || (lower.contains("/etc/pve/") && lower.contains("permission denied")) {
+        return Some(StepError::Transient(format!(
+            "the cluster has no quorum: {}",
+            text.trim_end()
+        )));
+    }
     if any(&["vm is locked", "can't lock file", "got timeout"]) {
         return Some(StepError::Locked(text.to_string()));
     }
@@ -276,6 +284,22 @@ mod tests {
         assert!(full.to_string().contains("local-lvm"));
         assert!(full.is_retryable());
         assert!(!c(&http(500, "something odd")).is_retryable());
+        let no_quorum = c(&http(500, "cluster not ready - no quorum?\n"));
+        assert_eq!(no_quorum.reason(), "Transient");
+        assert!(no_quorum.is_retryable());
+        let read_only = c(&http(
+            500,
+            "unable to open file '/etc/pve/nodes/pve/qemu-server/100.conf.tmp.2345' - Permission denied\n",
+        ));
+        assert!(read_only.is_retryable(), "{read_only}");
+        // A permission denied elsewhere is no quorum loss.
+        assert!(
+            !c(&http(
+                500,
+                "unable to open file '/var/tmp/x' - Permission denied"
+            ))
+            .is_retryable()
+        );
         let transport = PveError::Transport {
             method: "GET".into(),
             path: "/".into(),

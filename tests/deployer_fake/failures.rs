@@ -280,3 +280,63 @@ async fn a_site_down_at_the_start_is_retried() {
     );
     env.shutdown().await;
 }
+
+/// The fixed scenario with site-1 a cluster of three nodes (two more like ml110-01).
+fn three_node_cluster() -> Scenario {
+    let yaml = provision_harness::examples::SANKOFA_FIXED_SCENARIO;
+    let start = yaml.find("      - name: ml110-01").unwrap();
+    let end = start + yaml[start..].find("  - name: site-2").unwrap();
+    let node = &yaml[start..end];
+    let more: String = ["ml110-02", "ml110-03"]
+        .iter()
+        .map(|n| node.replace("ml110-01", n))
+        .collect();
+    let yaml = format!("{}{more}{}", &yaml[..end], &yaml[end..]).replacen(
+        "  - name: site-1\n",
+        "  - name: site-1\n    cluster_name: sankofa-1\n",
+        1,
+    );
+    Scenario::from_yaml_str(&yaml).unwrap()
+}
+
+/// Quorum lost mid-rollout (two of three nodes down): PVE refuses the create with
+/// `cluster not ready - no quorum?`; the deployer retries and makes the VM, once, when a node
+/// comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_waits_out_a_quorum_loss() {
+    let env = start(three_node_cluster()).await;
+    let ctl = env.ctl("site-1");
+    ctl.set_node_online("ml110-02", false).await.unwrap();
+    ctl.set_node_online("ml110-03", false).await.unwrap();
+    let d = Deployer::new(env.provider.clone(), options(None)).unwrap();
+    let files = [vm1("quorum-vm")];
+    let manifests = set(&files);
+    let deploy = d.deploy(&manifests);
+    let refused = || async {
+        env.journal("site-1")
+            .await
+            .iter()
+            .filter(|e| e.status == 500 && e.status_text.contains("no quorum"))
+            .count()
+    };
+    // A node comes back once the cluster has refused a create for want of quorum.
+    let heal = async {
+        for _ in 0..600 {
+            if refused().await > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ctl.set_node_online("ml110-02", true).await.unwrap();
+    };
+    let (r, ()) = tokio::join!(deploy, heal);
+    let r = r.unwrap();
+    let v = vm(&r, "quorum-vm");
+    assert_eq!(v.outcome, Outcome::Ready, "{v:#?}");
+    assert!(
+        refused().await >= 1,
+        "the create was refused for want of quorum first"
+    );
+    assert_eq!(env.vms_named("site-1", "quorum-vm").await.len(), 1);
+    env.shutdown().await;
+}
