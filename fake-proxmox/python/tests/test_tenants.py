@@ -4,7 +4,7 @@ to the server's own sites, gone once deleted."""
 import pytest
 from proxmoxer import ProxmoxAPI
 
-from conftest import NODE, vm_ids, wait_task
+from conftest import NODE, connect, vm_ids, wait_task
 from fake_proxmox.control import ControlClient, ControlError
 
 
@@ -30,15 +30,7 @@ def test_a_tenant_is_a_world_of_its_own_until_deleted(fake_proxmox):
     assert 4300 in vm_ids(node)
 
     # The server's own site never saw it.
-    host = ProxmoxAPI(
-        pve.host,
-        port=pve.port,
-        user=pve.token_user,
-        token_name=pve.token_name,
-        token_value=pve.token_secret,
-        verify_ssl=pve.cert_path,
-    )
-    assert 4300 not in vm_ids(host.nodes(NODE))
+    assert 4300 not in vm_ids(connect(pve, "token").nodes(NODE))
     assert [t["id"] for t in pve.control.tenants()] == [tenant["id"]]
     assert pve.control.tenant(tenant["id"])["name"] == "ci-job-7"
 
