@@ -242,6 +242,11 @@ pub(crate) const DISK_READ_PER_S: u64 = 40_000;
 pub(crate) const DISK_WRITE_PER_S: u64 = 12_000;
 /// QEMU's own memory on top of what the guest touched (`memhost` is the cgroup's).
 pub(crate) const QEMU_OVERHEAD: u64 = 96 << 20;
+/// A running guest's simulated CPU share, and the part of its memory it touches.
+pub(crate) const RUNNING_CPU: f64 = 0.013;
+pub(crate) fn running_mem(maxmem: u64) -> u64 {
+    maxmem / 3
+}
 
 impl Vm {
     /// The fields every vmstatus carries (qemu-server `vmstatus` without `full`); `memhost`
@@ -258,7 +263,7 @@ impl Vm {
                 0
             }
         };
-        let mem = if running { maxmem / 3 } else { 0 };
+        let mem = if running { running_mem(maxmem) } else { 0 };
         // The pressure stall averages of the VM's cgroup, read only for a running VM.
         let pressure = (running && pve9).then_some(0.0);
         let balloon_min = self
@@ -273,7 +278,7 @@ impl Vm {
             blockstat: None,
             clipboard: None,
             cpu: if running {
-                Value::from(0.013)
+                Value::from(RUNNING_CPU)
             } else {
                 Value::from(0)
             },

@@ -5,7 +5,8 @@ use serde_json::{Map, Value, json};
 
 use crate::qemu::model::{Power, Vm};
 use crate::qemu::status::{
-    DISK_READ_PER_S, DISK_WRITE_PER_S, NET_IN_PER_S, NET_OUT_PER_S, QEMU_OVERHEAD,
+    DISK_READ_PER_S, DISK_WRITE_PER_S, NET_IN_PER_S, NET_OUT_PER_S, QEMU_OVERHEAD, RUNNING_CPU,
+    running_mem,
 };
 use crate::schema::PveVersion;
 use crate::storage::model::Storage;
@@ -108,14 +109,14 @@ fn vm_row(
         (span.ran / span.existed.min(reso)).clamp(0.0, 1.0)
     };
     let cpus = st.cpus.unwrap_or(1) as f64;
-    let running_mem = st.maxmem as f64 / 3.0;
+    let touched = running_mem(st.maxmem) as f64;
     let put = |row: &mut Map<String, Value>, k: &str, v: f64| {
         row.insert(k.into(), json!(v));
     };
     put(&mut row, "maxcpu", cpus);
-    put(&mut row, "cpu", 0.013 * up);
+    put(&mut row, "cpu", RUNNING_CPU * up);
     put(&mut row, "maxmem", st.maxmem as f64);
-    put(&mut row, "mem", running_mem * up);
+    put(&mut row, "mem", touched * up);
     put(&mut row, "maxdisk", st.maxdisk as f64);
     put(&mut row, "disk", 0.0);
     // DERIVE sources: bytes per second.
@@ -124,11 +125,7 @@ fn vm_row(
     put(&mut row, "diskread", DISK_READ_PER_S as f64 * up);
     put(&mut row, "diskwrite", DISK_WRITE_PER_S as f64 * up);
     if version == PveVersion::V9_1 {
-        put(
-            &mut row,
-            "memhost",
-            (running_mem + QEMU_OVERHEAD as f64) * up,
-        );
+        put(&mut row, "memhost", (touched + QEMU_OVERHEAD as f64) * up);
         for k in [
             "pressurecpusome",
             "pressurecpufull",
