@@ -76,6 +76,8 @@ impl Site {
                     .is_some_and(|n| n.storages.get(sid).is_some_and(|s| s.enabled))
             })
             .collect();
+        // Each storage once, whatever the order of the disks on it.
+        missing.sort();
         missing.dedup();
         missing
     }
