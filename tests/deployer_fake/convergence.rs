@@ -215,12 +215,12 @@ async fn killed_right_after_create_resumes_the_same_vm() {
     }
     run.abort();
     let _ = run.await;
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
-    let recorded = saved["vms"]["site-1/mid-create"]["vmid"].as_u64();
+    // What a fresh process finds on disk: the snapshot with the journal the killed run left.
+    let saved = provision_harness::deployer::state::StateStore::read(&state).unwrap();
+    let recorded = saved.vms["site-1/mid-create"].vmid.map(u64::from);
     assert!(
         recorded.is_some(),
-        "the VMID is on disk before the create call: {saved:#}"
+        "the VMID is on disk before the create call: {saved:#?}"
     );
 
     let r = Deployer::new(env.provider.clone(), options(Some(state)))
