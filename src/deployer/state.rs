@@ -337,7 +337,8 @@ impl StateStore {
                     key: key.clone(),
                     record: g.state.vms.get(key).cloned(),
                 };
-                serde_json::to_writer(&mut text, &line).map_err(|e| corrupt(path, e.to_string()))?;
+                serde_json::to_writer(&mut text, &line)
+                    .map_err(|e| corrupt(path, e.to_string()))?;
                 text.push(b'\n');
             }
             (text, generation, keys)
@@ -517,7 +518,9 @@ mod tests {
         assert_eq!(plain.vms["site-1/a"].stage, Stage::Ready);
         // Reopened, changed and journaled again: the new lines win over the snapshot.
         let again = StateStore::open(Some(&path)).expect("reopen");
-        again.update("site-1/a", VmRecord::default, |r| r.stage = Stage::Destroyed);
+        again.update("site-1/a", VmRecord::default, |r| {
+            r.stage = Stage::Destroyed
+        });
         again.persist().await.expect("persist");
         let seen = StateStore::read(&path).expect("read");
         assert_eq!(seen.vms["site-1/a"].stage, Stage::Destroyed);
@@ -547,8 +550,11 @@ mod tests {
         s.update("site-1/a", VmRecord::default, record(100, Stage::Creating));
         s.persist().await.expect("persist");
         let good = std::fs::read_to_string(journal_path(&path)).expect("journal");
-        std::fs::write(journal_path(&path), format!("{good}{{\"g\":9,\"key\":\"site-1/b"))
-            .expect("write");
+        std::fs::write(
+            journal_path(&path),
+            format!("{good}{{\"g\":9,\"key\":\"site-1/b"),
+        )
+        .expect("write");
         let seen = StateStore::read(&path).expect("a torn tail is a kill mid-append");
         assert_eq!(seen.vms.len(), 1);
         assert_eq!(seen.vms["site-1/a"].vmid, Some(100));

@@ -184,7 +184,12 @@ fn state_file_problems(
     // A killed run leaves its latest changes in the journal beside the snapshot.
     let state: Value = match StateStore::read(&path).map(serde_json::to_value) {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => return vec![format!("the state file {} does not serialise: {e}", path.display())],
+        Ok(Err(e)) => {
+            return vec![format!(
+                "the state file {} does not serialise: {e}",
+                path.display()
+            )];
+        }
         Err(e) => {
             return vec![format!(
                 "the state file {} is unreadable: {e}",
