@@ -23,6 +23,7 @@ pub mod cloudinit;
 mod cloudinit_drive;
 pub mod create;
 pub mod disks;
+pub mod facts;
 pub mod hotplug;
 pub mod lifecycle;
 pub mod migrate;
