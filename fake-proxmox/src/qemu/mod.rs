@@ -32,6 +32,7 @@ pub mod op;
 pub mod pending;
 pub mod power;
 pub mod reassign;
+pub mod remote;
 pub mod routes;
 pub mod snapshot;
 pub mod status;

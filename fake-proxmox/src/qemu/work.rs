@@ -15,6 +15,11 @@ impl Site {
     ) -> Result<Vec<String>, String> {
         match work {
             Work::Noop | Work::Console { .. } => Ok(Vec::new()),
+            // Only reached if its planned failure was lifted: the tunnel still closes.
+            Work::Mtunnel { vmid } => {
+                self.abort_mtunnel(*vmid);
+                Ok(Vec::new())
+            }
             Work::CreateVm {
                 vmid,
                 config,
@@ -179,6 +184,7 @@ impl Site {
                 }
             }
             Work::Migrate { vmid, .. } => self.abort_migrate(*vmid),
+            Work::Mtunnel { vmid } => self.abort_mtunnel(*vmid),
             Work::SnapshotCreate { .. }
             | Work::SnapshotDelete { .. }
             | Work::SnapshotRollback { .. } => self.abort_snapshot_work(work),

@@ -335,7 +335,7 @@ fn prepare(
     rec.node = node.clone();
     // Validate (needs the typed check before node resolution: PVE validates first).
     let params = crate::validate::validate(version, method, route.template, raw)?;
-    if let Some(n) = &node {
+    if let Some(n) = node.as_ref().filter(|_| !route.local) {
         check_node_reachable(site, n)?;
     }
     if let Some(refused) =

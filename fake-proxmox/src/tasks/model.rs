@@ -120,6 +120,11 @@ pub enum Work {
     },
     /// pve-guests' `startall` on a node that booted: its `onboot` VMs start.
     NodeUp,
+    /// A migration tunnel (`mtunnel`) waiting for its client; its placeholder config goes
+    /// when it ends.
+    Mtunnel {
+        vmid: u32,
+    },
     Migrate {
         vmid: u32,
         target: String,
