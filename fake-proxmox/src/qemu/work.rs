@@ -25,9 +25,16 @@ impl Site {
                 config,
                 disks,
                 start_after,
+                pool,
             } => {
                 let start = start_after.then_some(user);
-                self.finish_create(node, *vmid, config, disks, start, now)
+                let r = self.finish_create(node, *vmid, config, disks, start, now);
+                if r.is_ok()
+                    && let Some(pool) = pool
+                {
+                    self.access.add_vm_to_pool(*vmid, pool);
+                }
+                r
             }
             Work::UpdateConfig { vmid, disks } => {
                 self.finish_update_config(node, *vmid, disks, now)
@@ -49,6 +56,7 @@ impl Site {
                 target_storage,
                 format,
                 snapname,
+                pool,
                 ..
             } => {
                 let opts = super::lifecycle::CloneOptions {
@@ -57,8 +65,12 @@ impl Site {
                     snapname: snapname.as_deref(),
                 };
                 let r = self.finish_clone(node, *src, *newid, &opts, now);
-                if r.is_err() {
-                    self.vms.remove(newid);
+                match (&r, pool) {
+                    (Err(_), _) => {
+                        self.vms.remove(newid);
+                    }
+                    (Ok(_), Some(pool)) => self.access.add_vm_to_pool(*newid, pool),
+                    (Ok(_), None) => {}
                 }
                 r
             }

@@ -396,7 +396,7 @@ fn authenticate(
                 Err(PveError::bare(401, "Authentication failed!"))
             }
         },
-        Creds::Token(v) => match site.access.verify_token(v) {
+        Creds::Token(v) => match site.access.verify_token(v, now) {
             Some(id) => {
                 rec.auth = AuthKind::ApiToken {
                     tokenid: id.tokenid.clone().unwrap_or_default(),

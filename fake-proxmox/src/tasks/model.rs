@@ -26,6 +26,9 @@ pub enum Work {
         config: Vec<(String, String)>,
         disks: Vec<DiskPlan>,
         start_after: bool,
+        /// `pool=`: joined once the VM exists (added after state format 1).
+        #[serde(default)]
+        pool: Option<String>,
     },
     UpdateConfig {
         vmid: u32,
@@ -63,6 +66,9 @@ pub enum Work {
         target_storage: Option<String>,
         format: Option<String>,
         snapname: Option<String>,
+        /// `pool=`: joined once the clone is complete (added after state format 1).
+        #[serde(default)]
+        pool: Option<String>,
     },
     Resize {
         vmid: u32,
