@@ -120,8 +120,8 @@ impl Site {
     }
 
     /// `POST …/mtunnel`: `VM.Allocate` on the VM and `Sys.Incoming` on `/`; the node must be
-    /// this one; each named storage usable for VM images here and each bridge present; then
-    /// the vmid is taken by an empty config locked `create` and the `qmtunnel` task waits
+    /// this one; each named storage usable for VM images here and each bridge present; the
+    /// cluster quorate; then the vmid is taken by an empty config locked `create` and the `qmtunnel` task waits
     /// for its client.
     pub fn mtunnel(&mut self, req: &Request) -> Result<Value, PveError> {
         let vmid = req.vmid()?;
@@ -144,6 +144,7 @@ impl Site {
                 return Err(PveError::die(format!("bridge '{bridge}' does not exist\n")));
             }
         }
+        self.check_cfs_quorum()?;
         if let Some(existing) = self.vms.get(&vmid) {
             return Err(PveError::param(
                 "vmid",

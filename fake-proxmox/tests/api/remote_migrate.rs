@@ -387,3 +387,18 @@ async fn a_stopped_mtunnel_task_removes_its_placeholder() {
     let gone = api.get("/nodes/ml110-01/qemu/301/config").await;
     assert_eq!(gone.status, 500, "{}", gone.body);
 }
+
+#[tokio::test]
+async fn mtunnel_asks_for_quorum_after_its_own_checks() {
+    let f = three_nodes().await;
+    let api = f.api("site-1");
+    let ctl = f.ctl("site-1");
+    ctl.set_node_online("ml110-02", false).await.unwrap();
+    ctl.set_node_online("ml110-03", false).await.unwrap();
+    let path = "/nodes/ml110-01/qemu/300/mtunnel";
+    let r = api.post(path, &[("bridges", "vmbr7")]).await;
+    assert_eq!(r.message(), "bridge 'vmbr7' does not exist\n");
+    let r = api.post(path, &[("bridges", "vmbr0")]).await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.message(), "cluster not ready - no quorum?\n");
+}
