@@ -9,6 +9,9 @@ use crate::world::Site;
 pub struct Ctx<'a> {
     pub site: &'a mut Site,
     pub req: Request,
+    /// The cluster's root CA as the nodes keep it (`/etc/pve/pve-root-ca.pem`): the
+    /// listener's own self-signed certificate, if it has one.
+    pub ca_pem: Option<&'a str>,
 }
 
 impl Ctx<'_> {

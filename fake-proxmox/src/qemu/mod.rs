@@ -13,8 +13,8 @@
 //!   come and go. With simulated disks the cloud-init image is not built (`…/cloudinit/dump`
 //!   renders what it would hold); with real disks it is (`cloudinit_drive`).
 //! - No backup/restore (`archive`) or templates' linked clones. Migration to another
-//!   cluster never reaches the remote endpoint (`remote`); migration deviations are in
-//!   `migrate`, snapshot deviations in `snapshot`.
+//!   cluster never reaches the remote endpoint (see `remote`). Snapshot deviations are in
+//!   `snapshot`.
 //! - Guest memory is only checked against the node's total at start (no overcommit model).
 //! - Absolute paths as `import-from` sources are accepted only from `root@pam` with a ticket
 //!   (as PVE) and then fail: the simulated node has no filesystem.
