@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use super::model::{cpu_with, node_loads};
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
@@ -113,8 +114,12 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     c.require(&format!("/nodes/{name}"), "Sys.Audit")?;
     let site = &*c.site;
     let n = site.node_of_request(&c.req)?;
-    let used = n.mem_used(site.vms.values());
-    let cpu = n.cpu(site.vms.values());
+    // One pass over the site's VMs for both figures: a deployer asks once per VM it places.
+    let (running, share) = node_loads(site.vms.values().filter(|v| v.node == n.name))
+        .remove(n.name.as_str())
+        .unwrap_or_default();
+    let used = n.mem_used_with(share);
+    let cpu = cpu_with(running);
     let v = site.version;
     Ok(Reply::data(json!({
         "cpu": cpu,
