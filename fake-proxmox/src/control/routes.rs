@@ -446,6 +446,8 @@ async fn volume_add(
         used,
         vmid,
         ctime: now as u64,
+        notes: None,
+        protected: false,
     };
     let too_big = || {
         err(

@@ -230,6 +230,9 @@ pub struct StorageSpec {
     pub shared: bool,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// PVE's `prune-backups` option of the storage (`keep-last=3,keep-weekly=2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_backups: Option<String>,
     #[serde(default)]
     pub volumes: Vec<VolumeSpec>,
 }

@@ -9,11 +9,18 @@
 //!   follows the scenario's numbers.
 //! - Upload (multipart) is not implemented; `POST /_fake/.../volumes` places files instead.
 
+pub mod attributes;
+pub mod backup;
 pub mod content;
+pub mod copy;
 pub mod data;
 pub mod download;
 pub mod features;
+pub mod import_meta;
 pub mod model;
+pub mod oci;
+pub mod prune;
+pub mod restore;
 pub mod routes;
 pub mod upload;
 pub mod volid;

@@ -104,6 +104,8 @@ mod tests {
             used,
             vmid: Some(100),
             ctime: 0,
+            notes: None,
+            protected: false,
         }
     }
 

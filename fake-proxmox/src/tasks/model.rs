@@ -87,6 +87,18 @@ pub enum Work {
         storage: String,
         volname: String,
     },
+    /// The backups a `prunebackups` task marked `remove`.
+    PruneBackups {
+        storage: String,
+        volids: Vec<String>,
+    },
+    /// `POST …/content/{volume}`: the volume copied to `target` on `target_node`.
+    CopyVolume {
+        storage: String,
+        volname: String,
+        target_node: String,
+        target: String,
+    },
     MoveDisk {
         vmid: u32,
         plan: DiskPlan,

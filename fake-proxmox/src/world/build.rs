@@ -270,6 +270,8 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
                     used: v.used_bytes.unwrap_or(v.size_bytes),
                     vmid,
                     ctime: now,
+                    notes: None,
+                    protected: false,
                 },
             );
         }
@@ -288,6 +290,7 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
         shared: s.shared,
         enabled: true,
         full: false,
+        prune_backups: s.prune_backups.clone(),
         volumes,
     }
 }

@@ -25,6 +25,8 @@ mod rrd;
 mod shapes;
 mod snapshot;
 mod storage;
+mod storage_backups;
+mod storage_content;
 mod upload;
 mod vms;
 mod wire;
