@@ -202,7 +202,7 @@ pub fn prune_mark_backup_group(group: &mut [&mut PruneEntry], keep: &Keep) {
         }
         return;
     }
-    group.sort_by(|a, b| b.ctime.cmp(&a.ctime));
+    group.sort_by_key(|e| std::cmp::Reverse(e.ctime));
     for option in INTERVALS {
         let count = keep.counts.get(option).copied().unwrap_or(0);
         prune_mark(group, count, option);

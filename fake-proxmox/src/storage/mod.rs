@@ -7,7 +7,11 @@
 //! - By default nothing is stored on disk: volumes are records with a size. With
 //!   `FileDisks` (`exec::Disks`) each volume is also a real, sparse file; capacity still
 //!   follows the scenario's numbers.
-//! - Upload (multipart) is not implemented; `POST /_fake/.../volumes` places files instead.
+//! - Backups are only placed (scenario, `POST /_fake/.../volumes`), never made; their names'
+//!   times are read as UTC.
+//! - `oci-registry-pull` reaches no registry: its task fails as without name resolution.
+//! - `import-metadata` reads no OVF: each OVA/OVF describes the same typical VM (`import_meta`).
+//! - File restore needs PBS, which the fake has none of: always PVE's refusal.
 
 pub mod attributes;
 pub mod backup;

@@ -138,23 +138,6 @@ pub struct Volume {
     pub protected: bool,
 }
 
-impl Volume {
-    /// A volume record without notes or protection.
-    pub fn new(volname: &str, vtype: Content, format: &str, (size, used): (u64, u64)) -> Volume {
-        Volume {
-            volname: volname.to_string(),
-            vtype,
-            format: format.to_string(),
-            size,
-            used,
-            vmid: None,
-            ctime: 0,
-            notes: None,
-            protected: false,
-        }
-    }
-}
-
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Storage {
     pub name: String,

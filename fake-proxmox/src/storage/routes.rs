@@ -221,8 +221,9 @@ fn content_alloc(c: &mut Ctx) -> Result<Reply, PveError> {
 }
 
 fn volume_info(c: &mut Ctx) -> Result<Reply, PveError> {
-    let s = c.site.audited_storage(&c.req)?;
+    let s = c.site.storage_of_request(&c.req)?;
     let volname = volume_name(&c.req, s)?;
+    c.site.check_volume_access(&c.req.who, s, &volname, None)?;
     let v = s
         .volumes
         .get(&volname)

@@ -165,6 +165,15 @@ async fn backup_access_needs_vm_backup_and_protection_is_limited_without_allocat
         r.message(),
         "Permission check failed (/storage/local, Datastore.AllocateSpace)\n"
     );
+    // Reading it needs the same (`check_volume_access`).
+    let r = op.get(&format!("{CONTENT}/{name}")).await;
+    assert_eq!(
+        (r.status, r.message()),
+        (
+            403,
+            "Permission check failed (/storage/local, Datastore.AllocateSpace)\n"
+        )
+    );
     for (path, role) in [
         ("/storage/local", "PVEDatastoreUser"),
         ("/vms/100", "PVEVMUser"),
@@ -219,7 +228,10 @@ async fn a_protected_backup_is_not_deleted() {
     let name = backup(100, 1);
     let r = put(&api, &name, &[("protected", "1")]).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(api.get(&format!("{CONTENT}/{name}")).await.data()["protected"], 1);
+    assert_eq!(
+        api.get(&format!("{CONTENT}/{name}")).await.data()["protected"],
+        1
+    );
     let r = api.send("DELETE", &format!("{CONTENT}/{name}"), &[]).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let st = wait_task(&f, &api, NODE, r.data().as_str().unwrap()).await;
