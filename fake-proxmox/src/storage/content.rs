@@ -146,7 +146,11 @@ impl Site {
                 volname: volname.clone(),
             },
         );
-        plan.id = volid.replace([':', '/'], "_");
+        // Content.pm `delete`: the task's id is `<owner vmid>@<storage>`, or the storage.
+        plan.id = match v.vmid {
+            Some(id) => format!("{id}@{}", s.name),
+            None => s.name.clone(),
+        };
         plan.duration = 0.3;
         if v.protected {
             plan.planned_error = Some(protected_text(&volname, &s.name));

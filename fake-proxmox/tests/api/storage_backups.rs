@@ -234,6 +234,11 @@ async fn a_protected_backup_is_not_deleted() {
     );
     let r = api.send("DELETE", &format!("{CONTENT}/{name}"), &[]).await;
     assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.data().as_str().unwrap().contains(":imgdel:100@local:"),
+        "{}",
+        r.body
+    );
     let st = wait_task(&f, &api, NODE, r.data().as_str().unwrap()).await;
     assert_eq!(
         st["exitstatus"],
