@@ -235,7 +235,11 @@ fn volume_info(c: &mut Ctx) -> Result<Reply, PveError> {
         v.format.as_str()
     };
     let mut j = json!({
-        "path": format!("{}/{}", s.path.as_deref().unwrap_or("/dev/pve"), v.volname),
+        "path": if s.kind.is_file_based() {
+            s.file_path(&v.volname)
+        } else {
+            format!("/dev/pve/{}", v.volname)
+        },
         "size": v.size,
         "used": v.used,
         "format": format,

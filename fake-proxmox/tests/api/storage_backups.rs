@@ -89,6 +89,10 @@ async fn backups_are_listed_with_their_guest_time_and_attributes() {
     assert_eq!(r.data()["notes"], "before kernel 6.8\nsecond line");
     assert_eq!(r.data()["protected"], 1);
     assert_eq!(r.data()["format"], "raw");
+    assert_eq!(
+        r.data()["path"],
+        "/var/lib/vz/dump/vzdump-qemu-100-2025_01_01-02_00_00.vma.zst"
+    );
     let r = api.get(&format!("{CONTENT}/{}", backup(100, 2))).await;
     assert_eq!(
         (&r.data()["notes"], &r.data()["protected"]),
