@@ -501,6 +501,7 @@ async fn volume_add(
             .map_or(size, |p| p.virtual_size);
         st.volumes.insert(v.volname.clone(), record(size, used));
     }
+    site.share_storages();
     ok(json!({"volid": format!("{name}:{}", v.volname)}))
 }
 
@@ -537,6 +538,7 @@ async fn volume_delete(
                 format!("no volume '{volname}' on '{storage}'"),
             )
         })?;
+    site.share_storages();
     ok(json!({}))
 }
 

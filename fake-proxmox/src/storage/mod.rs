@@ -1,7 +1,8 @@
 //! Storage: plugins (dir, lvmthin, cephfs, ...), content types, volumes, capacity.
 //!
 //! # Deviations from real PVE
-//! - Storages are configured per node (no cluster-wide `storage.cfg` with node lists).
+//! - Storages are configured per node (no cluster-wide `storage.cfg` with node lists); a
+//!   `shared` storage is on every node of its site with one set of volumes (`shared`).
 //! - Thin storages (lvmthin, dir raw/qcow2, rbd, zfspool) account only data actually
 //!   written (imports, downloads); a freshly allocated empty disk takes no space.
 //! - By default nothing is stored on disk: volumes are records with a size. With
@@ -26,6 +27,7 @@ pub mod oci;
 pub mod prune;
 pub mod restore;
 pub mod routes;
+pub mod shared;
 pub mod upload;
 pub mod volid;
 pub mod volumes;

@@ -474,6 +474,7 @@ impl Site {
             task.exitstatus = Some(status.trim_end().replace('\n', " "));
             task.endtime = Some(end as u64);
         });
+        self.share_storages();
     }
 
     pub fn task(&self, upid: &str) -> Option<&Task> {

@@ -23,6 +23,7 @@ mod pools;
 mod quorum;
 mod rrd;
 mod shapes;
+mod shared_storage;
 mod snapshot;
 mod storage;
 mod storage_backups;
