@@ -253,6 +253,12 @@ pub struct VolumeSpec {
     /// image of `size_bytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
+    /// A backup's notes (backups on directory-like storages only, as in PVE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// A protected backup.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
 }
 
 impl Scenario {

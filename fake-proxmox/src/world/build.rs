@@ -12,7 +12,7 @@ use crate::access::model::{Access, Acl, Token, User};
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks, StorageInfo};
 use crate::nodes::model::{Bridge, Node};
 use crate::scenario::{Backend, BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
-use crate::storage::model::{Storage, Volume};
+use crate::storage::model::{Content, Storage, Volume};
 use crate::storage::volid::parse_volname;
 use crate::storage::volumes::Volumes;
 use crate::tasks::store::TaskStore;
@@ -276,8 +276,9 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
                     used: v.used_bytes.unwrap_or(v.size_bytes),
                     vmid,
                     ctime: now,
-                    notes: None,
-                    protected: false,
+                    // Only a backup on a file-based storage has attributes.
+                    notes: v.notes.clone().filter(|_| vtype == Content::Backup),
+                    protected: v.protected && vtype == Content::Backup,
                 },
             );
         }

@@ -447,6 +447,10 @@ async fn a_storage_retention_from_the_scenario_is_used() {
         "            content: [iso, vztmpl, backup, snippets, import]\n",
         "            content: [iso, vztmpl, backup, snippets, import]\n            prune_backups: keep-daily=2\n",
         1,
+    ).replacen(
+        "                used_bytes: 691863552     # file size on disk\n",
+        "                used_bytes: 691863552\n              - volname: backup/vzdump-qemu-100-2025_01_05-02_00_00.vma.zst\n                size_bytes: 1048576\n                protected: true\n                notes: from the scenario\n",
+        1,
     );
     let sc = fake_proxmox::Scenario::from_yaml_str(&yaml).unwrap();
     let f = start_with(sc, fake_proxmox::ClockMode::Stepped).await;
@@ -462,4 +466,7 @@ async fn a_storage_retention_from_the_scenario_is_used() {
         .filter(|e| e["mark"] == "remove")
         .count();
     assert_eq!(removed, 2, "days 1 and 2 of VM 100: {}", r.body);
+    let r = api.get(&format!("{CONTENT}/{}", backup(100, 5))).await;
+    assert_eq!(r.data()["protected"], 1, "{}", r.body);
+    assert_eq!(r.data()["notes"], "from the scenario");
 }
