@@ -174,6 +174,14 @@ fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
     let set = load_texts(files.iter().map(|(p, t)| (p.as_str(), t.as_str())));
     let mut deploy: DeployOptions = RehearseOptions::default().deploy.clone();
     deploy.concurrency = 64;
+    // `BENCH_LISTING_MAX_AGE_MS=N`: VMs with nothing recorded adopt from a site listing up to
+    // N ms old (the deployer's `--listing-max-age`); 0 (the default) lists once per VM.
+    let max_age: u64 = std::env::var("BENCH_LISTING_MAX_AGE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    deploy.pipeline.listing_max_age = Duration::from_millis(max_age);
+    println!("{label}_listing_max_age: {max_age} ms");
     // `BENCH_NO_STATE=1`: no state file (to see what keeping it costs).
     if std::env::var("BENCH_NO_STATE").as_deref() != Ok("1") {
         deploy.state_path = Some(dir.path().join("state.json"));

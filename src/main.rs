@@ -147,6 +147,11 @@ struct DeployArgs {
     /// Seconds to wait for a guest agent IP after start.
     #[arg(long, default_value_t = 120)]
     ip_wait: u64,
+    /// Milliseconds a site's VM listing may be reused for adopting VMs by name (0: a fresh
+    /// listing per VM). For rollouts of thousands of VMs per site; VMs with a recorded VMID
+    /// and retries always read a fresh one.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    listing_max_age: u64,
     /// Write the run's trace (Chrome trace-event JSON: steps, retries, API calls) here.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -398,6 +403,7 @@ async fn run_deploy(args: DeployArgs) -> Result<u8, Failure> {
     opts.backoff.max_attempts = args.max_attempts.max(1);
     opts.pipeline.start = !args.no_start;
     opts.pipeline.ip_wait = Duration::from_secs(args.ip_wait);
+    opts.pipeline.listing_max_age = Duration::from_millis(args.listing_max_age);
     let bar = progress(set.vms.len(), &mut opts);
     let deployer = Deployer::new(provider, opts).map_err(bad)?;
     let capture = trace::Capture::new();

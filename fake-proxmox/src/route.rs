@@ -9,6 +9,9 @@ use crate::world::Site;
 pub struct Ctx<'a> {
     pub site: &'a mut Site,
     pub req: Request,
+    /// The cluster's root CA as the nodes keep it (`/etc/pve/pve-root-ca.pem`): the
+    /// listener's own self-signed certificate, if it has one.
+    pub ca_pem: Option<&'a str>,
 }
 
 impl Ctx<'_> {
@@ -33,6 +36,19 @@ pub struct Route {
     pub handler: Handler,
     /// `allowtoken => 0` in PVE: refused when called with an API token.
     pub allowtoken: bool,
+    /// No `proxyto` in PVE: the node the request reached answers, and the handler checks
+    /// the path's node itself (it may be `localhost`), so the dispatcher does not.
+    pub local: bool,
+}
+
+impl Route {
+    /// Mark the route as answered where the request arrives (see [`Route::local`]).
+    pub const fn served_locally(self) -> Route {
+        Route {
+            local: true,
+            ..self
+        }
+    }
 }
 
 pub const fn route(method: &'static str, template: &'static str, handler: Handler) -> Route {
@@ -41,5 +57,6 @@ pub const fn route(method: &'static str, template: &'static str, handler: Handle
         template,
         handler,
         allowtoken: true,
+        local: false,
     }
 }

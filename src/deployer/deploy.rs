@@ -220,7 +220,7 @@ impl Deployer {
             });
             join_all(futs).await;
         }
-        self.state.persist().await?;
+        self.state.checkpoint().await?;
         let outcomes = rollout
             .report_order()
             .into_iter()

@@ -107,7 +107,7 @@ impl Deployer {
             self.state().update(&k, || r2.clone(), |r| *r = r2.clone());
             out.push(to_outcome(&rec, "", outcome));
         }
-        self.state().persist().await?;
+        self.state().checkpoint().await?;
         Ok(RolloutResult::finish(out, set.unreadable.clone(), started))
     }
 }

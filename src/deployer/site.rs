@@ -1,13 +1,14 @@
 //! A connected site: its client, its PVE version, and the lock that keeps this deployer's own
 //! `nextid` → create pairs from racing each other (other creators can still race; see pipeline).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
 use crate::deployer::config::{Provider, Site};
 use crate::deployer::errors::{StepError, classify};
-use crate::deployer::pve::api::Version;
+use crate::deployer::pve::api::{ClusterResource, Version};
 use crate::deployer::pve::{ClientOptions, Credentials, PveClient};
 
 pub struct SiteCtx {
@@ -15,6 +16,9 @@ pub struct SiteCtx {
     pub client: PveClient,
     pub version: Option<Version>,
     pub create_lock: Mutex<()>,
+    /// The last `/cluster/resources` this run read, with when it was asked for: what VMs with
+    /// nothing recorded adopt from when `listing_max_age` allows (see `Pipeline`).
+    pub listing: Mutex<Option<(Instant, Arc<Vec<ClusterResource>>)>>,
 }
 
 impl SiteCtx {
@@ -63,5 +67,6 @@ pub async fn connect(
         client,
         version: Some(version),
         create_lock: Mutex::new(()),
+        listing: Mutex::new(None),
     })
 }

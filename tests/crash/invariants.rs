@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use provision_harness::deployer::state::{StateStore, journal_path};
 use serde_json::Value;
 
 use super::config_str;
@@ -177,11 +178,18 @@ fn state_file_problems(
     found: &BTreeMap<String, u32>,
 ) -> Vec<String> {
     let path = w.dir.path().join("state").join("state.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    if !path.exists() && !journal_path(&path).exists() {
         return Vec::new();
-    };
-    let state: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
+    }
+    // A killed run leaves its latest changes in the journal beside the snapshot.
+    let state: Value = match StateStore::read(&path).map(serde_json::to_value) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            return vec![format!(
+                "the state file {} does not serialise: {e}",
+                path.display()
+            )];
+        }
         Err(e) => {
             return vec![format!(
                 "the state file {} is unreadable: {e}",

@@ -143,6 +143,86 @@ async fn existing_vms_are_adopted_by_name() {
     env.shutdown().await;
 }
 
+/// With a reused site listing (`listing_max_age`), VMs with nothing recorded share one
+/// `/cluster/resources` and an existing VM is still adopted by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_listing_still_adopts_by_name() {
+    let env = start(fixed_scenario()).await;
+    let r1 = Deployer::new(env.provider.clone(), options(None))
+        .unwrap()
+        .deploy(&set(&[vm1("shared-a")]))
+        .await
+        .unwrap();
+    assert!(r1.all_ready(), "{r1:#?}");
+    env.ctl("site-1").clear_journal().await.unwrap();
+
+    let names = ["shared-a", "shared-b", "shared-c", "shared-d"];
+    let files: Vec<(String, String)> = names.iter().map(|n| vm1(n)).collect();
+    let mut opts = options(Some(env.state_path()));
+    opts.pipeline.listing_max_age = Duration::from_secs(60);
+    let r2 = Deployer::new(env.provider.clone(), opts)
+        .unwrap()
+        .deploy(&set(&files))
+        .await
+        .unwrap();
+    assert!(r2.all_ready(), "{r2:#?}");
+    let a = vm(&r2, "shared-a");
+    assert_eq!(a.vmid, vm(&r1, "shared-a").vmid);
+    assert!(a.conditions.iter().any(|c| c.reason == "Adopted"), "{a:#?}");
+    for n in names {
+        assert_eq!(env.vms_named("site-1", n).await.len(), 1, "{n}");
+    }
+    let listings = env
+        .journal("site-1")
+        .await
+        .iter()
+        .filter(|e| e.method == "GET" && e.path == "/cluster/resources")
+        .count();
+    assert_eq!(listings, 1, "four VMs, one shared listing");
+    env.shutdown().await;
+}
+
+/// A run killed at any point and resumed with a reused listing: the resumed run's VMs with a
+/// recorded VMID read a fresh listing, so nothing is created twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_resumes_without_duplicates_with_a_reused_listing() {
+    let names = ["reuse-a", "reuse-b", "reuse-c"];
+    for kill_after_ms in [5u64, 30, 60] {
+        let env = start(fixed_scenario()).await;
+        let files: Vec<(String, String)> = names.iter().map(|n| vm1(n)).collect();
+        let state = env.state_path();
+        let opts = || {
+            let mut o = options(Some(state.clone()));
+            o.pipeline.listing_max_age = Duration::from_secs(60);
+            o
+        };
+        let d = Arc::new(Deployer::new(env.provider.clone(), opts()).unwrap());
+        let manifests = Arc::new(set(&files));
+        let run = {
+            let d = Arc::clone(&d);
+            let m = Arc::clone(&manifests);
+            tokio::spawn(async move { d.deploy(&m).await })
+        };
+        tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
+        run.abort();
+        let _ = run.await;
+        drop(d);
+
+        let r = Deployer::new(env.provider.clone(), opts())
+            .unwrap()
+            .deploy(&manifests)
+            .await
+            .unwrap();
+        assert!(r.all_ready(), "kill after {kill_after_ms} ms: {r:#?}");
+        for n in names {
+            let found = env.vms_named("site-1", n).await;
+            assert_eq!(found.len(), 1, "kill after {kill_after_ms} ms: {n}");
+        }
+        assert!(env.orphan_volumes("site-1").await.is_empty());
+        env.shutdown().await;
+    }
+}
+
 /// A run killed at any point — before, during or after the create call — and run again ends
 /// with every VM exactly once and no orphan disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,12 +295,12 @@ async fn killed_right_after_create_resumes_the_same_vm() {
     }
     run.abort();
     let _ = run.await;
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
-    let recorded = saved["vms"]["site-1/mid-create"]["vmid"].as_u64();
+    // What a fresh process finds on disk: the snapshot with the journal the killed run left.
+    let saved = provision_harness::deployer::state::StateStore::read(&state).unwrap();
+    let recorded = saved.vms["site-1/mid-create"].vmid.map(u64::from);
     assert!(
         recorded.is_some(),
-        "the VMID is on disk before the create call: {saved:#}"
+        "the VMID is on disk before the create call: {saved:#?}"
     );
 
     let r = Deployer::new(env.provider.clone(), options(Some(state)))

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use provision_harness::deploy::DeployOptions;
+use provision_harness::deployer::state::{Stage, StateStore, journal_path};
 use provision_harness::manifest::ManifestSet;
 use provision_harness::mutants::{Mutant as Hook, Reached};
 use serde_json::{Value, json};
@@ -121,15 +122,11 @@ impl Mutant {
             reached.record(Mutant::IgnoresOrder.name());
         }
         let state = req.state_dir.join("state.json");
-        let creating = std::fs::read_to_string(state)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .is_some_and(|s| {
-                s["vms"].as_object().is_some_and(|vms| {
-                    vms.values()
-                        .any(|r| r["stage"] == "creating" && r["vmid"].is_u64())
-                })
-            });
+        let creating = StateStore::read(&state).is_ok_and(|s| {
+            s.vms
+                .values()
+                .any(|r| r.stage == Stage::Creating && r.vmid.is_some())
+        });
         if req.action == Action::Deploy && creating {
             reached.record(Mutant::IgnoresRecordedVmid.name());
         }
@@ -154,23 +151,26 @@ impl Mutant {
     /// The mutants that lose part of their state between runs: the VMID recorded before a create
     /// call (stage `creating`) is dropped, so a resumed run can only find its VM by name.
     pub fn before_run(self, state_file: &Path) -> anyhow::Result<()> {
-        if self != Mutant::IgnoresRecordedVmid || !state_file.exists() {
+        let journal = journal_path(state_file);
+        if self != Mutant::IgnoresRecordedVmid || (!state_file.exists() && !journal.exists()) {
             return Ok(());
         }
-        let text = std::fs::read_to_string(state_file)
-            .with_context(|| format!("reading {}", state_file.display()))?;
-        let mut state: Value = serde_json::from_str(&text).context("the state file")?;
-        if let Some(vms) = state["vms"].as_object_mut() {
-            for rec in vms.values_mut() {
-                if rec["stage"] == "creating"
-                    && let Some(r) = rec.as_object_mut()
-                {
-                    r.remove("vmid");
-                }
+        // A killed run's latest records are in the journal: forget the VMIDs there too, and
+        // leave one snapshot behind.
+        let mut state = StateStore::read(state_file).context("the state file")?;
+        for rec in state.vms.values_mut() {
+            if rec.stage == Stage::Creating {
+                rec.vmid = None;
             }
         }
         std::fs::write(state_file, serde_json::to_vec_pretty(&state)?)
-            .with_context(|| format!("writing {}", state_file.display()))
+            .with_context(|| format!("writing {}", state_file.display()))?;
+        match std::fs::remove_file(&journal) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", journal.display()))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

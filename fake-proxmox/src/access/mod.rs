@@ -11,7 +11,6 @@
 //! - PAM users are not system users: setting a password on the `pam` realm fails as
 //!   `usermod` does for a user the node does not have (scenario users keep theirs).
 //! - No TFA: every user's TFA listing is empty.
-//! - User and ticket expiry (`expire`) is checked at login only.
 
 pub mod acl;
 pub mod admin_routes;

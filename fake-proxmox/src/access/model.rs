@@ -165,7 +165,16 @@ impl Access {
         format!("{ts}:{}", self.sign(&format!("{ts}:{userid}")))
     }
 
-    /// The user a ticket belongs to, if it is ours, unexpired and the user still enabled.
+    /// `check_user_enabled`: the user exists, is enabled and its `expire` (if set) has not
+    /// passed. PVE asks this on every request, not only at login.
+    pub fn user_enabled(&self, userid: &str, now: f64) -> bool {
+        self.users
+            .get(userid)
+            .is_some_and(|u| u.enable && (u.expire == 0 || u.expire as f64 >= now))
+    }
+
+    /// The user a ticket belongs to, if it is ours, unexpired and the user still enabled
+    /// and not expired (`auth_handler`: `verify_ticket`, then `check_user_enabled`).
     pub fn verify_ticket(&self, ticket: &str, now: f64) -> Option<String> {
         let (plain, sig) = ticket.split_once("::")?;
         if self.sign(plain) != sig {
@@ -182,8 +191,7 @@ impl Access {
             return None;
         }
         let user = user.replace("%3A", ":");
-        self.users.get(&user).filter(|u| u.enable)?;
-        Some(user)
+        self.user_enabled(&user, now).then_some(user)
     }
 
     pub fn verify_csrf(&self, token: &str, userid: &str, now: f64) -> bool {
@@ -199,19 +207,54 @@ impl Access {
             && self.sign(&format!("{ts}:{userid}")) == sig
     }
 
-    /// Check `USER@REALM!TOKEN=SECRET` (split at the last `=`).
-    pub fn verify_token(&self, value: &str) -> Option<Identity> {
+    /// Check `USER@REALM!TOKEN=SECRET` (split at the last `=`) as `verify_token` does: the
+    /// user enabled and not expired, the token there and not expired, the secret right.
+    pub fn verify_token(&self, value: &str, now: f64) -> Option<Identity> {
         let (tokenid, secret) = value.rsplit_once('=')?;
+        let (user, _) = tokenid.trim().split_once('!')?;
+        if !self.user_enabled(user, now) {
+            return None;
+        }
         let tok = self.tokens.get(tokenid.trim())?;
+        if tok.expire != 0 && (tok.expire as f64) < now {
+            return None;
+        }
         if tok.secret != secret.trim() {
             return None;
         }
-        let (user, _) = tokenid.split_once('!')?;
-        self.users.get(user).filter(|u| u.enable)?;
         Some(Identity {
             userid: user.to_string(),
             tokenid: Some(tok.tokenid.clone()),
         })
+    }
+
+    /// `PVE::AccessControl::remove_vm_access`: a destroyed VM's ACL subtree (`/vms/{vmid}`
+    /// and anything under it) and its pool membership go from `user.cfg`.
+    pub fn remove_vm_access(&mut self, vmid: u32) {
+        let path = format!("/vms/{vmid}");
+        self.acls.retain(|a| {
+            let n = super::perms::normalize_path(&a.path);
+            n != path && !n.starts_with(&format!("{path}/"))
+        });
+        for pool in self.pools.values_mut() {
+            pool.vms.remove(&vmid);
+        }
+    }
+
+    /// `PVE::AccessControl::add_vm_to_pool`: a VM made with `pool=` joins it once it
+    /// exists, if the pool is still there. `user.cfg` maps a VM to one pool, so a listing
+    /// left elsewhere (a state written before destroy cleaned up) goes.
+    pub fn add_vm_to_pool(&mut self, vmid: u32, pool: &str) {
+        if !self.pools.contains_key(pool) {
+            return;
+        }
+        for (name, cfg) in self.pools.iter_mut() {
+            if name == pool {
+                cfg.vms.insert(vmid);
+            } else {
+                cfg.vms.remove(&vmid);
+            }
+        }
     }
 
     /// Paths a permissions listing covers: the root, the usual top levels and every ACL path.
@@ -289,11 +332,11 @@ mod tests {
     fn token_split_at_last_equals() {
         let a = access();
         let id = a
-            .verify_token("root@pam!harness=3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a")
+            .verify_token("root@pam!harness=3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a", 0.0)
             .unwrap();
         assert_eq!(id.tokenid.as_deref(), Some("root@pam!harness"));
-        assert!(a.verify_token("root@pam!harness=wrong").is_none());
-        assert!(a.verify_token("nobody").is_none());
+        assert!(a.verify_token("root@pam!harness=wrong", 0.0).is_none());
+        assert!(a.verify_token("nobody", 0.0).is_none());
     }
 
     #[test]

@@ -32,12 +32,7 @@ impl Site {
         // that no longer exists.
         let user = user.filter(|u| {
             let realm = u.rsplit_once('@').map_or("", |(_, r)| r);
-            let live = self
-                .access
-                .users
-                .get(u)
-                .is_some_and(|x| x.expire == 0 || x.expire as f64 >= req.now);
-            live && self.access.realms.contains_key(realm)
+            self.access.user_enabled(u, req.now) && self.access.realms.contains_key(realm)
         });
         user.ok_or_else(auth_failure)
     }

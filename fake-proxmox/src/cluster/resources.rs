@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::nodes::model::{cpu_with, node_loads};
+use crate::qemu::facts::ConfigFacts;
 use crate::qemu::status::VmStatus;
 use crate::request::Request;
 use crate::wire::b;
@@ -54,18 +55,21 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
                 .access
                 .has(&req.who, &format!("/vms/{vmid}"), "VM.Audit")
     };
+    // Nodes are few and usually all online: one look per listing, not one per VM.
+    let all_online = site.nodes.values().all(|n| n.online);
     site.vms
         .values()
         .filter(|vm| visible(vm.vmid))
         .map(|vm| {
-            let online = site.node(&vm.node).is_some_and(|n| n.online);
-            let mut st = vm.vmstatus(req.now, site.version);
+            let online = all_online || site.node(&vm.node).is_some_and(|n| n.online);
+            let facts = ConfigFacts::of(&vm.config);
+            let mut st = vm.vmstatus_with(&facts, req.now, site.version);
             st.id = Some(format!("qemu/{}", vm.vmid));
             st.kind = Some("qemu");
             st.node = Some(vm.node.clone());
             st.template = Some(u8::from(vm.is_template()));
             st.maxcpu = st.cpus.take();
-            let (read, written) = vm.disk_io(req.now);
+            let (read, written) = vm.disk_io_with(&facts, req.now);
             st.diskread = Some(read);
             st.diskwrite = Some(written);
             // Keys of qemu-server's vmstatus that the 9.1 schema of resources does not list.

@@ -74,7 +74,7 @@ fn status(c: &mut Ctx) -> Result<Reply, PveError> {
             "name": n.name,
             "nodeid": i + 1,
             "ip": n.ip,
-            "local": b(i == 0),
+            "local": b(site.local_node() == Some(n.name.as_str())),
             "online": b(n.online),
             "level": "",
         }));

@@ -1,6 +1,6 @@
 //! Console, monitor and dbus-vmstate routes: parse, ask the model, render.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::monitor::{self, Effect, Needs};
 use super::proxy::Kind;
@@ -32,9 +32,15 @@ fn console_perm(c: &Ctx) -> Result<(), PveError> {
     c.require(&format!("/vms/{}", c.req.p.vmid()?), "VM.Console")
 }
 
+/// `vncproxy` also hands out the cluster's CA (`cert`, `/etc/pve/pve-root-ca.pem`), for a
+/// VNC client's TLS to the proxy port.
 fn vncproxy(c: &mut Ctx) -> Result<Reply, PveError> {
     console_perm(c)?;
-    Ok(Reply::data(c.site.console_proxy(&c.req, Kind::Vnc)?))
+    let mut res = c.site.console_proxy(&c.req, Kind::Vnc)?;
+    if let Some(pem) = c.ca_pem {
+        res["cert"] = json!(pem);
+    }
+    Ok(Reply::data(res))
 }
 
 fn termproxy(c: &mut Ctx) -> Result<Reply, PveError> {
@@ -47,9 +53,15 @@ fn vncwebsocket(c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(Reply::data(c.site.console_websocket(&c.req)?))
 }
 
+/// The remote-viewer settings carry the CA as one line, its newlines written `\n`
+/// (`remote_viewer_config`: `$cacert =~ s/\n/\\n/g`), as a `.vv` file needs them.
 fn spiceproxy(c: &mut Ctx) -> Result<Reply, PveError> {
     console_perm(c)?;
-    Ok(Reply::data(c.site.spice_proxy(&c.req)?))
+    let mut res = c.site.spice_proxy(&c.req)?;
+    if let Some(pem) = c.ca_pem {
+        res["ca"] = json!(pem.replace('\n', "\\n"));
+    }
+    Ok(Reply::data(res))
 }
 
 fn is_root(c: &Ctx) -> bool {

@@ -227,18 +227,6 @@ impl Site {
         }
     }
 
-    /// A new VM `vmid` joins `pool` (if given and still there). Any pool that still lists
-    /// the id lists a destroyed VM (PVE removes a VM from its pool when it is destroyed, the
-    /// fake's destroy does not): the new VM is not a member there.
-    pub fn join_pool_on_create(&mut self, vmid: u32, pool: Option<&str>) {
-        for cfg in self.access.pools.values_mut() {
-            cfg.vms.remove(&vmid);
-        }
-        if let Some(cfg) = pool.and_then(|p| self.access.pools.get_mut(p)) {
-            cfg.vms.insert(vmid);
-        }
-    }
-
     /// The pool `vmid` is a member of.
     pub fn pool_of_vm(&self, vmid: u32) -> Option<&str> {
         self.access

@@ -76,7 +76,6 @@ impl Site {
             vmid,
             Vm::stopped(vmid, node, Default::default(), Some("create")),
         );
-        self.join_pool_on_create(vmid, pool.as_deref());
         let start_after = p.flag("start");
         let mut plan = op.plan("qmcreate", Work::Noop);
         let (t, err) = self.layout_disks(node, &disks, &mut plan, 0.3);
@@ -90,6 +89,7 @@ impl Site {
             config,
             disks,
             start_after,
+            pool,
         };
         Ok(self.start_task(plan, req.now))
     }

@@ -28,7 +28,6 @@ impl Site {
         // `clone_vmfw_conf`: the clone starts with the source's firewall config.
         clone.firewall = src.firewall.clone();
         self.vms.insert(newid, clone);
-        self.join_pool_on_create(newid, p.str("pool").as_deref());
         let target_storage = p.str("storage");
         let mut plan = op.plan("qmclone", Work::Noop);
         let (t, err) = self.lay_out_clone(node, &src, target_storage.as_deref(), &mut plan);
@@ -41,6 +40,7 @@ impl Site {
             target_storage,
             format: p.str("format"),
             snapname: p.str("snapname"),
+            pool: p.str("pool"),
         };
         Ok(self.start_task(plan, now))
     }
@@ -473,6 +473,9 @@ impl Site {
         if unreferenced {
             self.remove_volumes_of(&vm.node, vmid);
         }
+        // `remove_vm_access`, whatever `purge` says (it covers replication, backup jobs
+        // and HA): the ACL entries on the VM and its pool membership go.
+        self.access.remove_vm_access(vmid);
     }
 }
 

@@ -12,9 +12,9 @@
 //!   type, QMP errors) the value simply stays pending. No boot-order bookkeeping when drives
 //!   come and go. With simulated disks the cloud-init image is not built (`…/cloudinit/dump`
 //!   renders what it would hold); with real disks it is (`cloudinit_drive`).
-//! - No migration, backup/restore (`archive`), firewall, consoles or templates' linked
-//!   clones; those routes answer 501 like any route the fake does not implement. Snapshot
-//!   deviations are in `snapshot`.
+//! - No backup/restore (`archive`) or templates' linked clones. Migration to another
+//!   cluster never reaches the remote endpoint (see `remote`). Snapshot deviations are in
+//!   `snapshot`.
 //! - Guest memory is only checked against the node's total at start (no overcommit model).
 //! - Absolute paths as `import-from` sources are accepted only from `root@pam` with a ticket
 //!   (as PVE) and then fail: the simulated node has no filesystem.
@@ -23,6 +23,7 @@ pub mod cloudinit;
 mod cloudinit_drive;
 pub mod create;
 pub mod disks;
+pub mod facts;
 pub mod hotplug;
 pub mod lifecycle;
 pub mod migrate;
@@ -32,6 +33,7 @@ pub mod op;
 pub mod pending;
 pub mod power;
 pub mod reassign;
+pub mod remote;
 pub mod routes;
 pub mod snapshot;
 pub mod status;

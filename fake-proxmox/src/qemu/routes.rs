@@ -54,6 +54,18 @@ pub fn routes() -> Vec<Route> {
             migrate_precondition,
         ),
         route("POST", "/nodes/{node}/qemu/{vmid}/migrate", migrate),
+        route(
+            "POST",
+            "/nodes/{node}/qemu/{vmid}/remote_migrate",
+            remote_migrate,
+        ),
+        route("POST", "/nodes/{node}/qemu/{vmid}/mtunnel", mtunnel).served_locally(),
+        route(
+            "GET",
+            "/nodes/{node}/qemu/{vmid}/mtunnelwebsocket",
+            mtunnel_websocket,
+        )
+        .served_locally(),
         route("GET", "/nodes/{node}/qemu/{vmid}/snapshot", snapshot_list),
         route(
             "POST",
@@ -249,6 +261,18 @@ fn migrate_precondition(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn migrate(c: &mut Ctx) -> Result<Reply, PveError> {
     Ok(upid(c.site.migrate(&c.req)?))
+}
+
+fn remote_migrate(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(upid(c.site.remote_migrate(&c.req)?))
+}
+
+fn mtunnel(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(c.site.mtunnel(&c.req)?))
+}
+
+fn mtunnel_websocket(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(c.site.mtunnel_websocket(&c.req)?))
 }
 
 fn move_disk(c: &mut Ctx) -> Result<Reply, PveError> {

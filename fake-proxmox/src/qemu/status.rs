@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::facts::ConfigFacts;
 use super::model::{Power, Vm, find_prop, is_disk_key, is_net_key};
 use crate::version::PveVersion;
 
@@ -252,9 +253,14 @@ impl Vm {
     /// The fields every vmstatus carries (qemu-server `vmstatus` without `full`); `memhost`
     /// and the pressure stall averages only from PVE 9.0 on.
     pub fn vmstatus(&self, now: f64, version: PveVersion) -> VmStatus {
+        self.vmstatus_with(&ConfigFacts::of(&self.config), now, version)
+    }
+
+    /// `vmstatus` from facts already read off the config (one pass for a listing's row).
+    pub fn vmstatus_with(&self, f: &ConfigFacts, now: f64, version: PveVersion) -> VmStatus {
         let pve9 = version == PveVersion::V9_1;
         let running = self.power != Power::Stopped;
-        let maxmem = self.memory_bytes();
+        let maxmem = f.memory_mib.saturating_mul(1024 * 1024);
         let up = self.uptime(now);
         let while_running = |per_second: u64| {
             if running {
@@ -266,8 +272,8 @@ impl Vm {
         let mem = if running { running_mem(maxmem) } else { 0 };
         // The pressure stall averages of the VM's cgroup, read only for a running VM.
         let pressure = (running && pve9).then_some(0.0);
-        let balloon_min = self
-            .balloon_mib()
+        let balloon_min = f
+            .balloon_mib
             .filter(|b| *b > 0)
             .map(|b| b.saturating_mul(1 << 20));
         VmStatus {
@@ -282,7 +288,7 @@ impl Vm {
             } else {
                 Value::from(0)
             },
-            cpus: Some(self.cpus()),
+            cpus: Some(f.cpus),
             disk: 0,
             // Only `query-blockstats` (the `full` status) sets these.
             diskread: None,
@@ -292,7 +298,7 @@ impl Vm {
             id: None,
             lock: self.lock.clone(),
             maxcpu: None,
-            maxdisk: self.maxdisk(),
+            maxdisk: f.maxdisk,
             maxmem,
             mem,
             memhost: pve9.then_some(if running {
@@ -300,11 +306,11 @@ impl Vm {
             } else {
                 0
             }),
-            name: self.name(),
-            netin: self.net_count().saturating_mul(while_running(NET_IN_PER_S)),
-            netout: self
-                .net_count()
-                .saturating_mul(while_running(NET_OUT_PER_S)),
+            name: f
+                .name
+                .map_or_else(|| format!("VM {}", self.vmid), str::to_string),
+            netin: f.nets.saturating_mul(while_running(NET_IN_PER_S)),
+            netout: f.nets.saturating_mul(while_running(NET_OUT_PER_S)),
             nics: None,
             node: None,
             pid: self.pid.filter(|_| running),
@@ -318,18 +324,13 @@ impl Vm {
             qmpstatus: None,
             running_machine: None,
             running_qemu: None,
-            serial: self.config.keys().any(|k| is_serial_key(k)).then_some(1),
+            serial: f.serial.then_some(1),
             // qemu-server's default `shares` (PVE/QemuServer.pm `$confdesc`): 1000.
-            shares: balloon_min.map(|_| {
-                self.config
-                    .get("shares")
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(1000)
-            }),
+            shares: balloon_min.map(|_| f.shares.unwrap_or(1000)),
             spice: None,
             status: self.status_str(),
-            tags: self.config.get("tags").cloned(),
-            template: self.is_template().then_some(1),
+            tags: f.tags.map(str::to_string),
+            template: f.template.then_some(1),
             kind: None,
             uptime: up,
             vmid: self.vmid,
@@ -424,12 +425,11 @@ impl Vm {
 
     /// Bytes read and written by the VM's disks so far: the sums `blockstat` reports.
     pub fn disk_io(&self, now: f64) -> (u64, u64) {
-        let disks = self
-            .config
-            .iter()
-            .filter(|(k, v)| is_qemu_block_device(k) && !is_cdrom(v))
-            .count() as u64;
-        let up = self.uptime(now).saturating_mul(disks);
+        self.disk_io_with(&ConfigFacts::of(&self.config), now)
+    }
+
+    pub fn disk_io_with(&self, f: &ConfigFacts, now: f64) -> (u64, u64) {
+        let up = self.uptime(now).saturating_mul(f.io_drives);
         (
             up.saturating_mul(DISK_READ_PER_S),
             up.saturating_mul(DISK_WRITE_PER_S),
@@ -439,6 +439,20 @@ impl Vm {
     /// The `balloon` option in MiB, if set (`0` disables the balloon device).
     fn balloon_mib(&self) -> Option<u64> {
         self.config.get("balloon").and_then(|b| b.parse().ok())
+    }
+
+    /// The reference reads of what `ConfigFacts` takes in its one pass (for its test).
+    #[cfg(test)]
+    pub(crate) fn vmstatus_reference_parts(&self) -> (Option<u64>, Option<u64>, bool, u64) {
+        (
+            self.balloon_mib(),
+            self.config.get("shares").and_then(|s| s.parse().ok()),
+            self.config.keys().any(|k| is_serial_key(k)),
+            self.config
+                .iter()
+                .filter(|(k, v)| is_qemu_block_device(k) && !is_cdrom(v))
+                .count() as u64,
+        )
     }
 
     pub(crate) fn net_count(&self) -> u64 {
@@ -466,7 +480,7 @@ impl Vm {
     }
 }
 
-fn is_serial_key(k: &str) -> bool {
+pub(crate) fn is_serial_key(k: &str) -> bool {
     k.strip_prefix("serial")
         .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"))
 }

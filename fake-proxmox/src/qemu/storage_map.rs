@@ -39,3 +39,63 @@ impl StorageMap {
             .unwrap_or_else(|| source.to_string())
     }
 }
+
+/// `PVE::JSONSchema::parse_idmap` as a handler calls it on a whole `*-pair-list` value (the
+/// schema has checked each entry's ID): `1` is the identity mapping, which combines with
+/// nothing else.
+#[derive(Clone, Debug, Default)]
+pub struct IdMap {
+    pub identity: bool,
+    pub map: StorageMap,
+}
+
+pub fn parse_idmap(text: &str) -> Result<IdMap, String> {
+    let mut out = IdMap::default();
+    for entry in crate::schema::formats::split_list(text) {
+        if entry == "1" {
+            out.identity = true;
+        } else if let Some((src, dst)) = entry
+            .split_once(':')
+            .filter(|(s, d)| !s.is_empty() && !d.is_empty() && !d.contains(':'))
+        {
+            if out.map.entries.contains_key(src) {
+                return Err(format!("duplicate mapping for source '{src}'\n"));
+            }
+            out.map.entries.insert(src.into(), dst.into());
+        } else {
+            if out.map.default.is_some() {
+                return Err("default target ID can only be provided once\n".into());
+            }
+            out.map.default = Some(entry.into());
+        }
+    }
+    if out.identity && (out.map.default.is_some() || !out.map.entries.is_empty()) {
+        return Err("identity mapping cannot be combined with other mappings\n".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idmap_follows_pve_texts() {
+        let m = parse_idmap("local-lvm:fast,big").unwrap_or_default();
+        assert_eq!(m.map.target("local-lvm"), "fast");
+        assert_eq!(m.map.target("other"), "big");
+        assert!(parse_idmap("1").is_ok_and(|m| m.identity));
+        assert_eq!(
+            parse_idmap("a:b,a:c").err().as_deref(),
+            Some("duplicate mapping for source 'a'\n")
+        );
+        assert_eq!(
+            parse_idmap("a,b").err().as_deref(),
+            Some("default target ID can only be provided once\n")
+        );
+        assert_eq!(
+            parse_idmap("1,a:b").err().as_deref(),
+            Some("identity mapping cannot be combined with other mappings\n")
+        );
+    }
+}

@@ -15,14 +15,26 @@ impl Site {
     ) -> Result<Vec<String>, String> {
         match work {
             Work::Noop | Work::Console { .. } => Ok(Vec::new()),
+            // Only reached if its planned failure was lifted: the tunnel still closes.
+            Work::Mtunnel { vmid } => {
+                self.abort_mtunnel(*vmid);
+                Ok(Vec::new())
+            }
             Work::CreateVm {
                 vmid,
                 config,
                 disks,
                 start_after,
+                pool,
             } => {
                 let start = start_after.then_some(user);
-                self.finish_create(node, *vmid, config, disks, start, now)
+                let r = self.finish_create(node, *vmid, config, disks, start, now);
+                if r.is_ok()
+                    && let Some(pool) = pool
+                {
+                    self.access.add_vm_to_pool(*vmid, pool);
+                }
+                r
             }
             Work::UpdateConfig { vmid, disks } => {
                 self.finish_update_config(node, *vmid, disks, now)
@@ -44,6 +56,7 @@ impl Site {
                 target_storage,
                 format,
                 snapname,
+                pool,
                 ..
             } => {
                 let opts = super::lifecycle::CloneOptions {
@@ -52,8 +65,12 @@ impl Site {
                     snapname: snapname.as_deref(),
                 };
                 let r = self.finish_clone(node, *src, *newid, &opts, now);
-                if r.is_err() {
-                    self.vms.remove(newid);
+                match (&r, pool) {
+                    (Err(_), _) => {
+                        self.vms.remove(newid);
+                    }
+                    (Ok(_), Some(pool)) => self.access.add_vm_to_pool(*newid, pool),
+                    (Ok(_), None) => {}
                 }
                 r
             }
@@ -185,6 +202,7 @@ impl Site {
                 }
             }
             Work::Migrate { vmid, .. } => self.abort_migrate(*vmid),
+            Work::Mtunnel { vmid } => self.abort_mtunnel(*vmid),
             Work::SnapshotCreate { .. }
             | Work::SnapshotDelete { .. }
             | Work::SnapshotRollback { .. } => self.abort_snapshot_work(work),

@@ -3,6 +3,7 @@
 //! schema validation, node resolution, faults, then the handler.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
@@ -39,6 +40,8 @@ struct Prepared {
     via_ticket: bool,
     latency_ms: u64,
     answer_latency_ms: u64,
+    /// The listener's certificate, for the handlers that hand out the cluster's CA.
+    ca_pem: Option<Arc<str>>,
 }
 
 /// Mutable record of one request for the journal.
@@ -211,7 +214,13 @@ fn locked_part(ctx: &SiteCtx, incoming: Incoming, mut rec: Record) -> Locked {
     let mut inner = ctx.shared.inner.lock();
     let version = site_version(&inner, &ctx.site);
     let (prepared, fault_err) = match prepare(&mut inner, &ctx.site, incoming, &mut rec) {
-        Ok(p) => p,
+        Ok((p, fault)) => (
+            Prepared {
+                ca_pem: ctx.ca_pem.clone(),
+                ..p
+            },
+            fault,
+        ),
         Err(e) => {
             if e.status == 401 && ctx.shared.auth_failure_delay {
                 rec.hold_ms = AUTH_DELAY.as_millis() as u64;
@@ -335,7 +344,7 @@ fn prepare(
     rec.node = node.clone();
     // Validate (needs the typed check before node resolution: PVE validates first).
     let params = crate::validate::validate(version, method, route.template, raw)?;
-    if let Some(n) = &node {
+    if let Some(n) = node.as_ref().filter(|_| !route.local) {
         check_node_reachable(site, n)?;
     }
     if let Some(refused) =
@@ -355,6 +364,7 @@ fn prepare(
             via_ticket,
             latency_ms: hit.latency_ms,
             answer_latency_ms: hit.answer_latency_ms,
+            ca_pem: None,
         },
         hit.error,
     ))
@@ -396,7 +406,7 @@ fn authenticate(
                 Err(PveError::bare(401, "Authentication failed!"))
             }
         },
-        Creds::Token(v) => match site.access.verify_token(v) {
+        Creds::Token(v) => match site.access.verify_token(v, now) {
             Some(id) => {
                 rec.auth = AuthKind::ApiToken {
                     tokenid: id.tokenid.clone().unwrap_or_default(),
@@ -474,8 +484,10 @@ fn run(inner: &mut Inner, site_name: &str, p: Prepared) -> Result<Reply, PveErro
     let Some(site) = inner.world.site_mut(site_name) else {
         return Err(PveError::bare(500, "site not loaded"));
     };
+    let ca_pem = p.ca_pem;
     let mut ctx = Ctx {
         site,
+        ca_pem: ca_pem.as_deref(),
         req: crate::request::Request {
             who: p.who,
             via_ticket: p.via_ticket,

@@ -31,7 +31,7 @@ use state::{Shared, SharedRef, SiteCtx};
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
 /// else through PVE's request pipeline. It manages no tenants (`/_fake/tenants` answers 403).
 pub fn app(shared: SharedRef, site: &str) -> Router {
-    app_with(shared, site, None, None)
+    app_with(shared, site, None, None, None)
 }
 
 /// [`app`] of a host server (it manages `tenants`) or of a tenant (every request stamps its
@@ -41,10 +41,12 @@ fn app_with(
     site: &str,
     tenants: TenantsState,
     activity: Option<Arc<Activity>>,
+    ca_pem: Option<Arc<str>>,
 ) -> Router {
     let ctx = SiteCtx {
         shared,
         site: site.to_string(),
+        ca_pem,
     };
     let control =
         crate::control::router().merge(crate::tenants::routes::router().with_state(tenants));
@@ -358,7 +360,13 @@ impl Builder {
         let mut tasks = Vec::new();
         for (name, addr, local, listener) in bound {
             let handle = axum_server::Handle::new();
-            let router = app_with(shared.clone(), &name, tenants.clone(), self.tenant.clone());
+            let router = app_with(
+                shared.clone(),
+                &name,
+                tenants.clone(),
+                self.tenant.clone(),
+                Some(Arc::from(cert.cert_pem.as_str())),
+            );
             let svc = router.into_make_service();
             let task = if let Some(cfg) = &server_config {
                 let cfg = axum_server::tls_rustls::RustlsConfig::from_config(cfg.clone());

@@ -107,4 +107,8 @@ impl Shared {
 pub struct SiteCtx {
     pub shared: SharedRef,
     pub site: String,
+    /// The certificate the listener serves (self-signed: its own root), which the fake's
+    /// nodes hand out where PVE hands out `/etc/pve/pve-root-ca.pem`. `None` for an app
+    /// made without one ([`crate::server::app`]).
+    pub ca_pem: Option<Arc<str>>,
 }

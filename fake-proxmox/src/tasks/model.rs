@@ -26,6 +26,9 @@ pub enum Work {
         config: Vec<(String, String)>,
         disks: Vec<DiskPlan>,
         start_after: bool,
+        /// `pool=`: joined once the VM exists (added after state format 1).
+        #[serde(default)]
+        pool: Option<String>,
     },
     UpdateConfig {
         vmid: u32,
@@ -63,6 +66,9 @@ pub enum Work {
         target_storage: Option<String>,
         format: Option<String>,
         snapname: Option<String>,
+        /// `pool=`: joined once the clone is complete (added after state format 1).
+        #[serde(default)]
+        pool: Option<String>,
     },
     Resize {
         vmid: u32,
@@ -132,6 +138,11 @@ pub enum Work {
     },
     /// pve-guests' `startall` on a node that booted: its `onboot` VMs start.
     NodeUp,
+    /// A migration tunnel (`mtunnel`) waiting for its client; its placeholder config goes
+    /// when it ends.
+    Mtunnel {
+        vmid: u32,
+    },
     Migrate {
         vmid: u32,
         target: String,

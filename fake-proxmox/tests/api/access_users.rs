@@ -355,3 +355,63 @@ async fn tfa_listings_are_empty_and_shaped_as_pve_s() {
     let missing = api.get("/access/users/nobody@pve/tfa").await;
     assert_eq!(missing.status, 403, "{}", missing.body);
 }
+
+/// PVE checks the user on every request (`auth_handler`: `check_user_enabled` after the
+/// ticket, `verify_token` for a token), not only at login.
+#[tokio::test]
+async fn tickets_and_tokens_already_issued_stop_with_an_expired_or_disabled_user() {
+    let f = start().await;
+    let api = f.api("site-1");
+    ok(api
+        .post(
+            "/access/users",
+            &[("userid", "carol@pve"), ("password", "carol123")],
+        )
+        .await)
+    .await;
+    let ticket = api.login("carol@pve", "carol123").await;
+    let made = ok(api
+        .post("/access/users/carol@pve/token/ci", &[("privsep", "0")])
+        .await)
+    .await;
+    let value = made.data()["value"].as_str().unwrap();
+    let token = api.with_headers(&[(
+        "Authorization",
+        &format!("PVEAPIToken=carol@pve!ci={value}"),
+    )]);
+    let statuses = || async {
+        (
+            ticket.get("/version").await.status,
+            token.get("/version").await.status,
+        )
+    };
+    assert_eq!(statuses().await, (200, 200));
+    let set = |form: &'static [(&'static str, &'static str)]| {
+        let api = api.clone();
+        async move {
+            ok(api.send("PUT", "/access/users/carol@pve", form).await).await;
+        }
+    };
+
+    set(&[("expire", "1")]).await;
+    let expired = ticket.get("/version").await;
+    assert_eq!(expired.status, 401, "{}", expired.body);
+    assert_eq!(statuses().await, (401, 401), "user expired");
+    set(&[("expire", "0")]).await;
+    assert_eq!(statuses().await, (200, 200));
+    set(&[("enable", "0")]).await;
+    assert_eq!(statuses().await, (401, 401), "user disabled");
+    set(&[("enable", "1")]).await;
+    assert_eq!(statuses().await, (200, 200));
+
+    // An expired token stops; the user's ticket goes on.
+    ok(api
+        .send(
+            "PUT",
+            "/access/users/carol@pve/token/ci",
+            &[("expire", "1")],
+        )
+        .await)
+    .await;
+    assert_eq!(statuses().await, (200, 401), "token expired");
+}

@@ -35,6 +35,10 @@ async fn vncproxy_hands_out_a_port_and_a_ticket_the_websocket_accepts() {
     );
     let upid = d["upid"].as_str().unwrap().to_string();
     assert!(upid.contains(":vncproxy:160:"), "{upid}");
+    // The cluster's CA: the certificate the fake's listener serves, as PEM.
+    let pem = f.fake.site("site-1").unwrap().cert_pem().to_string();
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----\n"), "{pem}");
+    assert_eq!(d["cert"], pem.as_str());
     // A second console while the first waits takes the next port.
     let second = api.post("/nodes/ml110-01/qemu/160/vncproxy", &[]).await;
     assert_eq!(second.data()["port"], 5901);
@@ -108,6 +112,11 @@ async fn spiceproxy_needs_a_running_vm_with_a_spice_display() {
     assert_eq!(d["tls-port"], 61000);
     assert_eq!(d["delete-this-file"], 1);
     assert!(d["host"].as_str().unwrap().starts_with("pvespiceproxy:"));
+    // The CA on one line, newlines written as `\n` (two characters) for the `.vv` file.
+    let pem = f.fake.site("site-1").unwrap().cert_pem().to_string();
+    let ca = d["ca"].as_str().unwrap();
+    assert!(!ca.contains('\n') && ca.contains("\\n"), "{ca}");
+    assert_eq!(ca.replace("\\n", "\n"), pem);
 }
 
 #[tokio::test]

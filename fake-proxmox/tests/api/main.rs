@@ -21,6 +21,7 @@ mod node_power;
 mod pending;
 mod pools;
 mod quorum;
+mod remote_migrate;
 mod rrd;
 mod shapes;
 mod shared_storage;

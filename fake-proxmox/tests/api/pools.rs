@@ -283,3 +283,106 @@ async fn a_node_reports_the_sites_pve_manager_version() {
     let unknown = api.get("/nodes/nowhere/version").await;
     assert_ne!(unknown.status, 200);
 }
+
+#[tokio::test]
+async fn a_destroyed_vm_leaves_its_pool_and_its_acl_entries_go() {
+    let f = start().await;
+    let api = f.api("site-1");
+    ok(api.post("/pools", &[("poolid", "prod")]).await).await;
+    create_vm(
+        &f,
+        &api,
+        "ml110-01",
+        &[("vmid", "100"), ("memory", "512"), ("pool", "prod")],
+    )
+    .await;
+    create_vm(&f, &api, "ml110-01", &[("vmid", "1000"), ("memory", "512")]).await;
+    ok(api.post("/access/users", &[("userid", "dev@pve")]).await).await;
+    for path in ["/vms/100", "/vms/1000"] {
+        ok(api
+            .send(
+                "PUT",
+                "/access/acl",
+                &[("path", path), ("roles", "PVEVMUser"), ("users", "dev@pve")],
+            )
+            .await)
+        .await;
+    }
+
+    let r = ok(api.send("DELETE", "/nodes/ml110-01/qemu/100", &[]).await).await;
+    let done = wait_task(&f, &api, "ml110-01", r.data().as_str().unwrap()).await;
+    assert_eq!(done["exitstatus"], "OK");
+
+    // `remove_vm_access`: the VM's ACL entries go (not those of VM 1000).
+    let acl = ok(api.get("/access/acl").await).await;
+    let paths: Vec<&str> = acl
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/vms/1000"], "{}", acl.body);
+    // And it left its pool: a new VM 100 made without `pool` is in none.
+    create_vm(&f, &api, "ml110-01", &[("vmid", "100"), ("memory", "512")]).await;
+    let prod = ok(api.send("GET", "/pools", &[("poolid", "prod")]).await).await;
+    assert_eq!(prod.data()[0]["members"], json!([]), "{}", prod.body);
+    ok(api.send("DELETE", "/pools", &[("poolid", "prod")]).await).await;
+}
+
+#[tokio::test]
+async fn a_vm_created_into_a_pool_joins_it_when_its_task_has_made_it() {
+    let f = start().await;
+    let api = f.api("site-1");
+    let members = |pool: &'static str| {
+        let api = api.clone();
+        async move {
+            let r = ok(api.send("GET", "/pools", &[("poolid", pool)]).await).await;
+            r.data()[0]["members"].clone()
+        }
+    };
+    ok(api.post("/pools", &[("poolid", "prod")]).await).await;
+    let r = ok(api
+        .post(
+            "/nodes/ml110-01/qemu",
+            &[
+                ("vmid", "100"),
+                ("memory", "512"),
+                ("scsi0", "local-lvm:1"),
+                ("pool", "prod"),
+            ],
+        )
+        .await)
+    .await;
+    // The VM exists (locked `create`) but joins only once its task has made it.
+    assert_eq!(members("prod").await, json!([]));
+    wait_task(&f, &api, "ml110-01", r.data().as_str().unwrap()).await;
+    assert_eq!(members("prod").await[0]["vmid"], 100);
+
+    // A pool deleted while the VM is made: nothing to join, the create still succeeds.
+    ok(api.post("/pools", &[("poolid", "tmp")]).await).await;
+    let r = ok(api
+        .post(
+            "/nodes/ml110-01/qemu",
+            &[("vmid", "101"), ("memory", "512"), ("pool", "tmp")],
+        )
+        .await)
+    .await;
+    ok(api.send("DELETE", "/pools", &[("poolid", "tmp")]).await).await;
+    let done = wait_task(&f, &api, "ml110-01", r.data().as_str().unwrap()).await;
+    assert_eq!(done["exitstatus"], "OK");
+    ok(api.post("/pools", &[("poolid", "tmp")]).await).await;
+    assert_eq!(members("tmp").await, json!([]));
+
+    // A clone likewise joins at the end of its task.
+    let r = ok(api
+        .post(
+            "/nodes/ml110-01/qemu/100/clone",
+            &[("newid", "102"), ("pool", "tmp")],
+        )
+        .await)
+    .await;
+    assert_eq!(members("tmp").await, json!([]));
+    wait_task(&f, &api, "ml110-01", r.data().as_str().unwrap()).await;
+    assert_eq!(members("tmp").await[0]["vmid"], 102);
+}

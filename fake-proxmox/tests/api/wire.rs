@@ -249,36 +249,26 @@ async fn extreme_values_never_break_the_server() {
     }
 }
 
-/// A method PVE has but the fake does not model yet (migration to another cluster): its
+/// A method PVE has but the fake does not model yet (adding a second factor): its
 /// parameters are checked as PVE checks them, and only a valid call gets the 501.
 #[tokio::test]
 async fn an_unmodelled_pve_method_validates_before_its_501() {
     let f = start().await;
-    let api = f.api("site-1");
-    let path = "/nodes/ml110-01/qemu/100/remote_migrate";
+    // A ticket: the method is `allowtoken => 0`.
+    let api = f.api("site-1").login("root@pam", "harness").await;
+    let path = "/access/tfa/root@pam";
+    let long = "d".repeat(256);
     let r = api
-        .post(path, &[("target-bridge", "vmbr0"), ("online", "maybe")])
+        .post(path, &[("type", "sms"), ("description", &long)])
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
     let errors = &r.json["errors"];
-    assert!(errors["online"].is_string(), "{}", r.body);
-    assert!(errors["target-endpoint"].is_string(), "{}", r.body);
-    let r = api
-        .post(
-            path,
-            &[
-                (
-                    "target-endpoint",
-                    "host=10.0.0.9,apitoken=PVEAPIToken=a@pve!t=s",
-                ),
-                ("target-bridge", "vmbr0"),
-                ("target-storage", "local-lvm"),
-            ],
-        )
-        .await;
+    assert!(errors["type"].is_string(), "{}", r.body);
+    assert!(errors["description"].is_string(), "{}", r.body);
+    let r = api.post(path, &[("type", "totp")]).await;
     assert_eq!(r.status, 501, "{}", r.body);
     assert_eq!(
         r.message(),
-        "Method 'POST /nodes/ml110-01/qemu/100/remote_migrate' not implemented"
+        "Method 'POST /access/tfa/root@pam' not implemented"
     );
 }

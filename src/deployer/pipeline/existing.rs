@@ -2,6 +2,7 @@
 //! that name to adopt, or a create an earlier (killed) run started. This is what makes re-runs
 //! and resumed runs converge instead of creating duplicates.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Pipeline, VmJob};
@@ -72,19 +73,26 @@ impl Pipeline<'_> {
     pub(super) async fn resources_after_our_create(
         &self,
         job: &VmJob<'_>,
-    ) -> Result<Vec<ClusterResource>, StepError> {
+    ) -> Result<Arc<Vec<ClusterResource>>, StepError> {
         let rec = self.state.get(&job.key);
         let ours = rec
             .as_ref()
             .filter(|r| r.created_here)
             .and_then(|r| r.vmid)
             .map(u64::from);
+        let nothing_recorded = rec
+            .as_ref()
+            .is_none_or(|r| r.vmid.is_none() && r.attempts <= 1);
+        if nothing_recorded && !self.options.listing_max_age.is_zero() {
+            return self.recent_listing(job).await;
+        }
         let started = Instant::now();
         loop {
             let resources = self
                 .client()
                 .vm_resources()
                 .await
+                .map(Arc::new)
                 .map_err(|e| self.err(job, &e))?;
             let creating = resources.iter().find(|r| {
                 r.kind == "qemu"
@@ -107,6 +115,29 @@ impl Pipeline<'_> {
             tracing::info!(vm = %job.spec.name, vmid = ?vm.vmid, "waiting out the create an earlier run started");
             tokio::time::sleep(self.options.task_wait.poll).await;
         }
+    }
+
+    /// The site's listing if this run asked for it at most `listing_max_age` ago, else a new
+    /// one, read once for every VM that waits on it.
+    async fn recent_listing(
+        &self,
+        job: &VmJob<'_>,
+    ) -> Result<Arc<Vec<ClusterResource>>, StepError> {
+        let mut cached = self.site.listing.lock().await;
+        if let Some((asked, list)) = cached.as_ref()
+            && asked.elapsed() <= self.options.listing_max_age
+        {
+            return Ok(Arc::clone(list));
+        }
+        let asked = Instant::now();
+        let list = Arc::new(
+            self.client()
+                .vm_resources()
+                .await
+                .map_err(|e| self.err(job, &e))?,
+        );
+        *cached = Some((asked, Arc::clone(&list)));
+        Ok(list)
     }
 
     /// Waits out a create still running from an earlier run; removes a half-made VM (no boot

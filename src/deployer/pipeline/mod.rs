@@ -32,6 +32,11 @@ pub struct PipelineOptions {
     pub start: bool,
     /// `ciuser` for cloud-init (the seed's `admin`).
     pub ci_user: String,
+    /// How old a site's `/cluster/resources` may be for a VM with nothing recorded to adopt
+    /// from it. Zero (the default) reads a fresh listing for every VM. A listing is always one
+    /// this run read, and a VM with a recorded VMID or on a retry always reads a fresh one: the
+    /// VMs a listing can miss are ones another creator made in the last `listing_max_age`.
+    pub listing_max_age: Duration,
 }
 
 impl Default for PipelineOptions {
@@ -43,6 +48,7 @@ impl Default for PipelineOptions {
             nextid_retries: 5,
             start: true,
             ci_user: "admin".into(),
+            listing_max_age: Duration::ZERO,
         }
     }
 }

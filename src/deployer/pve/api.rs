@@ -1,29 +1,101 @@
 //! The PVE endpoints the deployer uses, typed. PVE is Perl: numbers sometimes arrive as strings
 //! and booleans as 1/0, so the decoders here accept both.
 
+use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::{PveClient, PveError};
 
+/// A count PVE may send as a number, a float or a string; anything else is absent. A visitor,
+/// not a `serde_json::Value` per field: listings of thousands of rows decode these by the ten
+/// thousand.
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    let v = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(match v {
-        Some(serde_json::Value::Number(n)) => n
-            .as_u64()
-            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
-        Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
-        _ => None,
-    })
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a count as a number or a string")
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(u64::try_from(v).ok())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok((v >= 0.0).then_some(v as u64))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(v.trim().parse().ok())
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_element::<de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            while a.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+    d.deserialize_option(V)
 }
 
+/// A flag PVE may send as a boolean, 1/0 or a string; anything else is false.
 fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    let v = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(match v {
-        Some(serde_json::Value::Bool(b)) => b,
-        Some(serde_json::Value::Number(n)) => n.as_i64().is_some_and(|i| i != 0),
-        Some(serde_json::Value::String(s)) => matches!(s.as_str(), "1" | "true" | "yes" | "on"),
-        _ => false,
-    })
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a flag as a boolean, a number or a string")
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<bool, E> {
+            Ok(v != 0)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<bool, E> {
+            Ok(v != 0)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<bool, E> {
+            // As `Value::as_i64` did: a float is no flag.
+            let _ = v;
+            Ok(false)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+            Ok(matches!(v, "1" | "true" | "yes" | "on"))
+        }
+        fn visit_none<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<bool, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<bool, A::Error> {
+            while a.next_element::<de::IgnoredAny>()?.is_some() {}
+            Ok(false)
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, mut a: A) -> Result<bool, A::Error> {
+            while a.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+            Ok(false)
+        }
+    }
+    d.deserialize_option(V)
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -159,7 +159,7 @@ impl PveClient {
             }
             other => other?,
         };
-        serde_json::from_value(data).map_err(|e| PveError::Decode {
+        decode_data(&data).map_err(|e| PveError::Decode {
             method: method.to_string(),
             path: path.to_string(),
             detail: e.to_string(),
@@ -172,7 +172,7 @@ impl PveClient {
         path: &str,
         params: &Params<'_>,
         fresh_ticket: bool,
-    ) -> Result<serde_json::Value, PveError> {
+    ) -> Result<bytes::Bytes, PveError> {
         let url = format!("{}{}", self.base, path);
         let mut req = self.http.request(method.clone(), &url);
         match &self.credentials {
@@ -239,7 +239,12 @@ impl PveClient {
             .send()
             .await
             .map_err(|e| transport(&Method::POST, "/access/ticket", &e))?;
-        let data = read_envelope(&Method::POST, "/access/ticket", resp).await?;
+        let body = read_envelope(&Method::POST, "/access/ticket", resp).await?;
+        let data: serde_json::Value = decode_data(&body).map_err(|e| PveError::Decode {
+            method: "POST".into(),
+            path: "/access/ticket".into(),
+            detail: e.to_string(),
+        })?;
         let field = |k: &str| {
             data.get(k)
                 .and_then(|v| v.as_str())
@@ -291,11 +296,27 @@ fn transport(method: &Method, path: &str, e: &reqwest::Error) -> PveError {
     }
 }
 
+/// The `data` of a successful answer's envelope, decoded straight from the body: large
+/// listings (`/cluster/resources` of a thousand VMs) are decoded once, not first into a
+/// `serde_json::Value` and then again into their type. A missing `data` decodes as `null`.
+fn decode_data<T: DeserializeOwned>(body: &[u8]) -> Result<T, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Envelope<T> {
+        #[serde(default = "Option::default")]
+        data: Option<T>,
+    }
+    match serde_json::from_slice::<Envelope<T>>(body)?.data {
+        Some(t) => Ok(t),
+        None => T::deserialize(serde_json::Value::Null),
+    }
+}
+
+/// The body of a successful answer (checked to be JSON by its decoder), or PVE's error.
 async fn read_envelope(
     method: &Method,
     path: &str,
     resp: reqwest::Response,
-) -> Result<serde_json::Value, PveError> {
+) -> Result<bytes::Bytes, PveError> {
     let status = resp.status();
     let reason = resp
         .extensions()
@@ -307,24 +328,21 @@ async fn read_envelope(
         .bytes()
         .await
         .map_err(|e| transport(method, path, &e))?;
-    let json: Option<serde_json::Value> = if body.is_empty() {
-        None
-    } else {
-        serde_json::from_slice(&body).ok()
-    };
     if status.is_success() {
-        let Some(mut v) = json else {
+        if body.is_empty() || serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_err() {
             return Err(PveError::Decode {
                 method: method.to_string(),
                 path: path.to_string(),
                 detail: format!("status {status} with a body that is not JSON"),
             });
-        };
-        return Ok(v
-            .get_mut("data")
-            .map(serde_json::Value::take)
-            .unwrap_or(serde_json::Value::Null));
+        }
+        return Ok(body);
     }
+    let json: Option<serde_json::Value> = if body.is_empty() {
+        None
+    } else {
+        serde_json::from_slice(&body).ok()
+    };
     let mut errors = BTreeMap::new();
     let mut message = None;
     if let Some(v) = &json {

@@ -487,3 +487,31 @@ async fn reason_phrase_from_the_status_line() {
     assert_eq!(e.status(), Some(500));
     assert!(e.text().contains("VM 108 already exists"), "{e}");
 }
+
+/// PVE is Perl: counts arrive as numbers, floats or strings, flags as booleans, 1/0 or strings,
+/// and a listing's rows may carry keys of any shape the client does not read.
+#[test]
+fn listings_decode_perl_shaped_values_straight_from_the_body() {
+    let body = br#"{"data":[
+        {"id":"qemu/100","type":"qemu","vmid":"100","maxmem":2147483648.0,"template":"1",
+         "name":"a","node":"n1","tags":["x"],"extra":{"k":[1,2]},"maxcpu":null},
+        {"id":"qemu/101","type":"qemu","vmid":101,"template":0,"maxdisk":-1,"lock":"create"},
+        {"id":"node/n1","type":"node","template":true,"maxcpu":true}
+    ]}"#;
+    let rows: Vec<api::ClusterResource> = decode_data(body).expect("decodes");
+    assert_eq!(rows[0].vmid, Some(100));
+    assert_eq!(rows[0].maxmem, Some(2_147_483_648));
+    assert!(rows[0].template);
+    assert_eq!(rows[0].maxcpu, None);
+    assert_eq!(rows[1].vmid, Some(101));
+    assert!(!rows[1].template);
+    assert_eq!(rows[1].maxdisk, None, "a negative size is no size");
+    assert_eq!(rows[1].lock.as_deref(), Some("create"));
+    assert!(rows[2].template);
+    assert_eq!(rows[2].maxcpu, None, "a flag is no count");
+    // No `data` (or `null`) is what `null` decodes to.
+    let none: Option<Vec<api::ClusterResource>> = decode_data(b"{}").expect("no data");
+    assert!(none.is_none());
+    let unit: () = decode_data(br#"{"data":null}"#).expect("null data");
+    let () = unit;
+}

@@ -195,11 +195,21 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
         .unwrap_or_default()
         .to_string();
 
+    // A migration tunnel for `mtunnelwebsocket`, whose ticket is bound to its socket.
+    let tunnel = api
+        .post(&format!("/nodes/{NODE}/qemu/150/mtunnel"), &[])
+        .await;
+    assert_eq!(tunnel.status, 200, "{}", tunnel.body);
+    let text = |k: &str| tunnel.data()[k].as_str().unwrap_or_default().to_string();
+    let (tunnel_socket, tunnel_ticket) = (text("socket"), text("ticket"));
+
     let vars = Vars {
         upid,
         pid,
         vnc_port,
         vnc_ticket,
+        tunnel_socket,
+        tunnel_ticket,
     };
     (f, api, vars)
 }
@@ -209,6 +219,8 @@ struct Vars {
     pid: String,
     vnc_port: String,
     vnc_ticket: String,
+    tunnel_socket: String,
+    tunnel_ticket: String,
 }
 
 /// One GET: the template it exercises, the concrete path, the query.
@@ -375,6 +387,14 @@ fn calls(v: &Vars) -> Vec<Call> {
         vec![
             ("port", v.vnc_port.clone()),
             ("vncticket", v.vnc_ticket.clone()),
+        ],
+    ));
+    c.push((
+        "/nodes/{node}/qemu/{vmid}/mtunnelwebsocket",
+        format!("{}/mtunnelwebsocket", vm("150")),
+        vec![
+            ("socket", v.tunnel_socket.clone()),
+            ("ticket", v.tunnel_ticket.clone()),
         ],
     ));
     c.push((
