@@ -356,7 +356,16 @@ async fn storage_full(
         s.full = b.full;
         Ok(())
     })?;
+    share_settings(&ctx, &node, &storage);
     ok(json!({}))
+}
+
+/// A shared storage is one storage: its capacity and fullness are every node's.
+fn share_settings(ctx: &SiteCtx, node: &str, storage: &str) {
+    let mut inner = ctx.shared.inner.lock();
+    if let Some(site) = inner.world.site_of_node_mut(node) {
+        site.share_settings(node, storage);
+    }
 }
 
 #[derive(Deserialize)]
@@ -373,6 +382,7 @@ async fn storage_capacity(
         s.total = c.total_bytes;
         Ok(())
     })?;
+    share_settings(&ctx, &node, &storage);
     ok(json!({}))
 }
 

@@ -1,9 +1,10 @@
 //! Shared storages (`shared: true`: NFS, CIFS, CephFS, RBD, …) as PVE's cluster-wide
 //! `storage.cfg` has them: on every node of the site, with one set of volumes.
 //!
-//! Each node keeps its own record of a storage (its `full` flag, its disks seam); for a
-//! shared one the site keeps the records' volumes equal: whatever changed one node's copy
-//! (a request, a task's end, the control plane) is copied to the others right after.
+//! Each node keeps its own record of a storage (and, with real disks, its own files); for a
+//! shared one the site keeps the records equal: whatever changed one node's volumes (a
+//! request, a task's end, the control plane) is copied to the others right after, and so
+//! are the control plane's capacity and `full` settings.
 
 use std::collections::BTreeMap;
 
@@ -46,6 +47,28 @@ pub fn node_storages(site: &SiteSpec) -> BTreeMap<String, Vec<StorageSpec>> {
 }
 
 impl Site {
+    /// A shared storage's capacity and `full` flag as `node`'s copy has them, on every node.
+    pub fn share_settings(&mut self, node: &str, sid: &str) {
+        let Some((full, total)) = self
+            .node(node)
+            .and_then(|n| n.storages.get(sid))
+            .filter(|s| s.shared)
+            .map(|s| (s.full, s.total))
+        else {
+            return;
+        };
+        for s in self
+            .nodes
+            .values_mut()
+            .flat_map(|n| n.storages.values_mut())
+        {
+            if s.shared && s.name == sid {
+                s.full = full;
+                s.total = total;
+            }
+        }
+    }
+
     /// Copy every shared storage's changed volumes to its other nodes.
     pub fn share_storages(&mut self) {
         let mut changed: BTreeMap<String, Volumes> = BTreeMap::new();

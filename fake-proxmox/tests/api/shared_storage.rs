@@ -73,6 +73,22 @@ async fn a_shared_storage_has_one_set_of_volumes_on_every_node() {
         }
     };
     assert_eq!(used("ml110-01").await, used("ml110-03").await);
+    // Full through one node is full on all.
+    f.ctl("site-1")
+        .set_storage_full("ml110-02", "nfs-shared", true)
+        .await
+        .unwrap();
+    let r = api
+        .post(
+            "/nodes/ml110-03/storage/nfs-shared/content",
+            &[
+                ("vmid", "101"),
+                ("filename", "vm-101-disk-0"),
+                ("size", "1G"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 500, "{}", r.body);
 }
 
 #[tokio::test]
