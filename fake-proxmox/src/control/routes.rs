@@ -356,7 +356,16 @@ async fn storage_full(
         s.full = b.full;
         Ok(())
     })?;
+    share_settings(&ctx, &node, &storage);
     ok(json!({}))
+}
+
+/// A shared storage is one storage: its capacity and fullness are every node's.
+fn share_settings(ctx: &SiteCtx, node: &str, storage: &str) {
+    let mut inner = ctx.shared.inner.lock();
+    if let Some(site) = inner.world.site_of_node_mut(node) {
+        site.share_settings(node, storage);
+    }
 }
 
 #[derive(Deserialize)]
@@ -373,6 +382,7 @@ async fn storage_capacity(
         s.total = c.total_bytes;
         Ok(())
     })?;
+    share_settings(&ctx, &node, &storage);
     ok(json!({}))
 }
 
@@ -446,6 +456,8 @@ async fn volume_add(
         used,
         vmid,
         ctime: now as u64,
+        notes: None,
+        protected: false,
     };
     let too_big = || {
         err(
@@ -499,6 +511,7 @@ async fn volume_add(
             .map_or(size, |p| p.virtual_size);
         st.volumes.insert(v.volname.clone(), record(size, used));
     }
+    site.share_storages();
     ok(json!({"volid": format!("{name}:{}", v.volname)}))
 }
 
@@ -535,6 +548,7 @@ async fn volume_delete(
                 format!("no volume '{volname}' on '{storage}'"),
             )
         })?;
+    site.share_storages();
     ok(json!({}))
 }
 

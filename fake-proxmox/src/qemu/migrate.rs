@@ -301,11 +301,11 @@ impl Site {
         let disks = self.vm_disks(node, &vm);
         let mut config = vm.config.clone();
         for d in &disks {
-            let dst = if d.shared {
-                d.storage.clone()
-            } else {
-                storages.target(&d.storage)
-            };
+            // A shared storage's volumes are the same on every node: nothing moves.
+            if d.shared {
+                continue;
+            }
+            let dst = storages.target(&d.storage);
             let vol = self
                 .nodes
                 .get_mut(node)

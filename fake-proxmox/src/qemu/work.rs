@@ -105,9 +105,15 @@ impl Site {
                 ..
             } => self.finish_migrate(node, *vmid, target, storages),
             Work::DeleteVolume { storage, volname } => {
-                self.remove_volume(node, storage, volname);
-                Ok(Vec::new())
+                self.finish_delete_volume(node, storage, volname)
             }
+            Work::PruneBackups { storage, volids } => self.finish_prune(node, storage, volids),
+            Work::CopyVolume {
+                storage,
+                volname,
+                target_node,
+                target,
+            } => self.finish_copy(node, storage, volname, target_node, target, now),
             Work::MoveDisk {
                 vmid,
                 plan,

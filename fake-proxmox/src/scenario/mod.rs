@@ -230,6 +230,9 @@ pub struct StorageSpec {
     pub shared: bool,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// PVE's `prune-backups` option of the storage (`keep-last=3,keep-weekly=2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_backups: Option<String>,
     #[serde(default)]
     pub volumes: Vec<VolumeSpec>,
 }
@@ -250,6 +253,12 @@ pub struct VolumeSpec {
     /// image of `size_bytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
+    /// A backup's notes (backups on directory-like storages only, as in PVE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// A protected backup.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
 }
 
 impl Scenario {

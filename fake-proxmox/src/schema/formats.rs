@@ -46,9 +46,12 @@ pub(crate) fn check_format(format: &PropFormat, value: &str, path: &str) -> Resu
                         kind.name()
                     ));
                 }
-                return parse_with(hash, value, path)
-                    .map(|_| ())
-                    .map_err(|e| e.message());
+                let parsed = parse_with(hash, value, path).map_err(|e| e.message())?;
+                // pve-storage registers `prune-backups` with a verify function.
+                if base == "prune-backups" {
+                    crate::storage::backup::validate_prune_backups(&parsed)?;
+                }
+                return Ok(());
             }
             match kind {
                 Kind::One => check_named(base, value),

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 pub use facts::{MethodInfo, Prop, PropFormat};
-pub use propstr::parse_property_string;
+pub use propstr::{parse_boolean, parse_property_string};
 
 /// `param -> message`, exactly as PVE puts it in the `errors` map of a 400 answer.
 pub type ParamErrors = BTreeMap<String, String>;

@@ -495,7 +495,9 @@ fn run(inner: &mut Inner, site_name: &str, p: Prepared) -> Result<Reply, PveErro
             now,
         },
     };
-    (p.handler)(&mut ctx)
+    let reply = (p.handler)(&mut ctx);
+    ctx.site.share_storages();
+    reply
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use regex::Regex;
 
 use crate::access::model::Identity;
 use crate::request::Request;
-use crate::storage::model::Storage;
-use crate::storage::volid::{parse_volid, parse_volname};
+use crate::storage::model::{Content, Storage};
+use crate::storage::volid::{parse_volid, parse_volname, unparsable};
 use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
@@ -35,6 +35,15 @@ impl Site {
             return Err(PveError::die(format!("storage '{sid}' is disabled")));
         }
         Ok(s)
+    }
+
+    /// The storage `{storage}` of `{node}` as configured, enabled or not.
+    pub(crate) fn configured_storage(&self, req: &Request) -> Result<&Storage, PveError> {
+        let node = req.node()?;
+        let sid = req.p.req_str("storage")?;
+        self.node(&node)
+            .and_then(|n| n.storages.get(&sid))
+            .ok_or_else(|| PveError::die(format!("storage '{sid}' does not exist")))
     }
 
     /// The storage of the request, which the caller may see (`Datastore.Audit` or
@@ -109,6 +118,11 @@ impl Site {
             .ok_or_else(|| PveError::die(format!("volume '{volid}' does not exist")))?;
         let on_storage = format!("/storage/{}", s.name);
         match v.vmid {
+            // Content.pm `delete`: a guest's backup needs space and its VM.Backup.
+            Some(id) if v.vtype == Content::Backup => {
+                self.require(&req.who, &on_storage, "Datastore.AllocateSpace")?;
+                self.require(&req.who, &format!("/vms/{id}"), "VM.Backup")?;
+            }
             Some(id) => self
                 .require(&req.who, &format!("/vms/{id}"), "VM.Config.Disk")
                 .or_else(|_| self.require(&req.who, &on_storage, "Datastore.Allocate"))?,
@@ -132,9 +146,15 @@ impl Site {
                 volname: volname.clone(),
             },
         );
-        plan.id = volid.replace([':', '/'], "_");
+        // Content.pm `delete`: the task's id is `<owner vmid>@<storage>`, or the storage.
+        plan.id = match v.vmid {
+            Some(id) => format!("{id}@{}", s.name),
+            None => s.name.clone(),
+        };
         plan.duration = 0.3;
-        if s.kind.is_file_based() {
+        if v.protected {
+            plan.planned_error = Some(protected_text(&volname, &s.name));
+        } else if s.kind.is_file_based() {
             plan.line(0.1, format!("Removed volume '{volid}'"));
         } else {
             plan.line(
@@ -144,6 +164,30 @@ impl Site {
         }
         Ok(self.start_task(plan, req.now))
     }
+
+    /// The end of an `imgdel` task: the volume goes, unless it was protected meanwhile.
+    pub(crate) fn finish_delete_volume(
+        &mut self,
+        node: &str,
+        sid: &str,
+        volname: &str,
+    ) -> Result<Vec<String>, String> {
+        let protected = self
+            .node(node)
+            .and_then(|n| n.storages.get(sid))
+            .and_then(|s| s.volumes.get(volname))
+            .is_some_and(|v| v.protected);
+        if protected {
+            return Err(protected_text(volname, sid));
+        }
+        self.remove_volume(node, sid, volname);
+        Ok(Vec::new())
+    }
+}
+
+/// `free_image`'s refusal of a protected volume.
+fn protected_text(volname: &str, sid: &str) -> String {
+    format!("cannot remove protected volume '{volname}' on '{sid}'")
 }
 
 /// `size` of content POST: `\d+[MG]?`, KiB by default.
@@ -156,25 +200,33 @@ fn parse_kib(s: &str) -> Option<u64> {
     n.parse::<u64>().ok()?.checked_mul(mult)
 }
 
-/// The volume name of the path's `{volume}` (a volid on this storage, or a bare name).
+/// The volume name of the path's `{volume}`: a volid on this storage or a bare name
+/// (Content.pm's `$real_volume_id`), which the storage's plugin can parse.
 pub fn volume_name(req: &Request, s: &Storage) -> Result<String, PveError> {
     let vol = req.p.req_str("volume")?;
-    let volname = match parse_volid(&vol) {
-        Some((sid, name)) if sid == s.name => name.to_string(),
-        Some((sid, _)) => {
-            return Err(PveError::die(format!(
-                "volume '{vol}' is on storage '{sid}', not '{}'",
-                s.name
-            )));
-        }
-        None => vol.clone(),
-    };
+    let volname = real_volname(&vol, &s.name)?;
     if parse_volname(s.kind, &volname).is_none() {
-        return Err(PveError::die(format!(
-            "unable to parse volume name '{volname}'"
-        )));
+        return Err(PveError::die(unparsable(s.kind, &volname)));
     }
     Ok(volname)
+}
+
+/// `$real_volume_id`: a volume id must name storage `sid`; a bare name is on it.
+pub fn real_volname(vol: &str, sid: &str) -> Result<String, PveError> {
+    if !vol.contains(':') {
+        return Ok(vol.to_string());
+    }
+    match parse_volid(vol) {
+        Some((s, name)) if s == sid => Ok(name.to_string()),
+        Some((s, _)) => Err(PveError::param(
+            "volume",
+            format!("storage ID mismatch ({s} != {sid})\n"),
+        )),
+        None => Err(PveError::param(
+            "volume",
+            format!("unable to parse volume ID '{vol}'\n"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::exec::{Placed, Vol};
-use crate::storage::model::{Storage, Volume};
+use crate::storage::model::{Content, Storage, Volume};
 use crate::world::Site;
 
 impl Site {
@@ -61,7 +61,8 @@ impl Site {
             .flat_map(|s| {
                 s.volumes
                     .values()
-                    .filter(|v| v.vmid == Some(vmid))
+                    // Its disks only: backups of the VM stay (`vdisk_list` lists images).
+                    .filter(|v| v.vmid == Some(vmid) && v.vtype == Content::Images)
                     .map(|v| (s.name.clone(), v.volname.clone()))
             })
             .collect();

@@ -145,6 +145,8 @@ impl Site {
                 used,
                 vmid: None,
                 ctime: now as u64,
+                notes: None,
+                protected: false,
             },
         );
         if let Err(e) = self.place_data(node, storage, volname, file, size) {

@@ -130,6 +130,12 @@ pub struct Volume {
     pub used: u64,
     pub vmid: Option<u32>,
     pub ctime: u64,
+    /// A backup's notes (PVE keeps them in `<archive>.notes`); only backups have them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// A protected backup (PVE's `<archive>.protected` file): not removed, not pruned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -144,6 +150,9 @@ pub struct Storage {
     pub enabled: bool,
     /// Control-plane override: the storage reports no free space.
     pub full: bool,
+    /// The storage's `prune-backups` retention (`keep-last=3,keep-daily=7`), if configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_backups: Option<String>,
     pub volumes: Volumes,
 }
 
@@ -175,6 +184,14 @@ impl Storage {
 
     pub fn volid(&self, volname: &str) -> String {
         format!("{}:{}", self.name, volname)
+    }
+
+    /// A file-based volume's path on the node as PVE lays it out (`<path>/images/…`,
+    /// `<path>/template/iso/…`, `<path>/dump/…`).
+    pub fn file_path(&self, volname: &str) -> String {
+        let dir = std::path::Path::new(self.path.as_deref().unwrap_or(""));
+        crate::exec::volume_path(dir, self.kind, volname)
+            .map_or_else(|| volname.to_string(), |p| p.display().to_string())
     }
 
     /// Seconds it takes to write `bytes` to this storage.
@@ -277,6 +294,8 @@ impl Storage {
                 used,
                 vmid: Some(vmid),
                 ctime: now,
+                notes: None,
+                protected: false,
             },
         );
         Ok(volname)
@@ -392,6 +411,7 @@ mod tests {
             shared: false,
             enabled: true,
             full: false,
+            prune_backups: None,
             volumes: Volumes::default(),
         }
     }

@@ -19,10 +19,16 @@ re!(
 );
 re!(BLOCK_IMAGE, r"^(?:base|vm)-(\d+)-(?:disk-\d+|cloudinit)$");
 re!(ISO, r"(?i)^iso/[^/]+\.(iso|img)$");
-re!(VZTMPL, r"^vztmpl/[^/]+\.tar\.(gz|xz|zst|bz2)$");
+// `$VZTMPL_EXT_RE_1`: a plain `.tar` (an OCI image pulled from a registry) or a compressed one.
+re!(VZTMPL, r"(?i)^vztmpl/[^/]+\.(?:tar|tar\.(gz|xz|zst|bz2))$");
 re!(IMPORT, r"^import/([^/]+)\.(ova|ovf|qcow2|raw|vmdk)$");
 re!(SNIPPET, r"^snippets/[^/]+$");
-re!(BACKUP, r"^backup/[^/]+$");
+// `$BACKUP_EXT_RE_2`: `.tgz`, `.tar` or `.vma`, optionally compressed.
+re!(
+    BACKUP,
+    r"^backup/[^/]+\.(tgz|(?:tar|vma)(?:\.(?:gz|lzo|zst|bz2))?)$"
+);
+re!(BACKUP_OWNER, r"^backup/vzdump-(?:openvz|lxc|qemu)-(\d+)-.+");
 
 fn m(re: &LazyLock<Option<Regex>>, s: &str) -> bool {
     re.as_ref().is_some_and(|r| r.is_match(s))
@@ -52,8 +58,12 @@ pub fn parse_volname(kind: StorageType, volname: &str) -> Option<(Content, Optio
         if m(&ISO, volname) {
             return Some((Content::Iso, None, "raw".into()));
         }
-        if m(&VZTMPL, volname) {
-            return Some((Content::Vztmpl, None, "tgz".into()));
+        if let Some(c) = VZTMPL.as_ref().and_then(|r| r.captures(volname)) {
+            // The listing's format: `tar`, or `t` and the compression (`tgz`, `tzst`).
+            let format = c
+                .get(1)
+                .map_or("tar".into(), |z| format!("t{}", z.as_str()));
+            return Some((Content::Vztmpl, None, format));
         }
         if let Some(c) = IMPORT.as_ref().and_then(|r| r.captures(volname)) {
             return Some((Content::Import, None, c.get(2)?.as_str().to_string()));
@@ -61,8 +71,13 @@ pub fn parse_volname(kind: StorageType, volname: &str) -> Option<(Content, Optio
         if m(&SNIPPET, volname) {
             return Some((Content::Snippets, None, "snippet".into()));
         }
-        if m(&BACKUP, volname) {
-            return Some((Content::Backup, None, "backup".into()));
+        if let Some(c) = BACKUP.as_ref().and_then(|r| r.captures(volname)) {
+            // Plugin.pm `parse_volname`: a `vzdump-<type>-<vmid>-…` archive belongs to that VM.
+            let owner = BACKUP_OWNER
+                .as_ref()
+                .and_then(|r| r.captures(volname))
+                .and_then(|o| o.get(1)?.as_str().parse().ok());
+            return Some((Content::Backup, owner, c.get(1)?.as_str().to_string()));
         }
         None
     } else {
@@ -70,6 +85,17 @@ pub fn parse_volname(kind: StorageType, volname: &str) -> Option<(Content, Optio
         let vmid = c.get(1)?.as_str().parse().ok()?;
         Some((Content::Images, Some(vmid), "raw".into()))
     }
+}
+
+/// The plugin's `die` when `parse_volname` cannot read a volume name.
+pub fn unparsable(kind: StorageType, volname: &str) -> String {
+    let plugin = match kind {
+        StorageType::Lvm | StorageType::LvmThin => "lvm",
+        StorageType::Rbd => "rbd",
+        StorageType::ZfsPool => "zfs",
+        _ => "directory",
+    };
+    format!("unable to parse {plugin} volume name '{volname}'\n")
 }
 
 #[cfg(test)]
@@ -98,6 +124,23 @@ mod tests {
             (Content::Images, Some(9000), "raw".into())
         );
         assert!(parse_volname(LvmThin, "iso/x.iso").is_none());
+        assert_eq!(
+            parse_volname(Dir, "backup/vzdump-qemu-100-2025_01_02-03_04_05.vma.zst").unwrap(),
+            (Content::Backup, Some(100), "vma.zst".into())
+        );
+        assert_eq!(
+            parse_volname(Dir, "backup/my-copy.tgz").unwrap(),
+            (Content::Backup, None, "tgz".into())
+        );
+        assert!(parse_volname(Dir, "backup/notes.txt").is_none());
+        assert_eq!(
+            parse_volname(Dir, "vztmpl/alpine_latest.tar").unwrap().2,
+            "tar"
+        );
+        assert_eq!(
+            parse_volname(Dir, "vztmpl/debian-12.tar.zst").unwrap().2,
+            "tzst"
+        );
         assert!(parse_volname(Dir, "import/x.img").is_none());
     }
 

@@ -16,6 +16,9 @@ pub struct Volumes {
     map: BTreeMap<String, Volume>,
     #[serde(skip)]
     used: u64,
+    /// Changed since the site last shared it: a shared storage's other nodes take this copy.
+    #[serde(skip)]
+    changed: bool,
 }
 
 impl Deref for Volumes {
@@ -29,7 +32,11 @@ impl Deref for Volumes {
 impl<'de> serde::Deserialize<'de> for Volumes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let map = BTreeMap::<String, Volume>::deserialize(d)?;
-        let mut v = Volumes { map, used: 0 };
+        let mut v = Volumes {
+            map,
+            used: 0,
+            changed: false,
+        };
         v.recount();
         Ok(v)
     }
@@ -41,6 +48,16 @@ impl Volumes {
         self.used
     }
 
+    /// Whether a write happened since [`Volumes::shared`].
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// Every node's copy of a shared storage is this one now.
+    pub fn shared(&mut self) {
+        self.changed = false;
+    }
+
     fn recount(&mut self) {
         self.used = self
             .map
@@ -49,6 +66,7 @@ impl Volumes {
     }
 
     pub fn insert(&mut self, volname: String, v: Volume) -> Option<Volume> {
+        self.changed = true;
         let add = v.used;
         let old = self.map.insert(volname, v);
         match &old {
@@ -60,6 +78,7 @@ impl Volumes {
 
     pub fn remove(&mut self, volname: &str) -> Option<Volume> {
         let old = self.map.remove(volname)?;
+        self.changed = true;
         self.used = self.used.saturating_sub(old.used);
         // A saturated total cannot be walked back by subtraction.
         if self.used == u64::MAX {
@@ -69,6 +88,7 @@ impl Volumes {
     }
 
     pub fn retain(&mut self, keep: impl FnMut(&String, &mut Volume) -> bool) {
+        self.changed = true;
         self.map.retain(keep);
         self.recount();
     }
@@ -76,6 +96,7 @@ impl Volumes {
     /// Changes one volume in place; `None` when it does not exist.
     pub fn update<R>(&mut self, volname: &str, f: impl FnOnce(&mut Volume) -> R) -> Option<R> {
         let v = self.map.get_mut(volname)?;
+        self.changed = true;
         let before = v.used;
         let out = f(v);
         let after = v.used;
@@ -104,6 +125,8 @@ mod tests {
             used,
             vmid: Some(100),
             ctime: 0,
+            notes: None,
+            protected: false,
         }
     }
 

@@ -93,6 +93,18 @@ pub enum Work {
         storage: String,
         volname: String,
     },
+    /// The backups a `prunebackups` task marked `remove`.
+    PruneBackups {
+        storage: String,
+        volids: Vec<String>,
+    },
+    /// `POST …/content/{volume}`: the volume copied to `target` on `target_node`.
+    CopyVolume {
+        storage: String,
+        volname: String,
+        target_node: String,
+        target: String,
+    },
     MoveDisk {
         vmid: u32,
         plan: DiskPlan,
@@ -473,6 +485,7 @@ impl Site {
             task.exitstatus = Some(status.trim_end().replace('\n', " "));
             task.endtime = Some(end as u64);
         });
+        self.share_storages();
     }
 
     pub fn task(&self, upid: &str) -> Option<&Task> {

@@ -12,7 +12,7 @@ use crate::access::model::{Access, Acl, Token, User};
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks, StorageInfo};
 use crate::nodes::model::{Bridge, Node};
 use crate::scenario::{Backend, BridgeSpec, NodeSpec, Scenario, SiteSpec, StorageSpec};
-use crate::storage::model::{Storage, Volume};
+use crate::storage::model::{Content, Storage, Volume};
 use crate::storage::volid::parse_volname;
 use crate::storage::volumes::Volumes;
 use crate::tasks::store::TaskStore;
@@ -87,8 +87,9 @@ impl World {
             site.disks = runners.disks.clone();
             site.node_runners = node_runners;
             site.copy_logs.clear();
+            let storages = crate::storage::shared::node_storages(spec);
             for n in &spec.nodes {
-                for s in &n.storages {
+                for s in storages.get(&n.name).into_iter().flatten() {
                     site.add_storage_to_disks(spec, n, s);
                 }
             }
@@ -146,10 +147,14 @@ impl Site {
     pub fn from_spec(spec: &SiteSpec, seed: u64, now: f64) -> Site {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let key: [u8; 32] = rng.random();
+        let storages = crate::storage::shared::node_storages(spec);
         let nodes = spec
             .nodes
             .iter()
-            .map(|n| (n.name.clone(), node_from_spec(n, &mut rng, now)))
+            .map(|n| {
+                let own = storages.get(&n.name).map_or(&[][..], Vec::as_slice);
+                (n.name.clone(), node_from_spec(n, own, &mut rng, now))
+            })
             .collect();
         Site {
             name: spec.name.clone(),
@@ -195,8 +200,9 @@ impl Site {
 
     /// Tell the disks seam about the spec's storages and place the volumes it lists.
     fn place_scenario_volumes(&mut self, spec: &SiteSpec) {
+        let storages = crate::storage::shared::node_storages(spec);
         for n in &spec.nodes {
-            for s in &n.storages {
+            for s in storages.get(&n.name).into_iter().flatten() {
                 if !self.add_storage_to_disks(spec, n, s) {
                     continue;
                 }
@@ -270,6 +276,9 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
                     used: v.used_bytes.unwrap_or(v.size_bytes),
                     vmid,
                     ctime: now,
+                    // Only a backup on a file-based storage has attributes.
+                    notes: v.notes.clone().filter(|_| vtype == Content::Backup),
+                    protected: v.protected && vtype == Content::Backup,
                 },
             );
         }
@@ -288,12 +297,14 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
         shared: s.shared,
         enabled: true,
         full: false,
+        prune_backups: s.prune_backups.clone(),
         volumes,
     }
 }
 
 /// A node as the scenario describes it, up for a few days (deterministic per `rng`).
-fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
+/// A node with `storages`: its own and the site's shared ones.
+fn node_from_spec(n: &NodeSpec, storages: &[StorageSpec], rng: &mut impl Rng, now: f64) -> Node {
     let bridges: Vec<Bridge> = n.bridges.iter().map(bridge_from_spec).collect();
     let booted_at = now - 86_400.0 * 3.0 - f64::from(rng.random_range(0..86_400u32));
     Node {
@@ -310,8 +321,7 @@ fn node_from_spec(n: &NodeSpec, rng: &mut impl Rng, now: f64) -> Node {
         boot_at: None,
         network: crate::nodes::network::NodeNetwork::from_bridges(&bridges, booted_at),
         bridges,
-        storages: n
-            .storages
+        storages: storages
             .iter()
             .map(|s| (s.name.clone(), storage_from_spec(s, now as u64)))
             .collect(),

@@ -27,6 +27,12 @@ pub async fn start_with(scenario: Scenario, clock: ClockMode) -> Fake {
 /// The seed's sites, site-1 a cluster (`pve-cluster-1`) of three nodes: `ml110-02` like `ml110-01`, `ml110-03`
 /// without local-lvm; a user `ops@pve` with PVEVMAdmin on everything.
 pub async fn three_nodes() -> Fake {
+    let sc = fake_proxmox::Scenario::from_yaml_str(&three_nodes_yaml()).unwrap();
+    start_with(sc, fake_proxmox::ClockMode::Stepped).await
+}
+
+/// The scenario of [`three_nodes`].
+pub fn three_nodes_yaml() -> String {
     let yaml = fake_proxmox::Scenario::default_yaml().replacen(
         "    tokens:\n",
         "      - userid: ops@pve\n        password: pw\n    acls:\n      - {path: /, ugid: ops@pve, role: PVEVMAdmin}\n    tokens:\n",
@@ -47,13 +53,11 @@ pub async fn three_nodes() -> Fake {
             "          - name: local-lvm\n",
             "          - name: other-lvm\n",
         );
-    let yaml = format!("{}{second}{third}{}", &yaml[..end], &yaml[end..]).replacen(
+    format!("{}{second}{third}{}", &yaml[..end], &yaml[end..]).replacen(
         "  - name: site-1\n",
         "  - name: site-1\n    cluster_name: pve-cluster-1\n",
         1,
-    );
-    let sc = fake_proxmox::Scenario::from_yaml_str(&yaml).unwrap();
-    start_with(sc, fake_proxmox::ClockMode::Stepped).await
+    )
 }
 
 /// The seed's sites on a stepped clock (tests advance it explicitly).
