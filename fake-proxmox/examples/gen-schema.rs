@@ -7,9 +7,10 @@
 //! Every human-written text (`description`, `verbose_description`, `typetext`,
 //! `format_description`, permission descriptions, `returns`) is dropped.
 //!
-//! The VM subsets lack what deployers manage beside VMs (users, groups, roles, ACLs,
-//! realms, pools, a node's version): those paths ([`FROM_FULL_DUMP`]) come from the full 9.1
-//! dump, for the 8.4 facts too (no full 8.4 dump is at hand; these routes changed little).
+//! The 9.1 facts are the whole API (the full 9.1 dump): every route a 9.1 site knows validates
+//! its parameters, modelled or not. No full 8.4 dump is at hand, so the 8.4 facts are its VM
+//! subset plus what deployers manage beside VMs (users, groups, roles, ACLs, realms, pools, a
+//! node's version: [`FROM_FULL_DUMP`]) from the 9.1 dump, routes that changed little.
 //!
 //! Usage: `cargo run -p fake-proxmox --example gen-schema -- /work/shared/pve-api [OUT_DIR]`
 
@@ -217,7 +218,15 @@ fn main() -> Result<()> {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         let mut input: Value = serde_json::from_str(&text)?;
-        let extra = missing_paths(&input, &full)?;
+        let extra = if version == "9.1" {
+            // The subset is cut from the same dump: the full one has its paths, identical.
+            full.get("paths")
+                .and_then(Value::as_object)
+                .context("full dump has no `paths` object")?
+                .clone()
+        } else {
+            missing_paths(&input, &full)?
+        };
         if let Some(paths) = input.get_mut("paths").and_then(Value::as_object_mut) {
             paths.extend(extra);
         }

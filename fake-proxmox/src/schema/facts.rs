@@ -212,10 +212,43 @@ impl Prop {
 /// JSONSchema.pm applies it: `$value =~ m/^$pattern$/`. Perl's `$` also matches before a
 /// final newline.
 pub(crate) fn compile_perl_pattern(pat: &str) -> Option<Regex> {
-    let mut p = pat.replace("(?^:", "(?:");
+    // `(?^FLAGS:…)` (a stringified `qr//`) starts from the default flags and sets FLAGS; the
+    // pattern around it always has the defaults, so plain `(?FLAGS:…)` means the same.
+    let mut p = pat.replace("(?^:", "(?:").replace("(?^", "(?");
     // Perl 5.34+ reads `{,n}` as `{0,n}`; the regex crate needs the explicit 0.
     p = p.replace("{,", "{0,");
-    Regex::new(&format!("^(?:{p})\\n?\\z")).ok()
+    p = perl_nul_escapes(&p);
+    let anchored = format!("^(?:{p})\\n?\\z");
+    // A Unicode class repeated hundreds of times (`[\\w\\d\\s]{0,256}`, an SDN alias) is
+    // larger than the regex crate compiles by default; its ASCII form is the same for every
+    // ASCII value and costs a fraction of the memory.
+    Regex::new(&anchored).ok().or_else(|| {
+        regex::RegexBuilder::new(&anchored)
+            .unicode(false)
+            .build()
+            .ok()
+    })
+}
+
+/// Perl's `\0` (NUL) as the regex crate spells it, `\x00`; other escapes pass unchanged.
+fn perl_nul_escapes(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    let mut chars = p.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('0') if !chars.peek().is_some_and(char::is_ascii_digit) => out.push_str("\\x00"),
+            Some(next) => {
+                out.push('\\');
+                out.push(next);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -240,5 +273,17 @@ mod tests {
         let re = compile_perl_pattern("(?^:\\d+(?:-\\d+)?(?:;\\d+(?:-\\d+)?)*)").unwrap();
         assert!(re.is_match("10;20-30"));
         assert!(!re.is_match("x10"));
+        // `registered-tags` of /cluster/options: flags inside a stringified qr//.
+        let re = compile_perl_pattern(
+            "(?:(?^i:[a-z0-9_][a-z0-9_\\-\\+\\.]*);)*(?^i:[a-z0-9_][a-z0-9_\\-\\+\\.]*)",
+        )
+        .unwrap();
+        assert!(re.is_match("Prod;db-1"));
+        assert!(!re.is_match("prod;;db"));
+        // `env` of a container: NUL-separated pairs, `\0` in Perl.
+        let re = compile_perl_pattern("(?^:(?:\\w+=[^\\x00-\\x08\\x10-\\x1F\\x7F]*)(?:\\0\\w+=[^\\x00-\\x08\\x10-\\x1F\\x7F]*)*)").unwrap();
+        assert!(re.is_match("A=1\0B=2"));
+        assert!(!re.is_match("A=1\u{1}B=2"));
+        assert_eq!(perl_nul_escapes("a\\\\0\\0\\01"), "a\\\\0\\x00\\01");
     }
 }

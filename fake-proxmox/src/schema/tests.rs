@@ -87,8 +87,8 @@ fn find_template_ignores_the_method() {
     assert_eq!(t, "/nodes/{node}/qemu/{vmid}/config");
     assert_eq!(p["node"], "n1");
     assert!(s.find_template("/nodes/n1/qemu/100/importdisk").is_none());
-    assert!(s.find_template("/nodes/n1/lxc").is_none());
-    // The root is not a template of the subset.
+    assert!(s.find_template("/nodes/n1/nonsense").is_none());
+    // The root is not a template.
     assert!(s.find_template("/").is_none());
 }
 

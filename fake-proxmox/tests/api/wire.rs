@@ -272,3 +272,41 @@ async fn an_unmodelled_pve_method_validates_before_its_501() {
         "Method 'POST /access/tfa/root@pam' not implemented"
     );
 }
+
+/// The whole 9.1 API is in a 9.1 site's schema, not only the VM subset: a container create
+/// (a route far from anything the fake models) has its parameters checked first, then 501.
+#[tokio::test]
+async fn a_route_outside_the_vm_subset_validates_before_its_501() {
+    let f = start().await;
+    let api = f.api("site-1").login("root@pam", "harness").await;
+    let r = api
+        .post(
+            "/nodes/ml110-01/lxc",
+            &[
+                ("vmid", "99"),
+                ("ostemplate", "local:vztmpl/debian.tar.zst"),
+                ("cores", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json["errors"]["vmid"].is_string(), "{}", r.body);
+    assert!(r.json["errors"]["cores"].is_string(), "{}", r.body);
+    let r = api
+        .post(
+            "/nodes/ml110-01/lxc",
+            &[
+                ("vmid", "200"),
+                ("ostemplate", "local:vztmpl/debian.tar.zst"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 501, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Method 'POST /nodes/ml110-01/lxc' not implemented"
+    );
+    // A path no PVE has stays unknown.
+    let r = api.get("/nodes/ml110-01/lxc/200/nonsense").await;
+    assert_eq!(r.status, 501, "{}", r.body);
+}
