@@ -298,7 +298,7 @@ pub(crate) fn check_scalar(prop: &Prop, path: &str, value: &str, errors: &mut Pa
         return false;
     }
     if prop.pattern.is_some() {
-        let matched = prop.regex.as_ref().is_none_or(|re| re.is_match(value));
+        let matched = prop.regex().is_none_or(|re| re.is_match(value));
         if !matched {
             add_error(errors, path, "value does not match the regex pattern");
             return false;

@@ -121,8 +121,10 @@ pub struct Prop {
     pub default_key: bool,
     #[serde(default)]
     pub items: Option<Box<Prop>>,
+    /// `pattern` compiled on first use: a 9.1 site knows all 649 methods of the API and a run
+    /// validates few of them, so compiling every pattern up front cost memory for nothing.
     #[serde(skip)]
-    pub(crate) regex: Option<Regex>,
+    regex: std::sync::OnceLock<Option<Regex>>,
 }
 
 /// A `format`: a registered format name, or an inline property-string definition.
@@ -169,18 +171,17 @@ impl Facts {
         }
     }
 
-    /// Compiles the patterns and indexes the `name[n]` parameters.
+    /// Indexes the `name[n]` parameters (patterns compile on first use).
     pub(crate) fn prepare(&mut self) {
         for methods in self.paths.values_mut() {
             for m in methods.values_mut() {
                 let mut indexed = Vec::new();
-                for (name, p) in m.parameters.iter_mut() {
+                for name in m.parameters.keys() {
                     if let Some(prefix) = name.strip_suffix("[n]")
                         && let Some(max) = max_index(prefix)
                     {
                         indexed.push((prefix.to_string(), max, name.clone()));
                     }
-                    p.prepare();
                 }
                 m.indexed = indexed;
             }
@@ -189,23 +190,29 @@ impl Facts {
 }
 
 impl Prop {
-    pub(crate) fn prepare(&mut self) {
-        if let Some(pat) = &self.pattern {
-            self.regex = compile_perl_pattern(pat);
-        }
-        if let Some(PropFormat::Hash(h)) = &mut self.format {
-            for sub in h.values_mut() {
-                sub.prepare();
-            }
-        }
-        if let Some(items) = &mut self.items {
-            items.prepare();
-        }
+    /// The compiled `pattern` (`None` without one, or when it does not compile).
+    pub(crate) fn regex(&self) -> Option<&Regex> {
+        self.regex
+            .get_or_init(|| self.pattern.as_deref().and_then(compiled_pattern))
+            .as_ref()
     }
 
     pub fn is_optional(&self) -> bool {
         self.optional
     }
+}
+
+/// One compiled regex per distinct pattern (a `Regex` clone shares its program): the schema
+/// repeats a few dozen patterns over hundreds of parameters.
+fn compiled_pattern(pat: &str) -> Option<Regex> {
+    static CACHE: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<String, Option<Regex>>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry(pat.to_string())
+        .or_insert_with(|| compile_perl_pattern(pat))
+        .clone()
 }
 
 /// Translates a Perl pattern from the schema into an anchored Rust regex, the way

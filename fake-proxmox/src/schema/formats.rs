@@ -100,11 +100,8 @@ static NAMED_HASHES: LazyLock<BTreeMap<String, BTreeMap<String, Prop>>> = LazyLo
     raw.into_iter()
         .filter(|(k, _)| !k.starts_with('_'))
         .map(|(k, v)| {
-            let mut hash: BTreeMap<String, Prop> =
+            let hash: BTreeMap<String, Prop> =
                 serde_json::from_value(v).expect("committed formats.json has valid formats");
-            for p in hash.values_mut() {
-                p.prepare();
-            }
             (k, hash)
         })
         .collect()

@@ -40,7 +40,7 @@ fn every_version_loads_and_every_pattern_compiles() {
 
 fn assert_compiles(p: &Prop, at: &str) {
     if p.pattern.is_some() {
-        assert!(p.regex.is_some(), "pattern does not compile at {at}");
+        assert!(p.regex().is_some(), "pattern does not compile at {at}");
     }
     if let Some(PropFormat::Hash(h)) = &p.format {
         for (k, sub) in h {
