@@ -147,9 +147,10 @@ struct DeployArgs {
     /// Seconds to wait for a guest agent IP after start.
     #[arg(long, default_value_t = 120)]
     ip_wait: u64,
-    /// Milliseconds a site's VM listing may be reused for adopting VMs by name (0: a fresh
-    /// listing per VM). For rollouts of thousands of VMs per site; VMs with a recorded VMID
-    /// and retries always read a fresh one.
+    /// Milliseconds what this run read of a site (its VM listing, a node's status, network,
+    /// storages and image content) may be reused by the next VM (0: fresh reads per VM). For
+    /// rollouts of thousands of VMs per site; VMs with a recorded VMID and retries always read
+    /// afresh.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     listing_max_age: u64,
     /// Write the run's trace (Chrome trace-event JSON: steps, retries, API calls) here.

@@ -1,6 +1,7 @@
 //! A connected site: its client, its PVE version, and the lock that keeps this deployer's own
 //! `nextid` → create pairs from racing each other (other creators can still race; see pipeline).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,9 @@ use tokio::sync::Mutex;
 
 use crate::deployer::config::{Provider, Site};
 use crate::deployer::errors::{StepError, classify};
-use crate::deployer::pve::api::{ClusterResource, Version};
+use crate::deployer::pve::api::{
+    ClusterResource, ContentEntry, NetworkIface, NodeStatus, StorageInfo, Version,
+};
 use crate::deployer::pve::{ClientOptions, Credentials, PveClient};
 
 pub struct SiteCtx {
@@ -16,9 +19,61 @@ pub struct SiteCtx {
     pub client: PveClient,
     pub version: Option<Version>,
     pub create_lock: Mutex<()>,
-    /// The last `/cluster/resources` this run read, with when it was asked for: what VMs with
-    /// nothing recorded adopt from when `listing_max_age` allows (see `Pipeline`).
-    pub listing: Mutex<Option<(Instant, Arc<Vec<ClusterResource>>)>>,
+    /// What this run last read of the site and its nodes, for VMs with nothing recorded when
+    /// `listing_max_age` allows (see `Pipeline`): `/cluster/resources`, and per node its
+    /// status, network, storages and a storage's content.
+    pub recent: RecentReads,
+}
+
+#[derive(Default)]
+pub struct RecentReads {
+    pub resources: Recent<Vec<ClusterResource>>,
+    pub node_status: Recent<NodeStatus>,
+    pub network: Recent<Vec<NetworkIface>>,
+    pub storages: Recent<Vec<StorageInfo>>,
+    pub content: Recent<Vec<ContentEntry>>,
+}
+
+/// Answers this run read, by key, each with when it was asked for. Each key is read by one
+/// caller at a time; the others wait and take its answer.
+pub struct Recent<T> {
+    slots: std::sync::Mutex<HashMap<String, Arc<Mutex<Option<(Instant, Arc<T>)>>>>>,
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Self {
+            slots: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> Recent<T> {
+    /// The answer for `key` if it was asked for at most `max_age` ago, else `read`'s.
+    pub async fn get_or_read<E, F>(
+        &self,
+        key: &str,
+        max_age: Duration,
+        read: F,
+    ) -> Result<Arc<T>, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(slots.entry(key.to_string()).or_default())
+        };
+        let mut held = slot.lock().await;
+        if let Some((asked, value)) = held.as_ref()
+            && asked.elapsed() <= max_age
+        {
+            return Ok(Arc::clone(value));
+        }
+        let asked = Instant::now();
+        let value = Arc::new(read.await?);
+        *held = Some((asked, Arc::clone(&value)));
+        Ok(value)
+    }
 }
 
 impl SiteCtx {
@@ -67,6 +122,6 @@ pub async fn connect(
         client,
         version: Some(version),
         create_lock: Mutex::new(()),
-        listing: Mutex::new(None),
+        recent: RecentReads::default(),
     })
 }

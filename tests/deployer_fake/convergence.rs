@@ -179,6 +179,18 @@ async fn a_reused_listing_still_adopts_by_name() {
         .filter(|e| e.method == "GET" && e.path == "/cluster/resources")
         .count();
     assert_eq!(listings, 1, "four VMs, one shared listing");
+    let journal = env.journal("site-1").await;
+    for path in [
+        "/nodes/ml110-01/status",
+        "/nodes/ml110-01/network",
+        "/nodes/ml110-01/storage",
+    ] {
+        let reads = journal
+            .iter()
+            .filter(|e| e.method == "GET" && e.path == path)
+            .count();
+        assert_eq!(reads, 1, "{path}: read once for four VMs");
+    }
     env.shutdown().await;
 }
 

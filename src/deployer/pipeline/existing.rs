@@ -80,10 +80,7 @@ impl Pipeline<'_> {
             .filter(|r| r.created_here)
             .and_then(|r| r.vmid)
             .map(u64::from);
-        let nothing_recorded = rec
-            .as_ref()
-            .is_none_or(|r| r.vmid.is_none() && r.attempts <= 1);
-        if nothing_recorded && !self.options.listing_max_age.is_zero() {
+        if self.may_reuse(job) {
             return self.recent_listing(job).await;
         }
         let started = Instant::now();
@@ -123,21 +120,16 @@ impl Pipeline<'_> {
         &self,
         job: &VmJob<'_>,
     ) -> Result<Arc<Vec<ClusterResource>>, StepError> {
-        let mut cached = self.site.listing.lock().await;
-        if let Some((asked, list)) = cached.as_ref()
-            && asked.elapsed() <= self.options.listing_max_age
-        {
-            return Ok(Arc::clone(list));
-        }
-        let asked = Instant::now();
-        let list = Arc::new(
-            self.client()
-                .vm_resources()
-                .await
-                .map_err(|e| self.err(job, &e))?,
-        );
-        *cached = Some((asked, Arc::clone(&list)));
-        Ok(list)
+        self.site
+            .recent
+            .resources
+            .get_or_read(
+                "",
+                self.options.listing_max_age,
+                self.client().vm_resources(),
+            )
+            .await
+            .map_err(|e| self.err(job, &e))
     }
 
     /// Waits out a create still running from an earlier run; removes a half-made VM (no boot

@@ -2,6 +2,7 @@
 //! at what exists, so running it again (a retry, a re-run, a resumed run) changes nothing that is
 //! already right.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::deployer::errors::{StepError, classify};
@@ -9,7 +10,7 @@ use crate::deployer::image::{self, StorageView};
 use crate::deployer::pve::api::{StorageInfo, disk_size_mib};
 use crate::deployer::pve::tasks::TaskWait;
 use crate::deployer::pve::{PveClient, PveError};
-use crate::deployer::site::SiteCtx;
+use crate::deployer::site::{Recent, SiteCtx};
 use crate::deployer::state::{Condition, Stage, StateStore, VmRecord};
 use crate::deployer::validate::ValidSpec;
 
@@ -32,10 +33,12 @@ pub struct PipelineOptions {
     pub start: bool,
     /// `ciuser` for cloud-init (the seed's `admin`).
     pub ci_user: String,
-    /// How old a site's `/cluster/resources` may be for a VM with nothing recorded to adopt
-    /// from it. Zero (the default) reads a fresh listing for every VM. A listing is always one
-    /// this run read, and a VM with a recorded VMID or on a retry always reads a fresh one: the
-    /// VMs a listing can miss are ones another creator made in the last `listing_max_age`.
+    /// How old what this run read of a site may be for a VM with nothing recorded to use it:
+    /// `/cluster/resources` (to adopt by name) and its node's status, network, storages and
+    /// image storage content. Zero (the default) reads everything afresh for every VM. A VM
+    /// with a recorded VMID or on a retry always reads afresh. What a reused read can miss is
+    /// what changed in the last `listing_max_age`: a VM of the same name another creator made,
+    /// or space other VMs took (PVE's own refusal then applies).
     pub listing_max_age: Duration,
 }
 
@@ -100,6 +103,36 @@ impl Pipeline<'_> {
         );
     }
 
+    /// Whether this VM may take what this run read of its site at most `listing_max_age` ago:
+    /// only with nothing recorded (no VMID an earlier run may have used) on its first attempt.
+    fn may_reuse(&self, job: &VmJob<'_>) -> bool {
+        !self.options.listing_max_age.is_zero()
+            && self
+                .state
+                .get(&job.key)
+                .is_none_or(|r| r.vmid.is_none() && r.attempts <= 1)
+    }
+
+    /// A read through `cache` when `reuse`, else straight from the API.
+    async fn read<T, F>(
+        &self,
+        reuse: bool,
+        cache: &Recent<T>,
+        key: &str,
+        read: F,
+    ) -> Result<Arc<T>, PveError>
+    where
+        F: std::future::Future<Output = Result<T, PveError>>,
+    {
+        if reuse {
+            cache
+                .get_or_read(key, self.options.listing_max_age, read)
+                .await
+        } else {
+            read.await.map(Arc::new)
+        }
+    }
+
     async fn persist(&self) -> Result<(), StepError> {
         self.state
             .persist()
@@ -119,8 +152,18 @@ impl Pipeline<'_> {
     pub async fn run(&self, job: &VmJob<'_>) -> Result<(), StepError> {
         let spec = job.spec;
         let node = spec.node.as_str();
+        let reuse = self.may_reuse(job);
+        let recent = &self.site.recent;
         self.step(job, Step::NodeHealth);
-        let status = match self.client().node_status(node).await {
+        let status = match self
+            .read(
+                reuse,
+                &recent.node_status,
+                node,
+                self.client().node_status(node),
+            )
+            .await
+        {
             Ok(s) => s,
             Err(e) => return Err(self.node_problem(job, &e).await),
         };
@@ -136,8 +179,7 @@ impl Pipeline<'_> {
 
         self.step(job, Step::Bridge);
         let ifaces = self
-            .client()
-            .network(node)
+            .read(reuse, &recent.network, node, self.client().network(node))
             .await
             .map_err(|e| self.err(job, &e))?;
         let bridges: Vec<&str> = ifaces
@@ -159,8 +201,7 @@ impl Pipeline<'_> {
 
         self.step(job, Step::Storage);
         let storages = self
-            .client()
-            .storages(node)
+            .read(reuse, &recent.storages, node, self.client().storages(node))
             .await
             .map_err(|e| self.err(job, &e))?;
         let target = storages
@@ -187,7 +228,7 @@ impl Pipeline<'_> {
             Some(id) => id,
             None => {
                 check_free_space(node, target, spec.disk_gib)?;
-                self.create(job, &storages).await?
+                self.create(job, &storages, reuse).await?
             }
         };
 
@@ -274,20 +315,30 @@ impl Pipeline<'_> {
         }
     }
 
-    async fn create(&self, job: &VmJob<'_>, storages: &[StorageInfo]) -> Result<u32, StepError> {
+    async fn create(
+        &self,
+        job: &VmJob<'_>,
+        storages: &[StorageInfo],
+        reuse: bool,
+    ) -> Result<u32, StepError> {
         let spec = job.spec;
         let node = spec.node.as_str();
         self.step(job, Step::Image);
         let mut views = Vec::new();
         for s in image::storages_to_list(&spec.image, storages) {
+            let key = format!("{node}/{}", s.storage);
             let content = self
-                .client()
-                .storage_content(node, &s.storage)
+                .read(
+                    reuse,
+                    &self.site.recent.content,
+                    &key,
+                    self.client().storage_content(node, &s.storage),
+                )
                 .await
                 .map_err(|e| self.err(job, &e))?;
             views.push(StorageView {
                 info: s.clone(),
-                content,
+                content: content.as_ref().clone(),
             });
         }
         let resolved = image::resolve(&spec.image, node, &views, self.site.version_pair())?;
