@@ -37,8 +37,11 @@ pub struct RecentReads {
 /// Answers this run read, by key, each with when it was asked for. Each key is read by one
 /// caller at a time; the others wait and take its answer.
 pub struct Recent<T> {
-    slots: std::sync::Mutex<HashMap<String, Arc<Mutex<Option<(Instant, Arc<T>)>>>>>,
+    slots: std::sync::Mutex<HashMap<String, Slot<T>>>,
 }
+
+/// One key's last answer and when it was asked for; held while it is being read.
+type Slot<T> = Arc<Mutex<Option<(Instant, Arc<T>)>>>;
 
 impl<T> Default for Recent<T> {
     fn default() -> Self {

@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use super::disks::{CloudInitImage, Copied, CopyFailed, CopyJob, Disks, Placed, StorageInfo, Vol};
 use crate::qemu::model::Vm;
 use crate::storage::model::{Content, StorageType};
-use crate::storage::volid::parse_volname;
+use crate::storage::volid::{parse_volname, volume_path};
 use crate::tasks::model::render_bytes;
 
 /// Formats `qemu-img` makes and reads as disk images.
@@ -114,29 +114,6 @@ impl Drop for FileDisks {
             tracing::warn!("removing {}: {e}", self.root.display());
         }
     }
-}
-
-/// Where a volume's file is in its storage's directory `dir`; `None` for a name that
-/// would leave it.
-pub fn volume_path(dir: &Path, kind: StorageType, volname: &str) -> Option<PathBuf> {
-    let rel = Path::new(volname);
-    let plain = !volname.is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
-    if !plain {
-        return None;
-    }
-    if !kind.is_file_based() {
-        return (!volname.contains('/')).then(|| dir.join(volname));
-    }
-    let (top, rest) = volname.split_once('/')?;
-    let sub = match top {
-        "iso" => "template/iso",
-        "vztmpl" => "template/cache",
-        "import" => "import",
-        "snippets" => "snippets",
-        "backup" => "dump",
-        _ => return Some(dir.join("images").join(volname)),
-    };
-    Some(dir.join(sub).join(rest))
 }
 
 /// The `qemu-img` binary: PVE's path where it is, else from `PATH`.

@@ -42,11 +42,12 @@ use serde_json::Value;
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 
+pub use crate::storage::volid::volume_path;
 pub use disks::{
     CloudInitImage, Copied, CopyFailed, CopyJob, CopyLog, Disks, Placed, SimulatedDisks,
     StorageInfo, Vol,
 };
-pub use files::{FileDisks, volume_path};
+pub use files::FileDisks;
 pub use guest::hostname as guest_hostname;
 pub use lab::LabExecutor;
 pub use simulated::Simulated;

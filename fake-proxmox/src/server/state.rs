@@ -109,6 +109,6 @@ pub struct SiteCtx {
     pub site: String,
     /// The certificate the listener serves (self-signed: its own root), which the fake's
     /// nodes hand out where PVE hands out `/etc/pve/pve-root-ca.pem`. `None` for an app
-    /// made without one ([`crate::server::app`]).
+    /// made without one (`server::app`).
     pub ca_pem: Option<Arc<str>>,
 }

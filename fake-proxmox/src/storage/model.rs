@@ -190,7 +190,7 @@ impl Storage {
     /// `<path>/template/iso/…`, `<path>/dump/…`).
     pub fn file_path(&self, volname: &str) -> String {
         let dir = std::path::Path::new(self.path.as_deref().unwrap_or(""));
-        crate::exec::volume_path(dir, self.kind, volname)
+        super::volid::volume_path(dir, self.kind, volname)
             .map_or_else(|| volname.to_string(), |p| p.display().to_string())
     }
 

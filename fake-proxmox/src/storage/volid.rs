@@ -1,5 +1,6 @@
 //! Volume ids (`storage:volname`) and the volume-name grammar of the storage plugins.
 
+use std::path::{Component, Path, PathBuf};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -96,6 +97,29 @@ pub fn unparsable(kind: StorageType, volname: &str) -> String {
         _ => "directory",
     };
     format!("unable to parse {plugin} volume name '{volname}'\n")
+}
+
+/// Where a volume's file is in its storage's directory `dir`; `None` for a name that
+/// would leave it.
+pub fn volume_path(dir: &Path, kind: StorageType, volname: &str) -> Option<PathBuf> {
+    let rel = Path::new(volname);
+    let plain = !volname.is_empty() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return None;
+    }
+    if !kind.is_file_based() {
+        return (!volname.contains('/')).then(|| dir.join(volname));
+    }
+    let (top, rest) = volname.split_once('/')?;
+    let sub = match top {
+        "iso" => "template/iso",
+        "vztmpl" => "template/cache",
+        "import" => "import",
+        "snippets" => "snippets",
+        "backup" => "dump",
+        _ => return Some(dir.join("images").join(volname)),
+    };
+    Some(dir.join(sub).join(rest))
 }
 
 #[cfg(test)]
