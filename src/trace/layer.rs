@@ -22,6 +22,10 @@ use super::chrome::{Lane, Mark, Span, Trace, now_us};
 
 /// The process every deployer span is drawn in.
 pub const DEPLOYER: &str = "deployer";
+/// The process the cluster provisioner's spans (bring-up steps, per-node work) are drawn in.
+pub const CLUSTER: &str = "cluster";
+/// The target of the cluster provisioner's spans (its module path).
+const CLUSTER_TARGET: &str = "provision_harness::cluster";
 /// The field naming a capture on its root span.
 const CAPTURE_FIELD: &str = "trace_capture";
 
@@ -177,6 +181,18 @@ impl Visit for Fields {
     }
 }
 
+/// A cluster span's lane: per node when it names one, else its parent's cluster lane, else the
+/// bring-up's own.
+fn cluster_lane(fields: &Map<String, Value>, parent: Option<&Lane>) -> Lane {
+    match fields.get("node").and_then(Value::as_str) {
+        Some(node) => Lane::new(CLUSTER, format!("node {node}")),
+        None => parent
+            .filter(|l| l.process == CLUSTER)
+            .cloned()
+            .unwrap_or_else(|| Lane::new(CLUSTER, "bring-up")),
+    }
+}
+
 fn lane_for(fields: &Map<String, Value>, parent: Option<&Lane>) -> Lane {
     match fields.get("vm").and_then(Value::as_str) {
         Some(vm) => Lane::new(DEPLOYER, format!("vm {vm}")),
@@ -228,7 +244,11 @@ where
             ("vm", _, Some(vm), _) => format!("vm {vm}"),
             (n, ..) => n.to_string(),
         };
-        let lane = lane_for(&fields, parent_lane.as_ref());
+        let lane = if span.metadata().target().starts_with(CLUSTER_TARGET) {
+            cluster_lane(&fields, parent_lane.as_ref())
+        } else {
+            lane_for(&fields, parent_lane.as_ref())
+        };
         span.extensions_mut().insert(Open {
             buf,
             name,
@@ -296,9 +316,15 @@ where
         }
         let (name, cat) = match message.as_str() {
             "retrying" => ("retry".to_string(), "retry"),
+            // `#[instrument(err)]`: the span's error, with no message of its own.
+            "" if fields.contains_key("error") => ("error".to_string(), "error"),
             _ => (message, "log"),
         };
-        let lane = lane_for(&fields, Some(&open.lane));
+        let lane = if open.lane.process == CLUSTER {
+            open.lane.clone()
+        } else {
+            lane_for(&fields, Some(&open.lane))
+        };
         fields.insert(
             "level".into(),
             Value::String(event.metadata().level().to_string()),
@@ -330,12 +356,17 @@ where
             fields,
             ..
         } = open;
+        let cat = if lane.process == CLUSTER {
+            "cluster"
+        } else {
+            "deployer"
+        };
         push_span(
             &buf,
             Span {
                 lane,
                 name,
-                cat: "deployer".into(),
+                cat: cat.into(),
                 start_us,
                 dur_us: (now - start_us).max(0),
                 args: fields,
@@ -383,5 +414,54 @@ mod tests {
         assert_eq!(t.marks[0].name, "retry");
         assert_eq!(t.marks[0].args["error"], "busy");
         assert!(other.take().is_empty());
+    }
+
+    #[tracing::instrument(target = "provision_harness::cluster::lab", name = "restart", skip_all, err(Display), fields(node = node))]
+    async fn restart(node: &str, fail: bool) -> Result<(), String> {
+        if fail {
+            Err(format!("{node} did not boot"))
+        } else {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn cluster_spans_go_to_the_cluster_process_a_lane_per_node() {
+        let sub = tracing_subscriber::registry().with(TraceLayer.with_filter(filter()));
+        let _g = tracing::subscriber::set_default(sub);
+        let cap = Capture::new();
+        async {
+            // Made inside the capture's span, as `#[instrument]` makes an async fn's span.
+            let quorum =
+                tracing::info_span!(target: "provision_harness::cluster::lab", "quorum wait (S6)");
+            async {
+                let _ = restart("node01", false).await;
+                let _ = restart("node02", true).await;
+            }
+            .instrument(quorum)
+            .await;
+        }
+        .instrument(cap.span("lab scenario"))
+        .await;
+        let t = cap.take();
+        let got: Vec<(&str, &str, &str)> = t
+            .spans
+            .iter()
+            .map(|s| (s.name.as_str(), s.lane.thread.as_str(), s.cat.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("restart", "node node01", "cluster"),
+                ("restart", "node node02", "cluster"),
+                ("quorum wait (S6)", "bring-up", "cluster"),
+                ("lab scenario", "rollout", "deployer"),
+            ]
+        );
+        assert!(t.spans[..3].iter().all(|s| s.lane.process == CLUSTER));
+        assert_eq!(t.marks.len(), 1, "{:?}", t.marks);
+        assert_eq!(t.marks[0].name, "error");
+        assert_eq!(t.marks[0].lane, Lane::new(CLUSTER, "node node02"));
+        assert_eq!(t.marks[0].args["error"], "node02 did not boot");
     }
 }
