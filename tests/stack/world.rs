@@ -201,7 +201,9 @@ impl StackWorld {
     /// The cluster provisioner on the deployer's VMs, up to S4 (nothing written to a VM yet).
     pub async fn stage_cluster(&mut self) -> Result<(), ClusterError> {
         let t = self.t()?;
-        let c = stage_cluster(&t.fake, &t.rollout, self.deployed()?, &t.key).await?;
+        let c = stage_cluster(&t.fake, &t.rollout, self.deployed()?, &t.key)
+            .instrument(self.capture.span("stage cluster"))
+            .await?;
         self.cluster = Some(c);
         Ok(())
     }
@@ -217,11 +219,14 @@ impl StackWorld {
             self.start_target().await?;
             self.roll_out().await?;
             self.stage_cluster().await?;
-            self.cm()?.provision_over_ssh().await?;
+            let span = self.capture.span("provision");
+            self.cm()?.provision_over_ssh().instrument(span).await?;
         }
+        let span = self.capture.span("quorum");
         let q = self
             .cm()?
             .wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT)
+            .instrument(span)
             .await?;
         self.quorum = Some(q);
         Ok(())
