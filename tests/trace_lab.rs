@@ -11,7 +11,7 @@ mod lanefix;
 use std::time::Instant;
 
 use provision_harness::cluster::lab::Bringup;
-use provision_harness::trace::{self, Capture};
+use provision_harness::trace::{self, Capture, Lane};
 use serde_json::Value;
 use tracing::Instrument as _;
 use vm_lab::{LabOptions, LabSpec};
@@ -65,10 +65,15 @@ async fn a_lab_guest_s_boot_and_console_milestones_are_in_the_trace() {
         ..LabOptions::default()
     };
     let b = Bringup::start_lab(spec, opts)
-        .instrument(capture.span("trace lab"))
+        .instrument(capture.span_on("trace lab", &Lane::new(trace::CLUSTER, "bring-up")))
         .await
         .unwrap_or_else(|e| panic!("lab up: {e}"));
     eprintln!("lab up after {:?}", started.elapsed());
+    // A power cycle: a second boot, its console appended to the same log.
+    let node = b.lab.node("trc01").unwrap();
+    node.restart().await.unwrap();
+    node.wait_ready().await.unwrap();
+    eprintln!("restarted after {:?}", started.elapsed());
     let mut t = capture.take();
     let (files, lab) = trace::lab::collect(b.lab.run_dir());
     t.extend(lab);
@@ -82,49 +87,56 @@ async fn a_lab_guest_s_boot_and_console_milestones_are_in_the_trace() {
     t.write(&file).unwrap();
     let events = lanefix::assert_spans_nest(&file);
 
-    // The guest's lane: one boot span that reached the ready line, and the image's milestones
-    // inside it in boot order.
+    // The guest's lane: a span per boot that reached the ready line, and each boot's
+    // milestones inside it in boot order.
     let guest = thread_of(&events, "lab", "trc01");
     let on_guest: Vec<&Value> = events
         .iter()
         .filter(|e| e["ph"] != "M" && pid_tid(e) == guest)
         .collect();
-    let boots: Vec<&&Value> = on_guest
+    let boots: Vec<(&str, i64, i64)> = on_guest
         .iter()
         .filter(|e| e["ph"] == "X" && e["cat"] == "boot")
+        .map(|e| {
+            assert_eq!(e["args"]["ready"], true, "{e}");
+            let ts = e["ts"].as_i64().unwrap();
+            (
+                e["name"].as_str().unwrap(),
+                ts,
+                ts + e["dur"].as_i64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(boots.len(), 1, "{on_guest:?}");
-    let boot = boots[0];
-    assert_eq!(boot["args"]["ready"], true, "{boot}");
-    let (b0, b1) = (
-        boot["ts"].as_i64().unwrap(),
-        boot["ts"].as_i64().unwrap() + boot["dur"].as_i64().unwrap(),
-    );
-    assert!(b1 > b0, "a boot takes time: {boot}");
+    let names: Vec<&str> = boots.iter().map(|b| b.0).collect();
+    assert_eq!(names, ["boot 1", "boot 2"], "{on_guest:?}");
     let milestones: Vec<(&str, i64)> = on_guest
         .iter()
         .filter(|e| e["ph"] == "i" && e["cat"] == "serial")
         .map(|e| (e["name"].as_str().unwrap(), e["ts"].as_i64().unwrap()))
         .collect();
-    let order: Vec<&str> = milestones.iter().map(|(n, _)| *n).collect();
-    assert_eq!(
-        order,
-        ["init runs", "network up", "ready"],
-        "milestones {milestones:?}"
-    );
-    for (name, ts) in &milestones {
-        assert!(
-            (b0..=b1).contains(ts),
-            "{name} at {ts} outside the boot {b0}..{b1}"
+    for &(boot, b0, b1) in &boots {
+        assert!(b1 > b0, "a boot takes time: {boots:?}");
+        let inside: Vec<&(&str, i64)> = milestones
+            .iter()
+            .filter(|(_, ts)| (b0..=b1).contains(ts))
+            .collect();
+        let order: Vec<&str> = inside.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            order,
+            ["init runs", "network up", "ready"],
+            "{boot}: {milestones:?}"
         );
+        assert!(inside.windows(2).all(|w| w[0].1 <= w[1].1), "{inside:?}");
+        assert_eq!(inside[2].1, b1, "{boot} ends at its ready line");
     }
-    assert!(
-        milestones.windows(2).all(|w| w[0].1 <= w[1].1),
-        "{milestones:?}"
+    assert_eq!(
+        milestones.len(),
+        6,
+        "a milestone outside a boot: {milestones:?}"
     );
-    assert_eq!(milestones[2].1, b1, "the boot ends at the ready line");
+    let (b0, b1) = (boots[0].1, boots[0].2);
 
-    // The bring-up's span, in the cluster's process, holds the guest's boot.
+    // The bring-up's span, in the cluster's process, holds the guest's first boot.
     let bringup = thread_of(&events, "cluster", "bring-up");
     let up = events
         .iter()
@@ -139,6 +151,12 @@ async fn a_lab_guest_s_boot_and_console_milestones_are_in_the_trace() {
         "boot {b0}..{b1} not in lab up {u0}..{u1}"
     );
     assert_eq!(up["args"]["nodes"], 1);
+    // The harness's root span, on the same lane, holds the bring-up's.
+    let root = events
+        .iter()
+        .find(|e| e["ph"] == "X" && pid_tid(e) == bringup && e["name"] == "trace lab")
+        .expect("the harness's root span on the cluster's lane");
+    assert!(root["ts"].as_i64().unwrap() <= u0, "{root}");
     drop(b);
     eprintln!("done after {:?}", started.elapsed());
 }

@@ -67,6 +67,19 @@ impl Capture {
         tracing::info_span!(target: "provision_harness::trace", "run", trace_capture = self.id, what)
     }
 
+    /// A root span drawn on `lane` rather than the deployer's (a harness step that drives the
+    /// cluster provisioner: `Lane::new(CLUSTER, "bring-up")`).
+    pub fn span_on(&self, what: &str, lane: &Lane) -> tracing::Span {
+        tracing::info_span!(
+            target: "provision_harness::trace",
+            "run",
+            trace_capture = self.id,
+            what,
+            trace_process = lane.process.as_str(),
+            trace_thread = lane.thread.as_str()
+        )
+    }
+
     /// Everything recorded so far, taken out.
     pub fn take(&self) -> Trace {
         self.buf
@@ -244,7 +257,16 @@ where
             ("vm", _, Some(vm), _) => format!("vm {vm}"),
             (n, ..) => n.to_string(),
         };
-        let lane = if span.metadata().target().starts_with(CLUSTER_TARGET) {
+        let chosen = match (
+            fields.remove("trace_process"),
+            fields.remove("trace_thread"),
+        ) {
+            (Some(Value::String(p)), Some(Value::String(t))) => Some(Lane::new(p, t)),
+            _ => None,
+        };
+        let lane = if let Some(l) = chosen {
+            l
+        } else if span.metadata().target().starts_with(CLUSTER_TARGET) {
             cluster_lane(&fields, parent_lane.as_ref())
         } else {
             lane_for(&fields, parent_lane.as_ref())
@@ -441,7 +463,7 @@ mod tests {
             .instrument(quorum)
             .await;
         }
-        .instrument(cap.span("lab scenario"))
+        .instrument(cap.span_on("lab scenario", &Lane::new(CLUSTER, "bring-up")))
         .await;
         let t = cap.take();
         let got: Vec<(&str, &str, &str)> = t
@@ -455,10 +477,11 @@ mod tests {
                 ("restart", "node node01", "cluster"),
                 ("restart", "node node02", "cluster"),
                 ("quorum wait (S6)", "bring-up", "cluster"),
-                ("lab scenario", "rollout", "deployer"),
+                ("lab scenario", "bring-up", "cluster"),
             ]
         );
-        assert!(t.spans[..3].iter().all(|s| s.lane.process == CLUSTER));
+        assert!(t.spans.iter().all(|s| s.lane.process == CLUSTER));
+        assert!(!t.spans[3].args.contains_key("trace_process"));
         assert_eq!(t.marks.len(), 1, "{:?}", t.marks);
         assert_eq!(t.marks[0].name, "error");
         assert_eq!(t.marks[0].lane, Lane::new(CLUSTER, "node node02"));

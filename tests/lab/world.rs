@@ -105,7 +105,7 @@ impl LabWorld {
     /// S1 with the seed's lab file, every node booted in `mode` (its spans in the trace).
     pub async fn lab_up(&mut self, mode: BootMode) -> Result<(), ClusterError> {
         use tracing::Instrument as _;
-        let span = self.capture.span("lab up");
+        let span = self.capture.span_on("lab up", &bring_up());
         self.lab_up_untraced(mode).instrument(span).await
     }
 
@@ -175,7 +175,7 @@ impl LabWorld {
     /// S5 with the built-in provisioner, or the user's command when one is set.
     pub async fn provision(&mut self) -> Result<(), ClusterError> {
         use tracing::Instrument as _;
-        let span = self.capture.span("provision");
+        let span = self.capture.span_on("provision", &bring_up());
         let cmd = self.external_cmd.clone();
         let b = self.bm()?;
         async {
@@ -192,7 +192,7 @@ impl LabWorld {
     /// snapshot an earlier scenario took when there is one, else built and then snapshotted.
     pub async fn provisioned_cluster(&mut self) -> Result<(), ClusterError> {
         use tracing::Instrument as _;
-        let span = self.capture.span("provisioned cluster");
+        let span = self.capture.span_on("provisioned cluster", &bring_up());
         self.provisioned_cluster_untraced().instrument(span).await
     }
 
@@ -261,4 +261,10 @@ impl LabWorld {
     pub fn record<T>(&mut self, r: Result<T, ClusterError>) {
         self.last_error = r.err().map(|e| e.to_string());
     }
+}
+
+/// The lane the scenario's cluster bring-up is drawn on (the cluster provisioner's own spans
+/// go below it, per node where they name one).
+fn bring_up() -> provision_harness::trace::Lane {
+    provision_harness::trace::Lane::new(provision_harness::trace::CLUSTER, "bring-up")
 }
