@@ -109,6 +109,8 @@ async fn main() {
                 .iter()
                 .chain(&scenario.tags)
                 .any(|t| t == "provisioned");
+            // Steps call the provisioner directly: its spans go to this scenario's trace.
+            world.capture.adopt_cluster_spans();
             async move {
                 world.reuses_lab = reuse;
                 if !reuse {

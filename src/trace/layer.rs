@@ -31,6 +31,13 @@ const CAPTURE_FIELD: &str = "trace_capture";
 
 type Buf = Arc<Mutex<Trace>>;
 
+/// The capture that takes cluster spans begun outside every capture (see
+/// [`Capture::adopt_cluster_spans`]).
+fn adopter() -> &'static Mutex<Option<Weak<Mutex<Trace>>>> {
+    static A: OnceLock<Mutex<Option<Weak<Mutex<Trace>>>>> = OnceLock::new();
+    A.get_or_init(Default::default)
+}
+
 fn registry() -> &'static Mutex<HashMap<u64, Weak<Mutex<Trace>>>> {
     static R: OnceLock<Mutex<HashMap<u64, Weak<Mutex<Trace>>>>> = OnceLock::new();
     R.get_or_init(Default::default)
@@ -78,6 +85,23 @@ impl Capture {
             trace_process = lane.process.as_str(),
             trace_thread = lane.thread.as_str()
         )
+    }
+
+    /// Makes this capture also take the cluster provisioner's spans that begin outside every
+    /// capture — for a runner whose steps call the provisioner directly, one scenario at a time
+    /// (the `@lab` and `@stack` runners). Process-wide, until [`Capture::stop_adopting`] or
+    /// another capture adopts.
+    pub fn adopt_cluster_spans(&self) {
+        if let Ok(mut a) = adopter().lock() {
+            *a = Some(Arc::downgrade(&self.buf));
+        }
+    }
+
+    /// No capture takes stray cluster spans any more.
+    pub fn stop_adopting() {
+        if let Ok(mut a) = adopter().lock() {
+            *a = None;
+        }
     }
 
     /// Everything recorded so far, taken out.
@@ -243,6 +267,16 @@ where
             }
             None => match parent_open {
                 Some((b, l)) => (b, Some(l)),
+                None if span.metadata().target().starts_with(CLUSTER_TARGET) => {
+                    let adopted = adopter()
+                        .lock()
+                        .ok()
+                        .and_then(|a| a.as_ref().and_then(Weak::upgrade));
+                    match adopted {
+                        Some(b) => (b, None),
+                        None => return,
+                    }
+                }
                 None => return,
             },
         };
@@ -436,6 +470,30 @@ mod tests {
         assert_eq!(t.marks[0].name, "retry");
         assert_eq!(t.marks[0].args["error"], "busy");
         assert!(other.take().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_adopting_capture_takes_cluster_spans_begun_outside_every_capture() {
+        let sub = tracing_subscriber::registry().with(TraceLayer.with_filter(filter()));
+        let _g = tracing::subscriber::set_default(sub);
+        let cap = Capture::new();
+        let _ = restart("adopted01", false).await;
+        cap.adopt_cluster_spans();
+        let _ = restart("adopted02", false).await;
+        async {}
+            .instrument(tracing::info_span!(target: "provision_harness::deployer", "not cluster"))
+            .await;
+        Capture::stop_adopting();
+        let _ = restart("adopted03", false).await;
+        let t = cap.take();
+        // Other tests of this process may run cluster spans meanwhile: look for these only.
+        let lanes: Vec<&str> = t
+            .spans
+            .iter()
+            .filter(|s| s.lane.thread.starts_with("node adopted") || s.name == "not cluster")
+            .map(|s| s.lane.thread.as_str())
+            .collect();
+        assert_eq!(lanes, ["node adopted02"]);
     }
 
     #[tracing::instrument(target = "provision_harness::cluster::lab", name = "restart", skip_all, err(Display), fields(node = node))]
