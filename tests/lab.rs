@@ -61,13 +61,24 @@ async fn break_on_failure(scenario: &str, lab: &vm_lab::Lab) {
 
 #[tokio::main]
 async fn main() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LAB_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    {
+        // Logs as LAB_LOG says; the cluster provisioner's spans for the scenarios' traces.
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_env("LAB_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            );
+        let traces =
+            provision_harness::trace::TraceLayer.with_filter(provision_harness::trace::filter());
+        let _ = tracing_subscriber::registry()
+            .with(logs)
+            .with(traces)
+            .try_init();
+    }
     // A CI timeout's SIGTERM must not leave lab run directories (disks, snapshot images) behind.
     vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();
@@ -98,6 +109,8 @@ async fn main() {
                 .iter()
                 .chain(&scenario.tags)
                 .any(|t| t == "provisioned");
+            // Steps call the provisioner directly: its spans go to this scenario's trace.
+            world.capture.adopt_cluster_spans();
             async move {
                 world.reuses_lab = reuse;
                 if !reuse {
@@ -120,7 +133,9 @@ async fn main() {
                 };
                 // The guests' serial logs and QMP events, for the trace and the bundle.
                 if trace_writer::wanted(!passed) {
-                    let (files, trace) = trace_writer::lab_files(b.lab.run_dir());
+                    let (files, lab) = trace_writer::lab_files(b.lab.run_dir());
+                    let mut trace = w.capture.take();
+                    trace.extend(lab);
                     let c = trace_writer::Collected {
                         trace,
                         files,

@@ -72,11 +72,13 @@ async fn main() {
     trace_writer::configure(&out, "stack", trace_writer::trace_requested());
     let summary = StackWorld::cucumber()
         .max_concurrent_scenarios(1)
-        .before(|_feature, _rule, scenario, _world| {
+        .before(|_feature, _rule, scenario, world| {
             let wants_formed = scenario
                 .steps
                 .iter()
                 .any(|s| s.value == "the cluster formed on the deployer's VMs");
+            // Steps call the provisioner directly: its spans go to this scenario's trace.
+            world.capture.adopt_cluster_spans();
             async move {
                 if !wants_formed {
                     // No scenario next wants it: do not keep three idle guests running.

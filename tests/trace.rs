@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/lanefix.rs"]
+mod lanefix;
 #[path = "rollout/mod.rs"]
 mod rollout;
 
@@ -21,93 +23,8 @@ use std::process::Command;
 use cucumber::{World as _, WriterExt as _, writer};
 use serde_json::Value;
 
+use lanefix::{assert_spans_nest, lanefix, run};
 use rollout::RolloutWorld;
-
-/// The pinned version of the checker.
-const LANEFIX: &str = "trace-lanefix==0.1.1";
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.status.success() {
-        Ok(text)
-    } else {
-        Err(format!("{cmd:?} exited {}: {text}", out.status))
-    }
-}
-
-/// A venv with trace-lanefix, under the target dir (made once, kept between runs).
-fn checker() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-lanefix-venv");
-    let python = dir.join("bin/python");
-    let ready = dir.join(".installed");
-    if !ready.exists() {
-        let _ = std::fs::remove_dir_all(&dir);
-        run(Command::new("python3").args(["-m", "venv"]).arg(&dir))
-            .expect("python3 -m venv (python3 with the venv module is needed; .ci/run installs python3-venv)");
-        run(Command::new(dir.join("bin/pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            LANEFIX,
-        ]))
-        .expect("pip install trace-lanefix (PyPI must be reachable)");
-        std::fs::write(&ready, LANEFIX).unwrap();
-    }
-    python
-}
-
-/// What trace-lanefix made of `trace`: its report and the rewritten trace.
-fn lanefix(trace: &Path) -> (String, Value) {
-    let out = trace.with_extension("lanefix.json");
-    let report = run(Command::new(checker())
-        .args(["-m", "trace_lanefix.cli", "--snap-threshold-us", "0"])
-        .arg(trace)
-        .arg(&out))
-    .expect("trace-lanefix reads the trace");
-    let fixed = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    (report, fixed)
-}
-
-/// Checks that trace-lanefix found every track properly nested (it moved, snapped or
-/// changed no slice) and returns the trace's events as written (trace-lanefix regroups them).
-fn assert_spans_nest(trace: &Path) -> Vec<Value> {
-    let (report, fixed) = lanefix(trace);
-    assert!(
-        report.contains(", 0 new lanes") && !report.contains("slice(s) moved"),
-        "trace-lanefix found crossing spans in {}:\n{report}",
-        trace.display()
-    );
-    let original: Value = serde_json::from_slice(&std::fs::read(trace).unwrap()).unwrap();
-    let slices = |v: &Value| {
-        let mut s: Vec<(i64, i64, i64, i64)> = v["traceEvents"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["ph"] == "X")
-            .map(|e| {
-                (
-                    e["pid"].as_i64().unwrap(),
-                    e["tid"].as_i64().unwrap(),
-                    e["ts"].as_i64().unwrap(),
-                    e["dur"].as_i64().unwrap(),
-                )
-            })
-            .collect();
-        s.sort();
-        s
-    };
-    assert_eq!(
-        slices(&original),
-        slices(&fixed),
-        "trace-lanefix changed a slice"
-    );
-    original["traceEvents"].as_array().unwrap().clone()
-}
 
 #[test]
 fn the_checker_sees_spans_that_cross() {

@@ -130,6 +130,7 @@ impl std::fmt::Debug for Bringup {
 impl Bringup {
     /// S1: the lab's VMs up on their multicast L2, netbooted from the image with the cluster's
     /// packages and boot hook.
+    #[tracing::instrument(name = "lab up (S1)", skip_all, err(Display), fields(lab = %spec.name, nodes = spec.nodes.len()))]
     pub async fn start_lab(mut spec: LabSpec, opts: LabOptions) -> Result<Self, ClusterError> {
         let t = Instant::now();
         let layout = GuestLayout::default();
@@ -190,6 +191,7 @@ impl Bringup {
     }
 
     /// S2: every node answers over SSH with the lab's baked-in key, as itself.
+    #[tracing::instrument(name = "SSH check (S2)", skip_all, err(Display))]
     pub async fn check_ssh(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         provision::check_hostnames(&self.shells, Duration::from_secs(60)).await?;
@@ -198,6 +200,7 @@ impl Bringup {
     }
 
     /// S3: the CA and node certificates.
+    #[tracing::instrument(name = "certificates (S3)", skip_all, err(Display))]
     pub fn make_certificates(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         self.tls = Some(tls::generate(&self.cluster)?);
@@ -206,6 +209,7 @@ impl Bringup {
     }
 
     /// S4: stage configs, hosts mappings and secrets, then check every node's.
+    #[tracing::instrument(name = "configs (S4)", skip_all, err(Display))]
     pub fn stage_configs(&mut self, opts: StageOptions) -> Result<(), ClusterError> {
         let t = Instant::now();
         let tls = self
@@ -242,6 +246,7 @@ impl Bringup {
 
     /// S5: provision every node over SSH (in parallel), then restart each from the same
     /// netboot image with its disk attached and wait for its first boot to start the service.
+    #[tracing::instrument(name = "provision over SSH (S5)", skip_all, err(Display))]
     pub async fn provision_over_ssh(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         let staged = self.staged()?.clone();
@@ -262,6 +267,7 @@ impl Bringup {
     }
 
     /// S5 by the user's own command (see [`external`]): the harness restarts the nodes after it.
+    #[tracing::instrument(name = "provision by command (S5)", skip_all, err(Display))]
     pub async fn provision_with_command(&mut self, cmd: &str) -> Result<(), ClusterError> {
         let t = Instant::now();
         let staged = self.staged()?.clone();
@@ -297,6 +303,7 @@ impl Bringup {
     }
 
     /// Restart one node (power cycle, same image, same disk) and wait for its service to start.
+    #[tracing::instrument(name = "restart", skip_all, err(Display), fields(node = node))]
     pub async fn restart(&self, node: &str) -> Result<(), ClusterError> {
         let n = self.lab.node(node).map_err(lab_err)?;
         n.restart().await.map_err(lab_err)?;
@@ -308,6 +315,7 @@ impl Bringup {
     /// reports before it returns: a node ready without a report has no first-boot script that
     /// ran (no disk labelled [`DISK_LABEL`], or no executable script on it), which fails at once
     /// rather than after the whole boot timeout.
+    #[tracing::instrument(name = "wait for the service", skip_all, err(Display), fields(node = node))]
     pub async fn wait_service_started(&self, node: &str) -> Result<(), ClusterError> {
         let n = self.lab.node(node).map_err(lab_err)?;
         let ready = async {
@@ -387,6 +395,7 @@ impl Bringup {
 
     /// S6 (first part): `expected` members started, at least `answering` of them answer and
     /// agree on one leader, within `timeout`. Only the nodes in `via` are asked (all when empty).
+    #[tracing::instrument(name = "quorum wait (S6)", skip_all, err(Display), fields(expected = expected, answering = answering))]
     pub async fn wait_for_quorum(
         &mut self,
         via: &[&str],

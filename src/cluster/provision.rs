@@ -361,6 +361,7 @@ fn seed_original_name(path: &str, base: &str) -> String {
 
 /// Provisions one node: checks its staged config, prepares its disk, installs every file and
 /// verifies what landed on the disk. The caller restarts the node afterwards.
+#[tracing::instrument(name = "provision node", skip_all, err(Display), fields(node = shell.node()))]
 pub async fn provision_node<S: NodeShell>(
     staged: &StagedCluster,
     shell: &S,

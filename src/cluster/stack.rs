@@ -200,6 +200,7 @@ impl StackCluster {
     /// S2: every VM answers over SSH as itself, once its boot is done (the agent, and so the
     /// deployer, sees the address before the SSH server runs). A VM that does not answer is
     /// named with what its console says it applied (addresses, users).
+    #[tracing::instrument(name = "SSH check (S2)", skip_all, err(Display))]
     pub async fn check_ssh(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         let boot_timeout = self.options.boot_timeout;
@@ -230,6 +231,7 @@ impl StackCluster {
     }
 
     /// S3: the CA and node certificates.
+    #[tracing::instrument(name = "certificates (S3)", skip_all, err(Display))]
     pub fn make_certificates(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         let r = tls::generate(&self.cluster);
@@ -240,6 +242,7 @@ impl StackCluster {
     }
 
     /// S4: configs, hosts mappings, secrets and first-boot scripts, staged and checked.
+    #[tracing::instrument(name = "configs (S4)", skip_all, err(Display))]
     pub fn stage_configs(&mut self, opts: StageOptions) -> Result<(), ClusterError> {
         let t = Instant::now();
         let tls = self
@@ -271,6 +274,7 @@ impl StackCluster {
 
     /// S5: install every node's files onto its disk over SSH (in parallel), then reboot every
     /// VM through the PVE API and wait until each one's per-boot script started the service.
+    #[tracing::instrument(name = "provision over SSH (S5)", skip_all, err(Display))]
     pub async fn provision_over_ssh(&mut self) -> Result<(), ClusterError> {
         let t = Instant::now();
         self.install(None).await?;
@@ -281,6 +285,7 @@ impl StackCluster {
     }
 
     /// Installs the staged files onto every VM (or only `only`), without restarting it.
+    #[tracing::instrument(name = "install", skip_all, err(Display), fields(only = only.unwrap_or("all")))]
     pub async fn install(&mut self, only: Option<&str>) -> Result<(), ClusterError> {
         let staged = self.staged()?.clone();
         let opts = self.provision.clone();
@@ -318,6 +323,7 @@ impl StackCluster {
     }
 
     /// `POST …/status/reboot`, then the service's report on the boot that follows.
+    #[tracing::instrument(name = "reboot", skip_all, err(Display), fields(node = name))]
     pub async fn reboot(&self, name: &str) -> Result<(), ClusterError> {
         let start = Instant::now();
         let r = async {
@@ -332,6 +338,7 @@ impl StackCluster {
     }
 
     /// `POST …/status/stop` (a hard stop, as PVE's stop is).
+    #[tracing::instrument(name = "stop", skip_all, err(Display), fields(node = name))]
     pub async fn stop(&self, name: &str) -> Result<(), ClusterError> {
         let start = Instant::now();
         let r = self.power(name, "stop").await;
@@ -340,6 +347,7 @@ impl StackCluster {
     }
 
     /// `POST …/status/start`, then the service's report on that boot.
+    #[tracing::instrument(name = "start", skip_all, err(Display), fields(node = name))]
     pub async fn start(&self, name: &str) -> Result<(), ClusterError> {
         let start = Instant::now();
         let r = async {
@@ -381,6 +389,7 @@ impl StackCluster {
     }
 
     /// Waits until the boot after `mark` reported the service started (or why it did not).
+    #[tracing::instrument(name = "wait for the service", skip_all, err(Display), fields(node = name))]
     pub async fn wait_service_started(
         &self,
         name: &str,
@@ -421,6 +430,7 @@ impl StackCluster {
 
     /// S6: `expected` members started, at least `answering` of them answer and agree on one
     /// leader. Only the VMs in `via` are asked (all when empty).
+    #[tracing::instrument(name = "quorum wait (S6)", skip_all, err(Display), fields(expected = expected, answering = answering))]
     pub async fn wait_for_quorum(
         &mut self,
         via: &[&str],
@@ -446,6 +456,7 @@ impl StackCluster {
     /// runtime reconfiguration: a member with an empty data directory must not rejoin under its
     /// old identity), its config is staged again with `initial-cluster-state=existing`, its files
     /// are installed, and it is rebooted through the PVE API to start from them.
+    #[tracing::instrument(name = "replace member", skip_all, err(Display), fields(node = name))]
     pub async fn replace_member(&mut self, name: &str) -> Result<(), ClusterError> {
         let t = Instant::now();
         let layout = self.layout.clone();

@@ -22,10 +22,21 @@ use super::chrome::{Lane, Mark, Span, Trace, now_us};
 
 /// The process every deployer span is drawn in.
 pub const DEPLOYER: &str = "deployer";
+/// The process the cluster provisioner's spans (bring-up steps, per-node work) are drawn in.
+pub const CLUSTER: &str = "cluster";
+/// The target of the cluster provisioner's spans (its module path).
+const CLUSTER_TARGET: &str = "provision_harness::cluster";
 /// The field naming a capture on its root span.
 const CAPTURE_FIELD: &str = "trace_capture";
 
 type Buf = Arc<Mutex<Trace>>;
+
+/// The capture that takes cluster spans begun outside every capture (see
+/// [`Capture::adopt_cluster_spans`]).
+fn adopter() -> &'static Mutex<Option<Weak<Mutex<Trace>>>> {
+    static A: OnceLock<Mutex<Option<Weak<Mutex<Trace>>>>> = OnceLock::new();
+    A.get_or_init(Default::default)
+}
 
 fn registry() -> &'static Mutex<HashMap<u64, Weak<Mutex<Trace>>>> {
     static R: OnceLock<Mutex<HashMap<u64, Weak<Mutex<Trace>>>>> = OnceLock::new();
@@ -61,6 +72,36 @@ impl Capture {
     /// ("deploy", "rehearse", a scenario's deployer run).
     pub fn span(&self, what: &str) -> tracing::Span {
         tracing::info_span!(target: "provision_harness::trace", "run", trace_capture = self.id, what)
+    }
+
+    /// A root span drawn on `lane` rather than the deployer's (a harness step that drives the
+    /// cluster provisioner: `Lane::new(CLUSTER, "bring-up")`).
+    pub fn span_on(&self, what: &str, lane: &Lane) -> tracing::Span {
+        tracing::info_span!(
+            target: "provision_harness::trace",
+            "run",
+            trace_capture = self.id,
+            what,
+            trace_process = lane.process.as_str(),
+            trace_thread = lane.thread.as_str()
+        )
+    }
+
+    /// Makes this capture also take the cluster provisioner's spans that begin outside every
+    /// capture — for a runner whose steps call the provisioner directly, one scenario at a time
+    /// (the `@lab` and `@stack` runners). Process-wide, until [`Capture::stop_adopting`] or
+    /// another capture adopts.
+    pub fn adopt_cluster_spans(&self) {
+        if let Ok(mut a) = adopter().lock() {
+            *a = Some(Arc::downgrade(&self.buf));
+        }
+    }
+
+    /// No capture takes stray cluster spans any more.
+    pub fn stop_adopting() {
+        if let Ok(mut a) = adopter().lock() {
+            *a = None;
+        }
     }
 
     /// Everything recorded so far, taken out.
@@ -177,6 +218,18 @@ impl Visit for Fields {
     }
 }
 
+/// A cluster span's lane: per node when it names one, else its parent's cluster lane, else the
+/// bring-up's own.
+fn cluster_lane(fields: &Map<String, Value>, parent: Option<&Lane>) -> Lane {
+    match fields.get("node").and_then(Value::as_str) {
+        Some(node) => Lane::new(CLUSTER, format!("node {node}")),
+        None => parent
+            .filter(|l| l.process == CLUSTER)
+            .cloned()
+            .unwrap_or_else(|| Lane::new(CLUSTER, "bring-up")),
+    }
+}
+
 fn lane_for(fields: &Map<String, Value>, parent: Option<&Lane>) -> Lane {
     match fields.get("vm").and_then(Value::as_str) {
         Some(vm) => Lane::new(DEPLOYER, format!("vm {vm}")),
@@ -214,6 +267,16 @@ where
             }
             None => match parent_open {
                 Some((b, l)) => (b, Some(l)),
+                None if span.metadata().target().starts_with(CLUSTER_TARGET) => {
+                    let adopted = adopter()
+                        .lock()
+                        .ok()
+                        .and_then(|a| a.as_ref().and_then(Weak::upgrade));
+                    match adopted {
+                        Some(b) => (b, None),
+                        None => return,
+                    }
+                }
                 None => return,
             },
         };
@@ -228,7 +291,20 @@ where
             ("vm", _, Some(vm), _) => format!("vm {vm}"),
             (n, ..) => n.to_string(),
         };
-        let lane = lane_for(&fields, parent_lane.as_ref());
+        let chosen = match (
+            fields.remove("trace_process"),
+            fields.remove("trace_thread"),
+        ) {
+            (Some(Value::String(p)), Some(Value::String(t))) => Some(Lane::new(p, t)),
+            _ => None,
+        };
+        let lane = if let Some(l) = chosen {
+            l
+        } else if span.metadata().target().starts_with(CLUSTER_TARGET) {
+            cluster_lane(&fields, parent_lane.as_ref())
+        } else {
+            lane_for(&fields, parent_lane.as_ref())
+        };
         span.extensions_mut().insert(Open {
             buf,
             name,
@@ -296,9 +372,15 @@ where
         }
         let (name, cat) = match message.as_str() {
             "retrying" => ("retry".to_string(), "retry"),
+            // `#[instrument(err)]`: the span's error, with no message of its own.
+            "" if fields.contains_key("error") => ("error".to_string(), "error"),
             _ => (message, "log"),
         };
-        let lane = lane_for(&fields, Some(&open.lane));
+        let lane = if open.lane.process == CLUSTER {
+            open.lane.clone()
+        } else {
+            lane_for(&fields, Some(&open.lane))
+        };
         fields.insert(
             "level".into(),
             Value::String(event.metadata().level().to_string()),
@@ -330,12 +412,17 @@ where
             fields,
             ..
         } = open;
+        let cat = if lane.process == CLUSTER {
+            "cluster"
+        } else {
+            "deployer"
+        };
         push_span(
             &buf,
             Span {
                 lane,
                 name,
-                cat: "deployer".into(),
+                cat: cat.into(),
                 start_us,
                 dur_us: (now - start_us).max(0),
                 args: fields,
@@ -383,5 +470,79 @@ mod tests {
         assert_eq!(t.marks[0].name, "retry");
         assert_eq!(t.marks[0].args["error"], "busy");
         assert!(other.take().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_adopting_capture_takes_cluster_spans_begun_outside_every_capture() {
+        let sub = tracing_subscriber::registry().with(TraceLayer.with_filter(filter()));
+        let _g = tracing::subscriber::set_default(sub);
+        let cap = Capture::new();
+        let _ = restart("adopted01", false).await;
+        cap.adopt_cluster_spans();
+        let _ = restart("adopted02", false).await;
+        async {}
+            .instrument(tracing::info_span!(target: "provision_harness::deployer", "not cluster"))
+            .await;
+        Capture::stop_adopting();
+        let _ = restart("adopted03", false).await;
+        let t = cap.take();
+        // Other tests of this process may run cluster spans meanwhile: look for these only.
+        let lanes: Vec<&str> = t
+            .spans
+            .iter()
+            .filter(|s| s.lane.thread.starts_with("node adopted") || s.name == "not cluster")
+            .map(|s| s.lane.thread.as_str())
+            .collect();
+        assert_eq!(lanes, ["node adopted02"]);
+    }
+
+    #[tracing::instrument(target = "provision_harness::cluster::lab", name = "restart", skip_all, err(Display), fields(node = node))]
+    async fn restart(node: &str, fail: bool) -> Result<(), String> {
+        if fail {
+            Err(format!("{node} did not boot"))
+        } else {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn cluster_spans_go_to_the_cluster_process_a_lane_per_node() {
+        let sub = tracing_subscriber::registry().with(TraceLayer.with_filter(filter()));
+        let _g = tracing::subscriber::set_default(sub);
+        let cap = Capture::new();
+        async {
+            // Made inside the capture's span, as `#[instrument]` makes an async fn's span.
+            let quorum =
+                tracing::info_span!(target: "provision_harness::cluster::lab", "quorum wait (S6)");
+            async {
+                let _ = restart("node01", false).await;
+                let _ = restart("node02", true).await;
+            }
+            .instrument(quorum)
+            .await;
+        }
+        .instrument(cap.span_on("lab scenario", &Lane::new(CLUSTER, "bring-up")))
+        .await;
+        let t = cap.take();
+        let got: Vec<(&str, &str, &str)> = t
+            .spans
+            .iter()
+            .map(|s| (s.name.as_str(), s.lane.thread.as_str(), s.cat.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("restart", "node node01", "cluster"),
+                ("restart", "node node02", "cluster"),
+                ("quorum wait (S6)", "bring-up", "cluster"),
+                ("lab scenario", "bring-up", "cluster"),
+            ]
+        );
+        assert!(t.spans.iter().all(|s| s.lane.process == CLUSTER));
+        assert!(!t.spans[3].args.contains_key("trace_process"));
+        assert_eq!(t.marks.len(), 1, "{:?}", t.marks);
+        assert_eq!(t.marks[0].name, "error");
+        assert_eq!(t.marks[0].lane, Lane::new(CLUSTER, "node node02"));
+        assert_eq!(t.marks[0].args["error"], "node02 did not boot");
     }
 }

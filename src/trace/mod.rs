@@ -5,13 +5,15 @@
 //! How the pieces fit: each source adds spans and instants to a [`Trace`] in wall-clock time —
 //! the deployer through [`TraceLayer`] (its spans, pipeline steps, retries) inside a
 //! [`Capture`], the fake through its request journal and exported state ([`fake`]), the
-//! harness through its Gherkin steps, faults and lab events — and [`Trace::to_json`] lays
+//! harness through its Gherkin steps and faults, the lab through its guests' boots, console
+//! milestones and QMP events ([`lab`]) — and [`Trace::to_json`] lays
 //! them out on one origin with a process per source. A failed run also keeps a [`bundle`].
 
 pub mod bundle;
 mod chrome;
 pub mod fake;
+pub mod lab;
 mod layer;
 
 pub use chrome::{Lane, Mark, Span, Trace, args, now_us, unix_us};
-pub use layer::{Capture, DEPLOYER, TraceLayer, filter, install};
+pub use layer::{CLUSTER, Capture, DEPLOYER, TraceLayer, filter, install};

@@ -37,6 +37,8 @@ pub struct LabWorld {
     /// The scenario's lab holds the booted (not yet provisioned) lab's snapshot and goes back to
     /// [`BOOTED_LAB`] afterwards (only in runs that set [`RESTORE_BOOTED`]).
     pub holds_boot_snapshot: bool,
+    /// The cluster provisioner's spans, for the scenario's trace (bring-ups run inside it).
+    pub capture: provision_harness::trace::Capture,
 }
 
 /// The snapshot of the freshly booted lab (S1 done, every disk blank).
@@ -100,8 +102,14 @@ pub fn workspace_root() -> PathBuf {
 }
 
 impl LabWorld {
-    /// S1 with the seed's lab file, every node booted in `mode`.
+    /// S1 with the seed's lab file, every node booted in `mode` (its spans in the trace).
     pub async fn lab_up(&mut self, mode: BootMode) -> Result<(), ClusterError> {
+        use tracing::Instrument as _;
+        let span = self.capture.span_on("lab up", &bring_up());
+        self.lab_up_untraced(mode).instrument(span).await
+    }
+
+    async fn lab_up_untraced(&mut self, mode: BootMode) -> Result<(), ClusterError> {
         if self.external_cmd.is_none() {
             self.external_cmd = std::env::var(ENV_CMD).ok().filter(|c| !c.trim().is_empty());
         }
@@ -166,17 +174,29 @@ impl LabWorld {
 
     /// S5 with the built-in provisioner, or the user's command when one is set.
     pub async fn provision(&mut self) -> Result<(), ClusterError> {
+        use tracing::Instrument as _;
+        let span = self.capture.span_on("provision", &bring_up());
         let cmd = self.external_cmd.clone();
         let b = self.bm()?;
-        match cmd {
-            Some(c) => b.provision_with_command(&c).await,
-            None => b.provision_over_ssh().await,
+        async {
+            match cmd {
+                Some(c) => b.provision_with_command(&c).await,
+                None => b.provision_over_ssh().await,
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// S1–S6 in one go, for scenarios that start from a healthy cluster: restored from the
     /// snapshot an earlier scenario took when there is one, else built and then snapshotted.
     pub async fn provisioned_cluster(&mut self) -> Result<(), ClusterError> {
+        use tracing::Instrument as _;
+        let span = self.capture.span_on("provisioned cluster", &bring_up());
+        self.provisioned_cluster_untraced().instrument(span).await
+    }
+
+    async fn provisioned_cluster_untraced(&mut self) -> Result<(), ClusterError> {
         let restore = restore_enabled();
         if restore && let Some(b) = take_provisioned() {
             self.holds_snapshot = true;
@@ -241,4 +261,10 @@ impl LabWorld {
     pub fn record<T>(&mut self, r: Result<T, ClusterError>) {
         self.last_error = r.err().map(|e| e.to_string());
     }
+}
+
+/// The lane the scenario's cluster bring-up is drawn on (the cluster provisioner's own spans
+/// go below it, per node where they name one).
+fn bring_up() -> provision_harness::trace::Lane {
+    provision_harness::trace::Lane::new(provision_harness::trace::CLUSTER, "bring-up")
 }

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use cucumber::{Event, cli, event, gherkin, parser};
 use provision_harness::trace::bundle::{self, Bundle, slug};
 use provision_harness::trace::fake::FakeRecord;
-use provision_harness::trace::{Lane, Mark, Span, Trace, args, unix_us};
+use provision_harness::trace::{Lane, Span, Trace, args, unix_us};
 use serde_json::json;
 
 /// Where this run's traces and bundles go, and whether every scenario gets a trace.
@@ -288,67 +288,9 @@ impl<W: 'static> cucumber::Writer<W> for StepTrace {
     }
 }
 
-/// The files a lab keeps per guest that a failure bundle copies.
-const LAB_FILES: &[&str] = &["serial.log", "qemu.stderr", "qmp-events.jsonl"];
-
-/// Under `root` (a lab's run dir, or a lab-backed fake's state dir; three levels at most):
-/// every guest's serial log, QEMU stderr and QMP event log, named `<guest>.<file>`, and the
-/// QMP events as instants on the guest's lane of the "lab" process.
+/// Under `root` (a lab's run dir, or a lab-backed fake's state dir): every guest's serial log
+/// and its stamps, QEMU stderr and QMP event log, named `<guest>.<file>`, and its boots,
+/// console milestones and QMP events on the guest's lane of the "lab" process.
 pub fn lab_files(root: &Path) -> (Vec<(PathBuf, String)>, Trace) {
-    let mut files = Vec::new();
-    let mut trace = Trace::default();
-    let mut dirs = vec![(root.to_path_buf(), 0)];
-    while let Some((dir, depth)) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                if depth < 3 {
-                    dirs.push((path, depth + 1));
-                }
-                continue;
-            }
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !LAB_FILES.contains(&name.as_str()) {
-                continue;
-            }
-            let guest = dir
-                .file_name()
-                .map_or("guest".into(), |g| g.to_string_lossy().into_owned());
-            if name == "qmp-events.jsonl" {
-                qmp_marks(&mut trace, &guest, &path);
-            }
-            files.push((path, format!("{guest}.{name}")));
-        }
-    }
-    files.sort_by(|a, b| a.1.cmp(&b.1));
-    (files, trace)
-}
-
-/// QMP events (QEMU stamps each with its own wall-clock time) as instants.
-fn qmp_marks(trace: &mut Trace, guest: &str, log: &Path) {
-    let Ok(text) = std::fs::read_to_string(log) else {
-        return;
-    };
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let ts = &v["timestamp"];
-        let (Some(s), Some(us)) = (ts["seconds"].as_i64(), ts["microseconds"].as_i64()) else {
-            continue;
-        };
-        let name = v["event"].as_str().unwrap_or("QMP event").to_string();
-        let mut a = serde_json::Map::new();
-        a.insert("data".into(), v["data"].clone());
-        trace.mark(Mark {
-            lane: Lane::new("lab", guest),
-            name,
-            cat: "qmp".into(),
-            at_us: s * 1_000_000 + us,
-            args: a,
-        });
-    }
+    provision_harness::trace::lab::collect(root)
 }

@@ -201,7 +201,9 @@ impl StackWorld {
     /// The cluster provisioner on the deployer's VMs, up to S4 (nothing written to a VM yet).
     pub async fn stage_cluster(&mut self) -> Result<(), ClusterError> {
         let t = self.t()?;
-        let c = stage_cluster(&t.fake, &t.rollout, self.deployed()?, &t.key).await?;
+        let c = stage_cluster(&t.fake, &t.rollout, self.deployed()?, &t.key)
+            .instrument(self.capture.span_on("stage cluster", &bring_up()))
+            .await?;
         self.cluster = Some(c);
         Ok(())
     }
@@ -217,11 +219,14 @@ impl StackWorld {
             self.start_target().await?;
             self.roll_out().await?;
             self.stage_cluster().await?;
-            self.cm()?.provision_over_ssh().await?;
+            let span = self.capture.span_on("provision", &bring_up());
+            self.cm()?.provision_over_ssh().instrument(span).await?;
         }
+        let span = self.capture.span_on("quorum", &bring_up());
         let q = self
             .cm()?
             .wait_for_quorum(&[], 3, 3, QUORUM_TIMEOUT)
+            .instrument(span)
             .await?;
         self.quorum = Some(q);
         Ok(())
@@ -307,4 +312,10 @@ impl StackWorld {
 
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The lane the scenario's cluster bring-up is drawn on (the cluster provisioner's own spans
+/// go below it, per node where they name one).
+fn bring_up() -> provision_harness::trace::Lane {
+    provision_harness::trace::Lane::new(provision_harness::trace::CLUSTER, "bring-up")
 }

@@ -68,6 +68,7 @@ pub mod netfault;
 pub mod qemu_args;
 pub mod qga;
 pub mod qmp;
+pub mod serial_stamps;
 pub mod snapshot;
 pub mod spec;
 

@@ -14,6 +14,9 @@ pub const LAN_NIC_ID: &str = "nic-lan";
 pub const MGMT_NIC_ID: &str = "nic-mgmt";
 /// Guest address of the management NIC (QEMU's user-mode network hands out .15 first).
 pub const MGMT_GUEST_IP: &str = "10.0.2.15/24";
+/// A node's serial stamps file, beside its `serial.log`.
+pub const SERIAL_TIMES: &str = "serial.times.jsonl";
+
 /// The serial marker the guest's init prints when the agent and SSH server are up.
 pub const READY_MARKER: &str = "VMLAB-READY";
 /// Longest kernel command line x86 accepts, minus a margin.
@@ -32,6 +35,8 @@ pub struct NodePaths {
     pub qga: PathBuf,
     pub serial_sock: PathBuf,
     pub serial_log: PathBuf,
+    /// When each serial line arrived ([`crate::serial_stamps`]).
+    pub serial_times: PathBuf,
     pub stderr: PathBuf,
     pub events: PathBuf,
     pub argv: PathBuf,
@@ -50,6 +55,7 @@ impl NodePaths {
             qga: dir.join("qga.sock"),
             serial_sock: dir.join("serial.sock"),
             serial_log: dir.join("serial.log"),
+            serial_times: dir.join(SERIAL_TIMES),
             stderr: dir.join("qemu.stderr"),
             events: dir.join("qmp-events.jsonl"),
             argv: dir.join("argv.json"),

@@ -287,6 +287,31 @@ fn two_guests_on_a_bridge_with_dhcp_agent_ssh_power_verbs_and_clean_teardown() {
     assert!(!run_dir.exists());
 }
 
+/// The guest's serial stamps (in its run dir) record its power-on and, later, its ready line.
+fn assert_ready_stamped(g: &Guest, within: Duration) {
+    let file = g.dir().join(vm_lab::qemu_args::SERIAL_TIMES);
+    let start = Instant::now();
+    loop {
+        let stamps = vm_lab::serial_stamps::read(&file);
+        let ready = stamps.iter().find(|s| {
+            s.line
+                .as_deref()
+                .is_some_and(|l| l.contains(vm_lab::qemu_args::READY_MARKER))
+        });
+        if let (Some(first), Some(ready)) = (stamps.first(), ready) {
+            assert!(first.is_power_on(), "{stamps:?}");
+            assert!(ready.at_us > first.at_us, "{stamps:?}");
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{}: no stamped ready line in {stamps:?}",
+            g.name()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn the_multicast_fallback_still_joins_guests_on_one_segment() {
     log_init();
@@ -314,6 +339,7 @@ fn the_multicast_fallback_still_joins_guests_on_one_segment() {
     let patience = boot_patience(&host);
     wait_agent(&a, patience);
     wait_agent(&b, patience);
+    assert_ready_stamped(&a, patience);
     let ping = a
         .exec("ping -c2 -W2 10.10.0.32", Duration::from_secs(30))
         .unwrap();

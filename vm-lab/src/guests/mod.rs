@@ -298,12 +298,20 @@ impl GuestHost {
         std::fs::write(&argv_file, line).map_err(|e| Error::io(&argv_file, e))?;
         let stderr =
             std::fs::File::create(&paths.stderr).map_err(|e| Error::io(&paths.stderr, e))?;
+        let serial_offset = std::fs::metadata(&paths.serial_log).map_or(0, |m| m.len());
         let proc_ = NsProcess::spawn(
             self.init_pid,
             "qemu-system-x86_64",
             &argv,
             Stdio::from(stderr),
         )?;
+        // When each console line arrived, in the guest's run dir (the thread ends with QEMU).
+        drop(crate::serial_stamps::spawn(
+            paths.serial_log.clone(),
+            paths.dir.join(crate::qemu_args::SERIAL_TIMES),
+            serial_offset,
+            proc_.pid,
+        ));
         let guest = Guest {
             spec,
             paths,

@@ -92,6 +92,8 @@ struct Running {
     qemu_pid: u32,
     serial_offset: u64,
     events: tokio::task::JoinHandle<()>,
+    /// Stamps each serial line as it arrives (ends by itself once QEMU is gone).
+    serial_stamps: std::thread::JoinHandle<()>,
 }
 
 /// One VM of a lab.
@@ -272,11 +274,18 @@ impl Node {
             return Ok(());
         }
         let events = qmp_conn::spawn_event_log(self.paths.qmp.clone(), self.paths.events.clone());
+        let serial_stamps = crate::serial_stamps::spawn(
+            self.paths.serial_log.clone(),
+            self.paths.serial_times.clone(),
+            serial_offset,
+            qemu_pid,
+        );
         *guard = Some(Running {
             child,
             qemu_pid,
             serial_offset,
             events,
+            serial_stamps,
         });
         Ok(())
     }
@@ -430,6 +439,13 @@ impl Node {
             // The event log ends by itself when QEMU's socket closes; let it write the last events.
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut r.events).await;
             r.events.abort();
+            // So does the serial tail, within one poll, after a last read of the log.
+            let stamps = r.serial_stamps;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::task::spawn_blocking(move || stamps.join()),
+            )
+            .await;
             let _ = std::fs::remove_file(&self.paths.pid);
         }
         Ok(())
