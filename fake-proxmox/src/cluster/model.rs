@@ -14,8 +14,17 @@ impl Site {
             }
             return Ok(v);
         }
-        (100u32..1_000_000)
-            .find(|i| !self.vms.contains_key(i))
+        // The lowest free id: walk the ids in use from 100 up to the first gap (one pass over
+        // the map's keys, not a lookup per candidate).
+        let mut next = 100u32;
+        for &id in self.vms.range(100..).map(|(id, _)| id) {
+            if id != next {
+                break;
+            }
+            next += 1;
+        }
+        (next < 1_000_000)
+            .then_some(next)
             .ok_or_else(|| PveError::die("unable to get any free VMID in range [100, 1000000)"))
     }
 
@@ -111,4 +120,32 @@ pub fn quorum_refusal(
     Some(PveError::die(format!(
         "unable to open file '{file}.tmp.{pid}' - Permission denied\n"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::BTreeMap;
+
+    use crate::qemu::model::Vm;
+    use crate::world::Site;
+
+    #[test]
+    fn nextid_is_the_lowest_free_id_from_100() {
+        let spec = &crate::scenario::Scenario::embedded_default().sites[0];
+        let mut s = Site::from_spec(spec, 1, 0.0);
+        assert_eq!(s.next_vmid(None).unwrap(), 100);
+        for id in [100, 101, 103, 104] {
+            s.vms
+                .insert(id, Vm::stopped(id, "ml110-01", BTreeMap::new(), None));
+        }
+        assert_eq!(s.next_vmid(None).unwrap(), 102);
+        s.vms
+            .insert(102, Vm::stopped(102, "ml110-01", BTreeMap::new(), None));
+        assert_eq!(s.next_vmid(None).unwrap(), 105);
+        s.vms.remove(&100);
+        assert_eq!(s.next_vmid(None).unwrap(), 100);
+        assert!(s.next_vmid(Some(101)).is_err(), "a taken id is refused");
+        assert_eq!(s.next_vmid(Some(100)).unwrap(), 100);
+    }
 }
