@@ -31,24 +31,8 @@ use world::StackWorld;
 
 #[tokio::main]
 async fn main() {
-    {
-        // Logs as STACK_LOG says; the deployer's spans for the scenarios' traces.
-        use tracing_subscriber::Layer as _;
-        use tracing_subscriber::layer::SubscriberExt as _;
-        use tracing_subscriber::util::SubscriberInitExt as _;
-        let logs = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_filter(
-                tracing_subscriber::EnvFilter::try_from_env("STACK_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            );
-        let traces =
-            provision_harness::trace::TraceLayer.with_filter(provision_harness::trace::filter());
-        let _ = tracing_subscriber::registry()
-            .with(logs)
-            .with(traces)
-            .try_init();
-    }
+    // Logs as STACK_LOG says; the deployer's spans for the scenarios' traces.
+    provision_harness::trace::install_with_logs("STACK_LOG");
     // A CI timeout's SIGTERM must not leave the guests' disks and the fake's state behind.
     vm_lab::lab::remove_run_dirs_on_sigterm().expect("SIGTERM handler");
     let root = world::workspace_root();

@@ -148,6 +148,25 @@ pub fn install() -> bool {
         .is_ok()
 }
 
+/// The trace layer plus logs to stderr filtered by the environment variable `log_env`
+/// (`warn` when unset), for a test runner that also logs; `false` when a subscriber was
+/// already set.
+pub fn install_with_logs(log_env: &str) -> bool {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_env(log_env)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        );
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(TraceLayer.with_filter(filter()))
+        .try_init()
+        .is_ok()
+}
+
 /// What the layer needs: this crate's spans and events at debug and above.
 pub fn filter() -> tracing_subscriber::filter::Targets {
     tracing_subscriber::filter::Targets::new().with_target("provision_harness", Level::DEBUG)

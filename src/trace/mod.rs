@@ -16,4 +16,4 @@ pub mod lab;
 mod layer;
 
 pub use chrome::{Lane, Mark, Span, Trace, args, now_us, unix_us};
-pub use layer::{CLUSTER, Capture, DEPLOYER, TraceLayer, filter, install};
+pub use layer::{CLUSTER, Capture, DEPLOYER, TraceLayer, filter, install, install_with_logs};

@@ -200,38 +200,7 @@ async fn a_reused_listing_still_adopts_by_name() {
 async fn a_killed_run_resumes_without_duplicates_with_a_reused_listing() {
     let names = ["reuse-a", "reuse-b", "reuse-c"];
     for kill_after_ms in [5u64, 30, 60] {
-        let env = start(fixed_scenario()).await;
-        let files: Vec<(String, String)> = names.iter().map(|n| vm1(n)).collect();
-        let state = env.state_path();
-        let opts = || {
-            let mut o = options(Some(state.clone()));
-            o.pipeline.listing_max_age = Duration::from_secs(60);
-            o
-        };
-        let d = Arc::new(Deployer::new(env.provider.clone(), opts()).unwrap());
-        let manifests = Arc::new(set(&files));
-        let run = {
-            let d = Arc::clone(&d);
-            let m = Arc::clone(&manifests);
-            tokio::spawn(async move { d.deploy(&m).await })
-        };
-        tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
-        run.abort();
-        let _ = run.await;
-        drop(d);
-
-        let r = Deployer::new(env.provider.clone(), opts())
-            .unwrap()
-            .deploy(&manifests)
-            .await
-            .unwrap();
-        assert!(r.all_ready(), "kill after {kill_after_ms} ms: {r:#?}");
-        for n in names {
-            let found = env.vms_named("site-1", n).await;
-            assert_eq!(found.len(), 1, "kill after {kill_after_ms} ms: {n}");
-        }
-        assert!(env.orphan_volumes("site-1").await.is_empty());
-        env.shutdown().await;
+        kill_and_resume(&names, kill_after_ms, Duration::from_secs(60)).await;
     }
 }
 
@@ -241,44 +210,57 @@ async fn a_killed_run_resumes_without_duplicates_with_a_reused_listing() {
 async fn a_killed_run_resumes_without_duplicates_or_orphans() {
     let names = ["resume-a", "resume-b", "resume-c"];
     for kill_after_ms in [0u64, 5, 15, 30, 60, 120] {
-        let env = start(fixed_scenario()).await;
-        let files: Vec<(String, String)> = names.iter().map(|n| vm1(n)).collect();
-        let state = env.state_path();
-        let d =
-            Arc::new(Deployer::new(env.provider.clone(), options(Some(state.clone()))).unwrap());
-        let manifests = Arc::new(set(&files));
-        let run = {
-            let d = Arc::clone(&d);
-            let m = Arc::clone(&manifests);
-            tokio::spawn(async move { d.deploy(&m).await })
-        };
-        tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
-        run.abort();
-        let _ = run.await;
-        drop(d);
-
-        let resumed = Deployer::new(env.provider.clone(), options(Some(state.clone()))).unwrap();
-        let r = resumed.deploy(&manifests).await.unwrap();
-        assert!(r.all_ready(), "kill after {kill_after_ms} ms: {r:#?}");
-        for n in names {
-            let found = env.vms_named("site-1", n).await;
-            assert_eq!(
-                found.len(),
-                1,
-                "kill after {kill_after_ms} ms: {n} exists {} times",
-                found.len()
-            );
-            assert_eq!(
-                Some(found[0]["vmid"].as_u64().unwrap() as u32),
-                vm(&r, n).vmid
-            );
-        }
-        assert!(
-            env.orphan_volumes("site-1").await.is_empty(),
-            "kill after {kill_after_ms} ms: orphans"
-        );
-        env.shutdown().await;
+        kill_and_resume(&names, kill_after_ms, Duration::ZERO).await;
     }
+}
+
+/// Deploys `names` on a fresh fake, kills the run after `kill_after_ms`, runs it again (both
+/// with `listing_max_age`) and checks every VM exists once, as reported, with no orphan disk.
+async fn kill_and_resume(names: &[&str], kill_after_ms: u64, listing_max_age: Duration) {
+    let env = start(fixed_scenario()).await;
+    let files: Vec<(String, String)> = names.iter().map(|n| vm1(n)).collect();
+    let state = env.state_path();
+    let opts = || {
+        let mut o = options(Some(state.clone()));
+        o.pipeline.listing_max_age = listing_max_age;
+        o
+    };
+    let d = Arc::new(Deployer::new(env.provider.clone(), opts()).unwrap());
+    let manifests = Arc::new(set(&files));
+    let run = {
+        let d = Arc::clone(&d);
+        let m = Arc::clone(&manifests);
+        tokio::spawn(async move { d.deploy(&m).await })
+    };
+    tokio::time::sleep(Duration::from_millis(kill_after_ms)).await;
+    run.abort();
+    let _ = run.await;
+    drop(d);
+
+    let r = Deployer::new(env.provider.clone(), opts())
+        .unwrap()
+        .deploy(&manifests)
+        .await
+        .unwrap();
+    assert!(r.all_ready(), "kill after {kill_after_ms} ms: {r:#?}");
+    for &n in names {
+        let found = env.vms_named("site-1", n).await;
+        assert_eq!(
+            found.len(),
+            1,
+            "kill after {kill_after_ms} ms: {n} exists {} times",
+            found.len()
+        );
+        assert_eq!(
+            Some(found[0]["vmid"].as_u64().unwrap() as u32),
+            vm(&r, n).vmid
+        );
+    }
+    assert!(
+        env.orphan_volumes("site-1").await.is_empty(),
+        "kill after {kill_after_ms} ms: orphans"
+    );
+    env.shutdown().await;
 }
 
 /// Killed right after the create call was sent (the worker keeps running server-side): the
