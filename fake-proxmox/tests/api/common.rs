@@ -155,6 +155,30 @@ impl Api {
         self.send("POST", path, form).await
     }
 
+    /// Creates the `@pve` user `userid` with the password `password1` and logs it in.
+    pub async fn new_user(&self, userid: &str) -> Api {
+        let r = self
+            .post(
+                "/access/users",
+                &[("userid", userid), ("password", "password1")],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        self.login(userid, "password1").await
+    }
+
+    /// Gives `userid` the role `role` on `path`.
+    pub async fn grant(&self, path: &str, role: &str, userid: &str) {
+        let r = self
+            .send(
+                "PUT",
+                "/access/acl",
+                &[("path", path), ("roles", role), ("users", userid)],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+
     /// Log in with a ticket; returns a client that sends cookie + CSRF header.
     pub async fn login(&self, user: &str, password: &str) -> Api {
         let r = self

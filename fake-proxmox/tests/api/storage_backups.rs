@@ -156,12 +156,7 @@ async fn backup_access_needs_vm_backup_and_protection_is_limited_without_allocat
     let f = start().await;
     let api = f.api("site-1");
     with_backups(&f).await;
-    api.post(
-        "/access/users",
-        &[("userid", "op@pve"), ("password", "password1")],
-    )
-    .await;
-    let op = api.login("op@pve", "password1").await;
+    let op = api.new_user("op@pve").await;
     let name = backup(100, 1);
     let r = put(&op, &name, &[("notes", "x")]).await;
     assert_eq!(r.status, 403, "{}", r.body);
@@ -182,14 +177,7 @@ async fn backup_access_needs_vm_backup_and_protection_is_limited_without_allocat
         ("/storage/local", "PVEDatastoreUser"),
         ("/vms/100", "PVEVMUser"),
     ] {
-        let r = api
-            .send(
-                "PUT",
-                "/access/acl",
-                &[("path", path), ("roles", role), ("users", "op@pve")],
-            )
-            .await;
-        assert_eq!(r.status, 200, "{}", r.body);
+        api.grant(path, role, "op@pve").await;
     }
     assert_eq!(put(&op, &name, &[("notes", "x")]).await.status, 200);
     // The listing shows op the ISO and VM 100's backups, not VM 101's.
@@ -389,12 +377,7 @@ async fn a_prune_removes_what_it_marks_and_needs_its_privileges() {
     let api = f.api("site-1");
     with_backups(&f).await;
     put(&api, &backup(100, 1), &[("protected", "1")]).await;
-    api.post(
-        "/access/users",
-        &[("userid", "op@pve"), ("password", "password1")],
-    )
-    .await;
-    let op = api.login("op@pve", "password1").await;
+    let op = api.new_user("op@pve").await;
     let r = op
         .send("DELETE", PRUNE, &[("prune-backups", "keep-last=1")])
         .await;

@@ -101,22 +101,8 @@ async fn a_copy_is_root_only_and_stays_on_its_storage() {
         .await;
     assert_eq!(r.status, 403, "{}", r.body);
     assert_eq!(r.message(), "Permission check failed (user != root@pam)\n");
-    api.post(
-        "/access/users",
-        &[("userid", "op@pve"), ("password", "password1")],
-    )
-    .await;
-    api.send(
-        "PUT",
-        "/access/acl",
-        &[
-            ("path", "/"),
-            ("roles", "Administrator"),
-            ("users", "op@pve"),
-        ],
-    )
-    .await;
-    let op = api.login("op@pve", "password1").await;
+    let op = api.new_user("op@pve").await;
+    api.grant("/", "Administrator", "op@pve").await;
     let r = op
         .post(
             &format!("{LOCAL}/content/{iso}"),
@@ -341,28 +327,15 @@ async fn an_oci_pull_fails_as_on_a_node_without_the_registry() {
 async fn an_oci_pull_needs_template_and_network_privileges() {
     let f = start().await;
     let api = f.api("site-1");
-    api.post(
-        "/access/users",
-        &[("userid", "op@pve"), ("password", "password1")],
-    )
-    .await;
-    let op = api.login("op@pve", "password1").await;
+    let op = api.new_user("op@pve").await;
     let path = format!("{LOCAL}/oci-registry-pull");
     let r = op.post(&path, &[("reference", "alpine:latest")]).await;
     assert_eq!(
         r.message(),
         "Permission check failed (/storage/local, Datastore.AllocateTemplate)\n"
     );
-    api.send(
-        "PUT",
-        "/access/acl",
-        &[
-            ("path", "/storage/local"),
-            ("roles", "PVEDatastoreAdmin"),
-            ("users", "op@pve"),
-        ],
-    )
-    .await;
+    api.grant("/storage/local", "PVEDatastoreAdmin", "op@pve")
+        .await;
     let r = op.post(&path, &[("reference", "alpine:latest")]).await;
     assert_eq!(
         r.message(),
