@@ -43,7 +43,7 @@ impl Site {
     }
 
     /// Drop a volume's record and its data; the record, if there was one.
-    pub(crate) fn remove_volume(&mut self, node: &str, sid: &str, volname: &str) -> Option<Volume> {
+    pub fn remove_volume(&mut self, node: &str, sid: &str, volname: &str) -> Option<Volume> {
         let old = self.storage_mut(node, sid)?.volumes.remove(volname)?;
         if let Err(e) = self.disks_on(node).free(Vol::new(node, sid, volname)) {
             tracing::warn!("freeing {sid}:{volname} on {node}: {e}");
@@ -75,7 +75,7 @@ impl Site {
     /// an empty image of `size` bytes. With a file and real data, the record takes the
     /// file's virtual size (a disk made from it must hold it); what it uses on the storage
     /// stays the caller's number.
-    pub(crate) fn place_data(
+    pub fn place_data(
         &mut self,
         node: &str,
         sid: &str,

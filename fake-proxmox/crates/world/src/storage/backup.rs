@@ -5,11 +5,14 @@
 //! Times in archive names are read as UTC: the fake's nodes run in UTC (PVE reads them in
 //! the node's local time zone).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use regex::Regex;
 use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time};
+
+// The `prune-backups` option is a schema format, so its validator lives with the schema.
+pub use fake_proxmox_schema::prune::{INTERVALS, Keep, validate_prune_backups};
 
 static ARCHIVE: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"^vzdump-(lxc|openvz|qemu)-.+\.(tgz|(?:tar|vma)(?:\.(?:gz|lzo|zst|bz2))?)$").ok()
@@ -68,46 +71,6 @@ pub fn listed_vmid(name: &str) -> Option<u32> {
         .as_str()
         .parse()
         .ok()
-}
-
-/// The retention of one prune: `keep-all`, or how many of each interval to keep.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Keep {
-    pub all: bool,
-    pub counts: BTreeMap<String, u64>,
-}
-
-/// The `keep-*` intervals, shortest first: the order `prune_mark_backup_group` applies them.
-const INTERVALS: [&str; 6] = [
-    "keep-last",
-    "keep-hourly",
-    "keep-daily",
-    "keep-weekly",
-    "keep-monthly",
-    "keep-yearly",
-];
-
-/// `validate_prune_backups` over a parsed `prune-backups` string: no positive count means
-/// `keep-all`; `keep-all` with a positive count is refused.
-pub fn validate_prune_backups(parsed: &BTreeMap<String, String>) -> Result<Keep, String> {
-    let mut keep = Keep::default();
-    for (k, v) in parsed {
-        if k == "keep-all" {
-            keep.all = v == "1";
-        } else if let Ok(n) = v.trim().parse::<u64>() {
-            keep.counts.insert(k.clone(), n);
-        }
-    }
-    if keep.counts.values().all(|n| *n == 0) {
-        return Ok(Keep {
-            all: true,
-            counts: BTreeMap::new(),
-        });
-    }
-    if keep.all {
-        return Err("keep-all cannot be set together with other options.\n".into());
-    }
-    Ok(keep)
 }
 
 /// What a prune does with a backup (the `mark` of PVE's prune list).
@@ -238,20 +201,21 @@ mod tests {
     }
 
     #[test]
-    fn keep_all_alone_or_by_default() {
-        let parse = |pairs: &[(&str, &str)]| {
-            let m: BTreeMap<String, String> = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            validate_prune_backups(&m)
-        };
-        assert!(parse(&[("keep-last", "0")]).unwrap().all);
-        assert!(!parse(&[("keep-last", "2")]).unwrap().all);
-        assert_eq!(
-            parse(&[("keep-all", "1"), ("keep-last", "2")]).unwrap_err(),
-            "keep-all cannot be set together with other options.\n"
-        );
+    fn last_then_daily_cover_older_backups() {
+        // Two backups a day for three days, oldest first.
+        let mut e: Vec<PruneEntry> = (0..3).flat_map(|d| [entry(d, 1), entry(d, 13)]).collect();
+        let m = marks(&[("keep-last", 1), ("keep-daily", 2)], &mut e);
+        // keep-last keeps day 2 13:00; keep-daily skips day 2 (covered) and keeps the newest
+        // of days 1 and 0; the rest goes.
+        assert_eq!(m, ["remove", "keep", "remove", "keep", "remove", "keep"]);
+    }
+
+    #[test]
+    fn protected_backups_keep_their_mark_and_do_not_count() {
+        let mut e = vec![entry(0, 1), entry(1, 1)];
+        e[1].mark = Some(Mark::Protected);
+        let m = marks(&[("keep-last", 1)], &mut e);
+        assert_eq!(m, ["keep", "protected"]);
     }
 
     fn entry(day: u64, hour: u64) -> PruneEntry {
@@ -275,23 +239,5 @@ mod tests {
             .iter()
             .map(|e| e.mark.map_or("-", Mark::as_str))
             .collect()
-    }
-
-    #[test]
-    fn last_then_daily_cover_older_backups() {
-        // Two backups a day for three days, oldest first.
-        let mut e: Vec<PruneEntry> = (0..3).flat_map(|d| [entry(d, 1), entry(d, 13)]).collect();
-        let m = marks(&[("keep-last", 1), ("keep-daily", 2)], &mut e);
-        // keep-last keeps day 2 13:00; keep-daily skips day 2 (covered) and keeps the newest
-        // of days 1 and 0; the rest goes.
-        assert_eq!(m, ["remove", "keep", "remove", "keep", "remove", "keep"]);
-    }
-
-    #[test]
-    fn protected_backups_keep_their_mark_and_do_not_count() {
-        let mut e = vec![entry(0, 1), entry(1, 1)];
-        e[1].mark = Some(Mark::Protected);
-        let m = marks(&[("keep-last", 1)], &mut e);
-        assert_eq!(m, ["keep", "protected"]);
     }
 }

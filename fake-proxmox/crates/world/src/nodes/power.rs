@@ -5,27 +5,14 @@
 
 use crate::qemu::model::Power;
 use crate::request::Request;
-use crate::route::{Ctx, Route, route};
 use crate::tasks::model::{TaskPlan, Work};
-use crate::wire::{PveError, Reply};
+use crate::wire::PveError;
 use crate::world::Site;
 
 /// Seconds a rebooting node is gone: its firmware, kernel and services (chosen).
 pub const BOOT_SECS: f64 = 90.0;
 /// What pve-guests runs as.
 const GUESTS_USER: &str = "root@pam";
-
-pub fn routes() -> Vec<Route> {
-    vec![route("POST", "/nodes/{node}/status", node_cmd)]
-}
-
-fn node_cmd(c: &mut Ctx) -> Result<Reply, PveError> {
-    let node = c.node()?;
-    c.require(&format!("/nodes/{node}"), "Sys.PowerMgmt")?;
-    let reboot = c.req.p.req_str("command")? == "reboot";
-    c.site.power_off_node(&c.req, reboot)?;
-    Ok(Reply::null())
-}
 
 /// `startup: order=N,...`: the VM's start order (PVE starts unordered ones last).
 fn start_order(startup: Option<&String>) -> u64 {

@@ -2,7 +2,7 @@
 //!
 //! Each fact carries the release it appeared in (see `pve-api-facts.md`).
 
-pub use crate::schema::PveVersion;
+pub use crate::PveVersion;
 
 impl PveVersion {
     pub fn parse(s: &str) -> Option<Self> {

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
-use super::addr;
+use crate::firewall_addr as addr;
 
 /// Service names of Debian's `/etc/services` with a tcp, udp or sctp port.
 static SERVICES: LazyLock<HashSet<&'static str>> =

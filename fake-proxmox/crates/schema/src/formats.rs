@@ -18,67 +18,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::facts::{Prop, PropFormat};
-use super::propstr::parse_with;
 use super::{ApiSchema, PveVersion};
-
-/// Checks `value` against a format; `Err` holds PVE's `die` text (usually ending in `\n`).
-pub(crate) fn check_format(format: &PropFormat, value: &str, path: &str) -> Result<(), String> {
-    match format {
-        PropFormat::Hash(h) => parse_with(h, value, path)
-            .map(|_| ())
-            .map_err(|e| e.message()),
-        PropFormat::Named(name) => {
-            if name == "regex" {
-                return Ok(());
-            }
-            // `$format =~ m/^(.*?)(?:-(list|opt))?$/`
-            let (base, kind) = if let Some(b) = name.strip_suffix("-list") {
-                (b, Kind::List)
-            } else if let Some(b) = name.strip_suffix("-opt") {
-                (b, Kind::Opt)
-            } else {
-                (name.as_str(), Kind::One)
-            };
-            if let Some(hash) = named_hash(base) {
-                if kind != Kind::One {
-                    return Err(format!(
-                        "'-{}' format must have code ref, not hash\n",
-                        kind.name()
-                    ));
-                }
-                let parsed = parse_with(hash, value, path).map_err(|e| e.message())?;
-                // pve-storage registers `prune-backups` with a verify function.
-                if base == "prune-backups" {
-                    crate::storage::backup::validate_prune_backups(&parsed)?;
-                }
-                return Ok(());
-            }
-            match kind {
-                Kind::One => check_named(base, value),
-                Kind::Opt if value.is_empty() || value == "0" => Ok(()),
-                Kind::Opt => check_named(base, value),
-                Kind::List => split_list(value).try_for_each(|v| check_named(base, v)),
-            }
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    One,
-    List,
-    Opt,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::One => "none",
-            Kind::List => "list",
-            Kind::Opt => "opt",
-        }
-    }
-}
 
 /// `PVE::Tools::split_list`: NUL-separated if it has a NUL, else on `,`, `;` and whitespace.
 pub fn split_list(value: &str) -> Box<dyn Iterator<Item = &str> + '_> {
@@ -95,7 +35,7 @@ pub fn split_list(value: &str) -> Box<dyn Iterator<Item = &str> + '_> {
 
 static NAMED_HASHES: LazyLock<BTreeMap<String, BTreeMap<String, Prop>>> = LazyLock::new(|| {
     let raw: BTreeMap<String, serde_json::Value> =
-        serde_json::from_str(include_str!("../../schema/formats.json"))
+        serde_json::from_str(include_str!("../data/formats.json"))
             .expect("committed formats.json is valid JSON");
     raw.into_iter()
         .filter(|(k, _)| !k.starts_with('_'))
@@ -232,7 +172,7 @@ pub(crate) fn check_named(name: &str, v: &str) -> Result<(), String> {
     id_format(name, v)
         .or_else(|| network_format(name, v))
         .or_else(|| vm_format(name, v))
-        .or_else(|| crate::firewall::formats::check(name, v))
+        .or_else(|| crate::firewall_formats::check(name, v))
         // Accepted unchecked: see the module docs.
         .unwrap_or(Ok(()))
 }
@@ -524,16 +464,6 @@ mod tests {
         assert_eq!(
             check_named("pve-volume-id-or-qm-path", "nocolon").unwrap_err(),
             "unable to parse volume ID 'nocolon'\n"
-        );
-    }
-
-    #[test]
-    fn lists_split_like_split_list() {
-        let f = PropFormat::Named("pve-configid-list".into());
-        assert!(check_format(&f, "net0,scsi1;ide2 virtio0", "delete").is_ok());
-        assert_eq!(
-            check_format(&f, "net0,9x", "delete").unwrap_err(),
-            "invalid configuration ID '9x'\n"
         );
     }
 

@@ -6,28 +6,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Number, Value};
 
-use super::facts::{MethodInfo, Prop};
-use super::{ParamErrors, RawValue, formats};
-
-pub(crate) const MISSING: &str = "property is missing and it is not optional";
-pub(crate) const UNKNOWN: &str =
-    "property is not defined in schema and the schema does not allow additional properties";
-
-/// `add_error`: a second message for the same path is joined with a literal `\n`
-/// (JSONSchema.pm uses a single-quoted `'\n'`).
-pub(crate) fn add_error(errors: &mut ParamErrors, path: &str, msg: impl Into<String>) {
-    let msg = msg.into();
-    let path = if path.is_empty() { "_root" } else { path };
-    match errors.get_mut(path) {
-        Some(prev) => {
-            prev.push_str("\\n");
-            prev.push_str(&msg);
-        }
-        None => {
-            errors.insert(path.to_string(), msg);
-        }
-    }
-}
+use crate::errors::{MISSING, UNKNOWN, add_error};
+use crate::facts::{MethodInfo, Prop, PropFormat};
+use crate::propstr::{PropStrError, parse_with};
+use crate::{ApiSchema, ParamErrors, PveVersion, RawValue, formats};
 
 fn raw_json(raw: &RawValue) -> Value {
     match raw {
@@ -292,7 +274,7 @@ fn check_scalar_type(ty: Option<&str>, scalar: &str) -> Result<(), String> {
 /// The checks after `check_type` for a non-reference value.
 pub(crate) fn check_scalar(prop: &Prop, path: &str, value: &str, errors: &mut ParamErrors) -> bool {
     if let Some(format) = &prop.format
-        && let Err(msg) = formats::check_format(format, value, path)
+        && let Err(msg) = check_format(format, value, path)
     {
         add_error(errors, path, format!("invalid format - {msg}"));
         return false;
@@ -404,9 +386,123 @@ fn typed(ty: Option<&str>, scalar: String) -> Value {
     }
 }
 
+/// Checks `value` against a format; `Err` holds PVE's `die` text (usually ending in `\n`).
+pub(crate) fn check_format(format: &PropFormat, value: &str, path: &str) -> Result<(), String> {
+    match format {
+        PropFormat::Hash(h) => parse_with(h, value, path, check_prop)
+            .map(|_| ())
+            .map_err(|e| e.message()),
+        PropFormat::Named(name) => {
+            if name == "regex" {
+                return Ok(());
+            }
+            // `$format =~ m/^(.*?)(?:-(list|opt))?$/`
+            let (base, kind) = if let Some(b) = name.strip_suffix("-list") {
+                (b, Kind::List)
+            } else if let Some(b) = name.strip_suffix("-opt") {
+                (b, Kind::Opt)
+            } else {
+                (name.as_str(), Kind::One)
+            };
+            if let Some(hash) = formats::named_hash(base) {
+                if kind != Kind::One {
+                    return Err(format!(
+                        "'-{}' format must have code ref, not hash\n",
+                        kind.name()
+                    ));
+                }
+                let parsed = parse_with(hash, value, path, check_prop).map_err(|e| e.message())?;
+                // pve-storage registers `prune-backups` with a verify function.
+                if base == "prune-backups" {
+                    crate::prune::validate_prune_backups(&parsed)?;
+                }
+                return Ok(());
+            }
+            match kind {
+                Kind::One => formats::check_named(base, value),
+                Kind::Opt if value.is_empty() || value == "0" => Ok(()),
+                Kind::Opt => formats::check_named(base, value),
+                Kind::List => {
+                    formats::split_list(value).try_for_each(|v| formats::check_named(base, v))
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    One,
+    List,
+    Opt,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::One => "none",
+            Kind::List => "list",
+            Kind::Opt => "opt",
+        }
+    }
+}
+
+/// Parses a property string the way PVE parses the option or format `format_key`:
+/// an option name (`net0`, `scsi1`, `ipconfig0`, `memory`, `agent`, `efidisk0`, …, looked up in
+/// the PVE 9.1 VM config schema) or a named format (`pve-qm-ipconfig`, `pve-qm-boot`, …).
+///
+/// Returns the keys as PVE stores them (aliases resolved, `keyAlias` filled in: `virtio=MAC`
+/// gives `model=virtio` and `macaddr=MAC`; booleans as `1`/`0`). Errors are keyed like PVE's:
+/// `net0.bridge` → message for a bad sub-property, `net0` → message for a malformed string.
+pub fn parse_property_string(
+    format_key: &str,
+    value: &str,
+) -> Result<BTreeMap<String, String>, ParamErrors> {
+    let unknown = || {
+        let mut e = ParamErrors::new();
+        e.insert(
+            format_key.to_string(),
+            format!("unknown format: {format_key}\n"),
+        );
+        e
+    };
+    let hash: &BTreeMap<String, Prop> = if let Some(h) = formats::named_hash(format_key) {
+        h
+    } else {
+        let schema = ApiSchema::get(PveVersion::V9_1);
+        let option = schema
+            .method("PUT", "/nodes/{node}/qemu/{vmid}/config")
+            .and_then(|m| m.param(format_key));
+        match option.and_then(|p| p.format.as_ref()) {
+            Some(PropFormat::Hash(h)) => h,
+            Some(PropFormat::Named(n)) => formats::named_hash(n).ok_or_else(unknown)?,
+            None => return Err(unknown()),
+        }
+    };
+    parse_with(hash, value, format_key, check_prop).map_err(|e| match e {
+        PropStrError::Die(msg) => {
+            let mut errors = ParamErrors::new();
+            errors.insert(format_key.to_string(), msg);
+            errors
+        }
+        PropStrError::Format(errors) => errors,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn lists_split_like_split_list() {
+        let f = PropFormat::Named("pve-configid-list".into());
+        assert!(check_format(&f, "net0,scsi1;ide2 virtio0", "delete").is_ok());
+        assert_eq!(
+            check_format(&f, "net0,9x", "delete").unwrap_err(),
+            "invalid configuration ID '9x'\n"
+        );
+    }
 
     #[test]
     fn integers_and_numbers_follow_perl_regexes() {

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::check::{MISSING, UNKNOWN, add_error, check_prop};
-use super::facts::{Prop, PropFormat};
-use super::{ApiSchema, ParamErrors, PveVersion, formats};
+use crate::ParamErrors;
+use crate::errors::{CheckProp, MISSING, UNKNOWN, add_error};
+use crate::facts::Prop;
 
 /// `parse_boolean`: `1|on|yes|true` → 1, `0|off|no|false` → 0, case-insensitive.
 pub fn parse_boolean(s: &str) -> Option<bool> {
@@ -53,6 +53,7 @@ pub(crate) fn parse_with(
     format: &BTreeMap<String, Prop>,
     data: &str,
     path: &str,
+    check_prop: CheckProp,
 ) -> Result<BTreeMap<String, String>, PropStrError> {
     let die = |m: String| Err(PropStrError::Die(m));
     let mut res: BTreeMap<String, String> = BTreeMap::new();
@@ -124,7 +125,7 @@ pub(crate) fn parse_with(
     }
 
     let mut errors = ParamErrors::new();
-    check_object(path, format, &res, &mut errors);
+    check_object(path, format, &res, &mut errors, check_prop);
     if errors.is_empty() {
         Ok(res)
     } else {
@@ -138,6 +139,7 @@ fn check_object(
     format: &BTreeMap<String, Prop>,
     res: &BTreeMap<String, String>,
     errors: &mut ParamErrors,
+    check_prop: CheckProp,
 ) {
     let sub = |k: &str| {
         if path.is_empty() {
@@ -174,46 +176,4 @@ fn check_object(
             None => add_error(errors, &sub(k), UNKNOWN),
         }
     }
-}
-
-/// Parses a property string the way PVE parses the option or format `format_key`:
-/// an option name (`net0`, `scsi1`, `ipconfig0`, `memory`, `agent`, `efidisk0`, …, looked up in
-/// the PVE 9.1 VM config schema) or a named format (`pve-qm-ipconfig`, `pve-qm-boot`, …).
-///
-/// Returns the keys as PVE stores them (aliases resolved, `keyAlias` filled in: `virtio=MAC`
-/// gives `model=virtio` and `macaddr=MAC`; booleans as `1`/`0`). Errors are keyed like PVE's:
-/// `net0.bridge` → message for a bad sub-property, `net0` → message for a malformed string.
-pub fn parse_property_string(
-    format_key: &str,
-    value: &str,
-) -> Result<BTreeMap<String, String>, ParamErrors> {
-    let unknown = || {
-        let mut e = ParamErrors::new();
-        e.insert(
-            format_key.to_string(),
-            format!("unknown format: {format_key}\n"),
-        );
-        e
-    };
-    let hash: &BTreeMap<String, Prop> = if let Some(h) = formats::named_hash(format_key) {
-        h
-    } else {
-        let schema = ApiSchema::get(PveVersion::V9_1);
-        let option = schema
-            .method("PUT", "/nodes/{node}/qemu/{vmid}/config")
-            .and_then(|m| m.param(format_key));
-        match option.and_then(|p| p.format.as_ref()) {
-            Some(PropFormat::Hash(h)) => h,
-            Some(PropFormat::Named(n)) => formats::named_hash(n).ok_or_else(unknown)?,
-            None => return Err(unknown()),
-        }
-    };
-    parse_with(hash, value, format_key).map_err(|e| match e {
-        PropStrError::Die(msg) => {
-            let mut errors = ParamErrors::new();
-            errors.insert(format_key.to_string(), msg);
-            errors
-        }
-        PropStrError::Format(errors) => errors,
-    })
 }

@@ -1,4 +1,4 @@
-//! The committed schema facts, as deserialized from `fake-proxmox/schema/pve-*.json`.
+//! The committed schema facts, as deserialized from `fake-proxmox/crates/schema/data/pve-*.json`.
 
 use std::collections::BTreeMap;
 

@@ -512,16 +512,3 @@ fn an_array_parameter_from_a_form_is_one_item_per_repeated_key() {
     let ok = s.validate("POST", exec, &text(&many)).unwrap();
     assert_eq!(ok["command"], serde_json::json!(["sh", "-c", "echo hi"]));
 }
-
-/// A route the dispatcher leaves the node check to (`served_locally`) is one PVE does not
-/// proxy: its schema method has no `proxyto`.
-#[test]
-fn locally_served_routes_have_no_proxyto() {
-    let s = ApiSchema::get(PveVersion::V9_1);
-    let local: Vec<_> = crate::router::table().iter().filter(|r| r.local).collect();
-    assert!(!local.is_empty());
-    for r in local {
-        let info = s.method(r.method, r.template).unwrap();
-        assert!(info.proxyto.is_none(), "{} {}", r.method, r.template);
-    }
-}

@@ -1,7 +1,9 @@
-//! Schema-driven parameter validation, generated from the official PVE API schema.
+//! fake-proxmox-schema: the Proxmox VE API schema facts and PVE's parameter validation, with
+//! no HTTP and no model, usable on its own: fake-proxmox's dispatcher validates every request
+//! with it, and the deployer's `plan` checks the requests it would send.
 //!
 //! The facts (parameter names, types, formats, ranges, patterns, enums) live in
-//! `fake-proxmox/schema/pve-*.json`, produced by `examples/gen-schema.rs` from the extracted
+//! `data/pve-*.json`, produced by fake-proxmox's `examples/gen-schema.rs` from the extracted
 //! `apidata.js` dumps. The checks mirror `pve-common src/PVE/JSONSchema.pm` (`check_prop`,
 //! `check_type`, `check_object`, `parse_property_string`), including its error texts.
 //!
@@ -10,24 +12,45 @@
 //!   no `import-from`) and `memory` as a plain integer (a property string only since 8.1);
 //!   other differences between 7.1 and 8.4 (options added in 7.2–8.4) are not modelled.
 //! - Named formats PVE registers in code are re-implemented in [`formats`]; a format name this
-//!   module does not know is accepted without checks (real PVE knows them all).
+//!   crate does not know is accepted without checks (real PVE knows them all).
 //! - Errors of several parameters are reported together, like PVE; when one parameter has
 //!   several errors PVE joins them with a literal `\n` (backslash, n) — so do we.
 //!
-//! UPIDs, volume ids and disk sizes for the model live with their owners (`tasks::upid`,
-//! `storage::volid`, `storage::model`); this module only checks the `disk-size` format.
+//! UPIDs, volume ids and disk sizes for the model live with their owners in fake-proxmox-world
+//! (`tasks::upid`, `storage::volid`, `storage::model`); this crate only checks their formats.
+//!
+//! # Layers (lower modules never import higher ones)
+//! ```text
+//! lib             ApiSchema, PveVersion, RawValue: the facade
+//!  └ check        check_prop, check_object, check_format, parse_property_string
+//!     ├ propstr   the property-string parser, handed check_prop as a callback (the checks
+//!     │           recurse through property strings; the parser never imports the checker)
+//!     ├ formats   the named formats PVE registers in code (pve-common, qemu-server, storage)
+//!     │  ├ firewall_formats → firewall_addr   pve-firewall's formats and address syntax
+//!     │  └ prune  `prune-backups` (pve-storage's verify function)
+//!     ├ errors    PVE's fixed messages and add_error
+//!     └ facts     the committed facts as deserialized; route: path templates to methods
+//! release         per-release facts (`/version` strings) of PveVersion
+//! ```
 
 mod check;
+mod errors;
 mod facts;
 pub mod formats;
 mod propstr;
 mod route;
 
+pub mod firewall_addr;
+pub mod firewall_formats;
+pub mod prune;
+pub mod release;
+
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+pub use check::parse_property_string;
 pub use facts::{MethodInfo, Prop, PropFormat};
-pub use propstr::{parse_boolean, parse_property_string};
+pub use propstr::parse_boolean;
 
 /// `param -> message`, exactly as PVE puts it in the `errors` map of a 400 answer.
 pub type ParamErrors = BTreeMap<String, String>;
@@ -115,24 +138,19 @@ pub struct ApiSchema {
 static V9_1: LazyLock<ApiSchema> = LazyLock::new(|| {
     ApiSchema::load(
         PveVersion::V9_1,
-        include_str!("../../schema/pve-9.1.json"),
+        include_str!("../data/pve-9.1.json"),
         false,
     )
 });
 static V8_4: LazyLock<ApiSchema> = LazyLock::new(|| {
     ApiSchema::load(
         PveVersion::V8_4,
-        include_str!("../../schema/pve-8.4.json"),
+        include_str!("../data/pve-8.4.json"),
         false,
     )
 });
-static V7_1: LazyLock<ApiSchema> = LazyLock::new(|| {
-    ApiSchema::load(
-        PveVersion::V7_1,
-        include_str!("../../schema/pve-8.4.json"),
-        true,
-    )
-});
+static V7_1: LazyLock<ApiSchema> =
+    LazyLock::new(|| ApiSchema::load(PveVersion::V7_1, include_str!("../data/pve-8.4.json"), true));
 
 impl ApiSchema {
     /// The schema of `v`, parsed once from the committed facts.
@@ -229,3 +247,8 @@ impl ApiSchema {
 mod proptests;
 #[cfg(test)]
 mod tests;
+
+/// The README's example runs as a doc test, so what it shows stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
