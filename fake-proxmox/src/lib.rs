@@ -150,3 +150,8 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
 }
+
+/// The README's example compiles as a doc test, so what it shows stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
