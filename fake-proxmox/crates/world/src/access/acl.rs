@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::access::model::Acl;
-use crate::access::perms::normalize_path;
+use crate::access::model::normalize_path;
 use crate::access::roles::{self, known_priv};
 use crate::access::users::{bad_groupid, check_param, plain_id};
 use crate::request::Request;

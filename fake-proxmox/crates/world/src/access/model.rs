@@ -233,7 +233,7 @@ impl Access {
     pub fn remove_vm_access(&mut self, vmid: u32) {
         let path = format!("/vms/{vmid}");
         self.acls.retain(|a| {
-            let n = super::perms::normalize_path(&a.path);
+            let n = normalize_path(&a.path);
             n != path && !n.starts_with(&format!("{path}/"))
         });
         for pool in self.pools.values_mut() {
@@ -280,6 +280,12 @@ impl Access {
             &h[20..32]
         )
     }
+}
+
+/// `normalize_path`: no doubled or trailing slashes, a leading one.
+pub fn normalize_path(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    format!("/{}", parts.join("/"))
 }
 
 #[cfg(test)]

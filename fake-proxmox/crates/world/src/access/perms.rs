@@ -8,17 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Access, Identity, PrivSet};
+use super::model::{Access, Identity, PrivSet, normalize_path};
 use super::roles;
 
 /// Role → whether it propagates.
 type Roles = BTreeMap<String, bool>;
-
-/// `normalize_path`: no doubled or trailing slashes, a leading one.
-pub fn normalize_path(path: &str) -> String {
-    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-    format!("/{}", parts.join("/"))
-}
 
 impl Access {
     /// The privileges of a role, built-in or made through the API.

@@ -12,6 +12,9 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// The largest file the guest's disk takes.
+pub(super) const FILE_CAP: usize = 64 * 1024 * 1024;
+
 /// qemu-ga keeps at most this much of a process's stdout and of its stderr
 /// (`GUEST_EXEC_MAX_OUTPUT`); the rest is dropped and `out-truncated`/`err-truncated` set.
 pub const EXEC_MAX_OUTPUT: usize = 16 * 1024 * 1024;
@@ -386,7 +389,7 @@ impl GuestOs {
         if h.append {
             h.pos = f.len();
         }
-        if h.pos.saturating_add(buf.len()) > super::shell::FILE_CAP {
+        if h.pos.saturating_add(buf.len()) > FILE_CAP {
             return qga_error("failed to write to file: No space left on device");
         }
         if f.len() < h.pos {

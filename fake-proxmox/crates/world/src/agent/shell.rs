@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::guest_os::{EXEC_MAX_OUTPUT, GuestOs, normal_path, parent};
+use super::guest_os::{EXEC_MAX_OUTPUT, FILE_CAP, GuestOs, normal_path, parent};
 use super::sh_parse::{Node, Word, parse};
 
 /// How a process ended and what it printed.
@@ -162,8 +162,6 @@ pub(super) struct Shell<'a> {
 const MAX_DEPTH: u32 = 16;
 /// What one stream keeps: more than qemu-ga captures is never needed.
 pub(super) const STREAM_CAP: usize = EXEC_MAX_OUTPUT + 1;
-/// The largest file the guest's disk takes.
-pub(super) const FILE_CAP: usize = 64 * 1024 * 1024;
 /// The most commands one `guest-exec` runs.
 const MAX_STEPS: u32 = 20_000;
 /// The most iterations a `for` runs over (its words come from a command line).

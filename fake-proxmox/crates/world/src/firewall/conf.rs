@@ -9,24 +9,8 @@ use std::collections::BTreeMap;
 use super::addr;
 use super::rule::{Rule, Scope, truthy};
 
-/// One `[ALIASES]` line.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Alias {
-    /// As written (the key is its lower case).
-    pub name: String,
-    pub cidr: String,
-    pub ipversion: Option<u8>,
-    pub comment: Option<String>,
-}
-
-/// One ipset entry: `[!]cidr # comment`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct IpsetEntry {
-    pub cidr: String,
-    pub nomatch: bool,
-    pub comment: Option<String>,
-    pub errors: BTreeMap<String, String>,
-}
+// The named objects rules refer to live below both the parser and the rule checks.
+pub use super::objects::{Alias, IpsetEntry};
 
 /// A parsed firewall config file.
 #[derive(Clone, Debug, Default, PartialEq)]

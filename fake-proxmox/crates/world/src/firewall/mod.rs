@@ -23,6 +23,7 @@ pub mod conf;
 pub mod log;
 pub mod macros;
 pub mod model;
+pub mod objects;
 pub mod rule;
 pub mod sets;
 

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::addr::{self, NAME_PATTERN};
-use super::conf::{Alias, IpsetEntry};
 use super::formats::{self, ICMP_TYPES, ICMPV6_TYPES};
 use super::macros;
+use super::objects::{Alias, IpsetEntry};
 
 /// The properties a rule has in the API (`$rule_properties`), `pos` and `digest` included.
 pub const PROPERTIES: &[&str] = &[

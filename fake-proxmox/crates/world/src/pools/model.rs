@@ -210,7 +210,7 @@ impl Site {
         self.access.pools.remove(&p);
         let acl_path = format!("/pool/{p}");
         self.access.acls.retain(|a| {
-            let n = crate::access::perms::normalize_path(&a.path);
+            let n = crate::access::model::normalize_path(&a.path);
             n != acl_path && !n.starts_with(&format!("{acl_path}/"))
         });
         Ok(())

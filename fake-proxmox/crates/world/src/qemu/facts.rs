@@ -60,7 +60,7 @@ impl<'a> ConfigFacts<'a> {
                 "balloon" => f.balloon_mib = v.parse().ok(),
                 "shares" => f.shares = v.parse().ok(),
                 key if is_net_key(key) => f.nets += 1,
-                key if super::status::is_serial_key(key) => f.serial = true,
+                key if is_serial_key(key) => f.serial = true,
                 key if is_disk_key(key) => {
                     let file = find_prop(v, "file", "file");
                     let empty = matches!(file, None | Some("none" | "cdrom"))
@@ -82,6 +82,12 @@ impl<'a> ConfigFacts<'a> {
         f.cpus = vcpus.unwrap_or(sockets.saturating_mul(cores));
         f
     }
+}
+
+/// `serial0`…`serial3`: the keys of a VM's serial ports.
+pub(crate) fn is_serial_key(k: &str) -> bool {
+    k.strip_prefix("serial")
+        .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"))
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ fn tunnel_socket(vmid: u32) -> String {
 /// `normalize_path` of the ticket path: `None` (PVE: "invalid ticket path") for characters
 /// outside `[[:alnum:]._/-]`.
 fn ticket_path(socket: &str) -> Option<String> {
-    let path = crate::access::perms::normalize_path(&format!("/socket/{socket}"));
+    let path = crate::access::model::normalize_path(&format!("/socket/{socket}"));
     path.chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/'))
         .then_some(path)

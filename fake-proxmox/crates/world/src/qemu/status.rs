@@ -447,7 +447,7 @@ impl Vm {
         (
             self.balloon_mib(),
             self.config.get("shares").and_then(|s| s.parse().ok()),
-            self.config.keys().any(|k| is_serial_key(k)),
+            self.config.keys().any(|k| super::facts::is_serial_key(k)),
             self.config
                 .iter()
                 .filter(|(k, v)| is_qemu_block_device(k) && !is_cdrom(v))
@@ -478,11 +478,6 @@ impl Vm {
             format!("{base}+{PVE_MACHINE_REVISION}")
         }
     }
-}
-
-pub(crate) fn is_serial_key(k: &str) -> bool {
-    k.strip_prefix("serial")
-        .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3"))
 }
 
 /// The drives `query-blockstats` lists: disks and CD-ROM drives. EFI vars live in a pflash

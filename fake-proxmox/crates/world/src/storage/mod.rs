@@ -22,6 +22,7 @@ pub mod data;
 pub mod download;
 pub mod features;
 pub mod import_meta;
+pub mod kinds;
 pub mod model;
 pub mod oci;
 pub mod prune;

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::model::{Content, StorageType};
+use super::kinds::{Content, StorageType};
 
 macro_rules! re {
     ($name:ident, $pat:expr) => {

@@ -7,7 +7,26 @@ use std::ops::Deref;
 
 use serde::Serialize;
 
-use super::model::Volume;
+use super::kinds::Content;
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Volume {
+    pub volname: String,
+    pub vtype: Content,
+    pub format: String,
+    /// Virtual size in bytes.
+    pub size: u64,
+    /// Bytes taken on the storage.
+    pub used: u64,
+    pub vmid: Option<u32>,
+    pub ctime: u64,
+    /// A backup's notes (PVE keeps them in `<archive>.notes`); only backups have them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// A protected backup (PVE's `<archive>.protected` file): not removed, not pruned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
+}
 
 /// Volumes by volname; reads go through `Deref` to the map, writes through these methods.
 #[derive(Clone, Debug, Default, Serialize)]
