@@ -18,6 +18,7 @@ pub mod console;
 pub mod exec;
 pub mod faults;
 pub mod firewall;
+pub mod guest;
 pub mod nodes;
 pub mod pools;
 pub mod qemu;

@@ -19,7 +19,7 @@ use crate::wire::PveError;
 use super::model::{Nic, Vm, is_ipconfig_key, is_net_key, prop, split_props};
 
 /// The `[special:cloudinit]` section: recorded old values by key, plus `added`.
-pub type Section = BTreeMap<String, String>;
+pub use super::model::CloudinitSection as Section;
 
 /// `$confdesc_cloudinit` without the `ipconfigN` keys; also the API's `$cloudinitoptions`,
 /// the keys `GET …/cloudinit` reports values of.

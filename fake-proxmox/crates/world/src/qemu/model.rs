@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use sha1::{Digest, Sha1};
 
-use super::pending::Pending;
+use crate::guest::sections::{Pending, Snapshot};
 use crate::storage::model::format_size;
 use crate::version::PveVersion;
 
@@ -23,6 +23,9 @@ pub enum Power {
     /// `running`, `qmpstatus` is `io-error`; `status/resume` retries the I/O.
     IoError,
 }
+
+/// The config file's `[special:cloudinit]` section: the values the drive was last built from.
+pub type CloudinitSection = BTreeMap<String, String>;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Vm {
@@ -41,9 +44,9 @@ pub struct Vm {
     /// The config file's `[PENDING]` section (see `pending`).
     pub pending: Pending,
     /// The config file's `[special:cloudinit]` section (see `cloudinit`).
-    pub cloudinit: super::cloudinit::Section,
+    pub cloudinit: CloudinitSection,
     /// The config file's snapshot sections by name (see `snapshot`).
-    pub snapshots: BTreeMap<String, super::snapshot::Snapshot>,
+    pub snapshots: BTreeMap<String, Snapshot>,
     /// The VM's firewall config file, `/etc/pve/firewall/<vmid>.fw` (see `firewall`).
     pub firewall: String,
     /// The simulated guest behind the agent (files, processes, freeze; see `agent`).

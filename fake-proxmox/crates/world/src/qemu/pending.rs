@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::cloudinit::record_change;
@@ -18,41 +17,7 @@ use crate::world::Site;
 
 type Config = BTreeMap<String, String>;
 
-/// Pending values and pending deletions (written `delete: a,!b`; `!` marks a forced one).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct Pending {
-    pub set: Config,
-    /// Key → forced (`delete` with `force=1`: a disk is freed, not kept as `unusedN`).
-    pub delete: BTreeMap<String, bool>,
-}
-
-impl Pending {
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.delete.is_empty()
-    }
-
-    /// The section's lines as PVE writes them: keys sorted, `delete` among them.
-    pub fn lines(&self) -> Vec<(String, String)> {
-        let mut all = self.set.clone();
-        if !self.delete.is_empty() {
-            let d: Vec<String> = self
-                .delete
-                .iter()
-                .map(|(k, force)| if *force { format!("!{k}") } else { k.clone() })
-                .collect();
-            all.insert("delete".into(), d.join(","));
-        }
-        all.into_iter().collect()
-    }
-}
-
-/// A request's changes after parameter checks, in PVE's processing order.
-#[derive(Debug, Default)]
-pub struct Change {
-    pub deletes: Vec<String>,
-    pub force: bool,
-    pub sets: Vec<(String, String)>,
-}
+pub use crate::guest::sections::{Change, Pending};
 
 impl Vm {
     /// The config with pending values in and pending deletions out (`load_current_config`).

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::model::{
@@ -28,36 +27,9 @@ use crate::version::PveVersion;
 use crate::wire::PveError;
 use crate::world::Site;
 
-/// One `[snapname]` section.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct Snapshot {
-    /// The VM's config when the snapshot was taken (its `parent` included).
-    pub config: BTreeMap<String, String>,
-    pub snaptime: u64,
-    pub description: Option<String>,
-    /// `STORAGE:vm-VMID-state-NAME` when RAM was saved.
-    pub vmstate: Option<String>,
-    /// `prepare` while being taken, `delete` while being removed.
-    pub snapstate: Option<String>,
-}
+pub use crate::guest::sections::Snapshot;
 
 impl Snapshot {
-    /// The section's lines, sorted as PVE writes keys.
-    pub fn lines(&self) -> Vec<(String, String)> {
-        let mut all = self.config.clone();
-        if let Some(d) = &self.description {
-            all.insert("description".into(), d.clone());
-        }
-        all.insert("snaptime".into(), self.snaptime.to_string());
-        if let Some(v) = &self.vmstate {
-            all.insert("vmstate".into(), v.clone());
-        }
-        if let Some(s) = &self.snapstate {
-            all.insert("snapstate".into(), s.clone());
-        }
-        all.into_iter().collect()
-    }
-
     /// `GET …/snapshot/{snapname}/config`: every key, typed as the config parser types them.
     pub fn config_json(&self, version: PveVersion) -> Value {
         let mut m = Map::new();

@@ -3,6 +3,7 @@
 //! The world builds itself from a scenario (`build`).
 
 pub mod build;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
