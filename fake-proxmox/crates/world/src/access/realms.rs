@@ -12,9 +12,9 @@ use sha1::{Digest, Sha1};
 use crate::access::directory::Realm;
 use crate::request::Request;
 use crate::schema::formats::split_list;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// What `Net::LDAP` reports when no server answers (the fake has none).
 const NO_SERVER: &str = "IO::Socket::IP: connect: Connection refused";

@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 use super::tickets;
 use crate::qemu::model::{Power, Vm, find_prop};
 use crate::request::Request;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 const FIRST_VNC_PORT: u16 = 5900;
 const LAST_VNC_PORT: u16 = 5999;

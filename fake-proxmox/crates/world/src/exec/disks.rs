@@ -212,10 +212,4 @@ impl Disks for SimulatedDisks {
     }
 }
 
-/// What a disk copy that really ran printed (qemu-img's progress as PVE logs it, its
-/// errors), and whether it failed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CopyLog {
-    pub lines: Vec<String>,
-    pub failed: bool,
-}
+pub use crate::tasks::model::CopyLog;

@@ -300,8 +300,8 @@ mod tests {
     use crate::access::model::Identity;
     use crate::qemu::model::Power;
     use crate::scenario::Scenario;
-    use crate::tasks::model::Work;
     use crate::world::Site;
+    use crate::world::work::Work;
 
     /// A second executor: records what the PVE rules asked of it, runs it as `Simulated`.
     #[derive(Debug, Default)]

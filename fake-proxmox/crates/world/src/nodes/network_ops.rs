@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use crate::exec::NodeFault;
 use crate::nodes::network::{Iface, Ifaces, netmask_bits, running_bridges, split_list, truthy};
 use crate::qemu::model::{Nic, Power, is_net_key};
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// The parameters of one interface, as text (`type`, addresses, ports, options).
 pub type IfaceParams = BTreeMap<String, String>;

@@ -5,9 +5,9 @@
 
 use crate::qemu::model::Power;
 use crate::request::Request;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// Seconds a rebooting node is gone: its firmware, kernel and services (chosen).
 pub const BOOT_SECS: f64 = 90.0;

@@ -8,9 +8,9 @@ use super::pending::Change;
 use crate::qemu::model::{DiskPlan, Nic, Vm, is_disk_key, is_net_key, prop, split_props};
 use crate::qemu::op::{VmOp, unlocked};
 use crate::request::Request;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::{Params, PveError};
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// Parameters of create that are not config options.
 const CREATE_CONTROL: &[&str] = &[

@@ -9,9 +9,10 @@ use crate::nodes::model::Node;
 use crate::qemu::model::{DiskPlan, DriveFile, classify_file, print_drive, prop, split_props};
 use crate::storage::model::{Content, Storage, StorageType, format_size};
 use crate::storage::volid::{parse_volid, parse_volname};
-use crate::tasks::model::{TaskPlan, TransferStyle};
+use crate::tasks::model::TransferStyle;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::TaskPlan;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 

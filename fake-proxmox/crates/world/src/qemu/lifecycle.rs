@@ -9,9 +9,10 @@ use crate::qemu::model::{
 };
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{TaskPlan, TransferStyle, Work};
+use crate::tasks::model::TransferStyle;
 use crate::wire::{Params, PveError};
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 impl Site {
     /// `POST .../clone`

@@ -13,9 +13,10 @@ use super::op::unlocked;
 use super::storage_map::StorageMap;
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{TransferStyle, Work};
+use crate::tasks::model::TransferStyle;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::Work;
 
 /// One volume of the VM's config that lives on a storage of its node.
 #[derive(Clone, Debug)]

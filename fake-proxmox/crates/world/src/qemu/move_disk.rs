@@ -12,9 +12,10 @@ use super::model::{DiskPlan, Vm, add_unused, prop, split_props};
 use super::op::unlocked;
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{TransferStyle, Work};
+use crate::tasks::model::TransferStyle;
 use crate::wire::{Params, PveError};
 use crate::world::Site;
+use crate::world::work::Work;
 
 impl Site {
     /// `POST …/move_disk`: the `qmmove` task.

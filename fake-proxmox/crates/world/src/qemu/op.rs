@@ -3,9 +3,9 @@
 
 use crate::qemu::model::Vm;
 use crate::request::Request;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// One request on one VM (`/nodes/{node}/qemu/{vmid}/…`).
 pub struct VmOp<'r> {

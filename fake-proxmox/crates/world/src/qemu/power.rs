@@ -6,9 +6,9 @@ use std::net::Ipv4Addr;
 use crate::qemu::model::{Nic, Power};
 use crate::qemu::op::{VmOp, lock_refusal};
 use crate::request::Request;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// What `start` would do now: the task error and its log lines, or fine.
 pub struct StartCheck {

@@ -9,9 +9,9 @@ use super::model::{Power, Vm, is_unused_key, prop, split_props};
 use super::op::unlocked;
 use crate::request::Request;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// A reassignment the checks allowed: where it happens and the storage it renames on.
 struct Reassign {

@@ -19,9 +19,9 @@ use super::storage_map::parse_idmap;
 use crate::console::tickets;
 use crate::request::Request;
 use crate::schema::formats::split_list;
-use crate::tasks::model::Work;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::Work;
 
 /// How long the tunnel waits for its client (`run_with_timeout(300, accept)`).
 const ACCEPT_TIMEOUT: f64 = 300.0;
@@ -162,7 +162,7 @@ impl Site {
         let socket = tunnel_socket(vmid);
         let path = ticket_path(&socket).unwrap_or_default();
         let ticket = tickets::assemble(&self.access, "PVETUNNEL", &user, &path, None, req.now);
-        let mut plan = crate::tasks::model::TaskPlan::new(
+        let mut plan = crate::world::work::TaskPlan::new(
             "qmtunnel",
             vmid.to_string(),
             &node,

@@ -22,10 +22,10 @@ use crate::request::Request;
 use crate::storage::features::{Feature, VolumeState, has_feature};
 use crate::storage::model::StorageType;
 use crate::storage::volid::parse_volid;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::version::PveVersion;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 pub use crate::guest::sections::Snapshot;
 

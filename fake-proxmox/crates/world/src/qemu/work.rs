@@ -1,8 +1,8 @@
 //! What finished tasks do to the world, and how an aborted or failed task is undone.
 
 use crate::qemu::model::DiskPlan;
-use crate::tasks::model::Work;
 use crate::world::Site;
+use crate::world::work::Work;
 
 impl Site {
     /// Apply the effect of a task that reached its end time. `Err` is the exit status.

@@ -9,9 +9,9 @@ use crate::access::model::Identity;
 use crate::request::Request;
 use crate::storage::model::{Content, Storage};
 use crate::storage::volid::{parse_volid, parse_volname, unparsable};
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 static ALLOC_NAME: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"^(vm|base)-(\d+)-(\S+)$").ok());

@@ -10,9 +10,10 @@ use crate::storage::content::real_volname;
 use crate::storage::download::Arrival;
 use crate::storage::model::{Content, Storage, StorageType};
 use crate::storage::volid::{parse_volname, unparsable};
-use crate::tasks::model::{Chunk, TaskPlan, Work};
+use crate::tasks::model::Chunk;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// The transfer formats `volume_export_formats`/`volume_import_formats` offer for a
 /// volume (no snapshots): what `storage_migrate` can send between two storages.

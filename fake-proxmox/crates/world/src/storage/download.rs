@@ -9,10 +9,11 @@ use regex::Regex;
 use crate::request::Request;
 use crate::storage::model::{Content, Storage, Volume};
 use crate::storage::volid::parse_volname;
-use crate::tasks::model::{TaskPlan, TransferStyle, Work, render_bytes};
+use crate::tasks::model::{TransferStyle, render_bytes};
 use crate::version::PveVersion;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 static IMPORT_NAME: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"^[a-zA-Z0-9\-\.\+=_]+\.(ova|qcow2|raw|vmdk)$").ok());

@@ -12,9 +12,9 @@ use rand::Rng;
 use crate::request::Request;
 use crate::storage::model::Content;
 use crate::storage::upload::normalize_filename;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// The registry host skopeo contacts for a reference: its first component when that names a
 /// host (has a `.` or a port, or is `localhost`), else Docker Hub's registry.

@@ -10,9 +10,9 @@ use crate::storage::backup::{
     validate_prune_backups,
 };
 use crate::storage::model::{Content, Storage};
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 /// The `type` and `vmid` a prune is limited to.
 struct Filter {

@@ -11,9 +11,9 @@ use sha1::Digest;
 use crate::request::Request;
 use crate::storage::download::{Arrival, content_dir, require_file_based};
 use crate::storage::model::Content;
-use crate::tasks::model::{TaskPlan, Work};
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::{TaskPlan, Work};
 
 impl Site {
     /// Start the copy of an uploaded file; its UPID.

@@ -7,146 +7,12 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::exec::CopyLog;
-use crate::qemu::model::DiskPlan;
-
-/// The work a task does when it completes.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub enum Work {
-    Noop,
-    /// A console proxy (`vncproxy`, `termproxy`) listening on `port` until it ends.
-    Console {
-        vmid: u32,
-        port: u16,
-    },
-    CreateVm {
-        vmid: u32,
-        config: Vec<(String, String)>,
-        disks: Vec<DiskPlan>,
-        start_after: bool,
-        /// `pool=`: joined once the VM exists (added after state format 1).
-        #[serde(default)]
-        pool: Option<String>,
-    },
-    UpdateConfig {
-        vmid: u32,
-        disks: Vec<DiskPlan>,
-    },
-    Start {
-        vmid: u32,
-    },
-    Stop {
-        vmid: u32,
-    },
-    Shutdown {
-        vmid: u32,
-    },
-    Reboot {
-        vmid: u32,
-    },
-    Reset {
-        vmid: u32,
-    },
-    Suspend {
-        vmid: u32,
-    },
-    Resume {
-        vmid: u32,
-    },
-    Destroy {
-        vmid: u32,
-        unreferenced: bool,
-    },
-    Clone {
-        src: u32,
-        newid: u32,
-        name: Option<String>,
-        target_storage: Option<String>,
-        format: Option<String>,
-        snapname: Option<String>,
-        /// `pool=`: joined once the clone is complete (added after state format 1).
-        #[serde(default)]
-        pool: Option<String>,
-    },
-    Resize {
-        vmid: u32,
-        disk: String,
-        new_size: u64,
-    },
-    Download {
-        storage: String,
-        volname: String,
-        size: u64,
-        /// The local file the scenario says stands for the URL (real disks copy it).
-        file: Option<std::path::PathBuf>,
-    },
-    /// An uploaded file (`tmp`, removed when the task ends) becomes volume `volname`,
-    /// replacing one of that name.
-    Upload {
-        storage: String,
-        volname: String,
-        tmp: std::path::PathBuf,
-    },
-    DeleteVolume {
-        storage: String,
-        volname: String,
-    },
-    /// The backups a `prunebackups` task marked `remove`.
-    PruneBackups {
-        storage: String,
-        volids: Vec<String>,
-    },
-    /// `POST …/content/{volume}`: the volume copied to `target` on `target_node`.
-    CopyVolume {
-        storage: String,
-        volname: String,
-        target_node: String,
-        target: String,
-    },
-    MoveDisk {
-        vmid: u32,
-        plan: DiskPlan,
-        old_volid: String,
-        delete: bool,
-    },
-    SnapshotCreate {
-        vmid: u32,
-        snapname: String,
-    },
-    SnapshotDelete {
-        vmid: u32,
-        snapname: String,
-    },
-    SnapshotRollback {
-        vmid: u32,
-        snapname: String,
-        start: bool,
-    },
-    /// A disk handed to another VM of the node (`move_disk` with `target-vmid`).
-    ReassignDisk {
-        vmid: u32,
-        disk: String,
-        target: u32,
-        target_disk: String,
-    },
-    /// pve-guests' `stopall` as its node shuts down: the running VMs shut down, then the
-    /// node is off (back after its boot time when it reboots).
-    NodeDown {
-        reboot: bool,
-    },
-    /// pve-guests' `startall` on a node that booted: its `onboot` VMs start.
-    NodeUp,
-    /// A migration tunnel (`mtunnel`) waiting for its client; its placeholder config goes
-    /// when it ends.
-    Mtunnel {
-        vmid: u32,
-    },
-    Migrate {
-        vmid: u32,
-        target: String,
-        storages: crate::qemu::storage_map::StorageMap,
-        online: bool,
-    },
+/// What a disk copy that really ran printed (qemu-img's progress as PVE logs it, its
+/// errors), and whether it failed: it replaces the transfer laid out for it in the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyLog {
+    pub lines: Vec<String>,
+    pub failed: bool,
 }
 
 /// A piece of a task log placed on the simulated timeline.
@@ -198,8 +64,10 @@ pub(crate) fn splice_copies(timeline: &mut Vec<(f64, Chunk)>, copies: Vec<CopyLo
     *timeline = out;
 }
 
+/// A task; `W` is the work it does when it completes, given by the caller (the world's
+/// `Work`): tasks never look into it.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct Task {
+pub struct Task<W> {
     pub upid: String,
     pub node: String,
     pub pid: u32,
@@ -213,7 +81,7 @@ pub struct Task {
     pub timeline: Vec<(f64, Chunk)>,
     /// Lines appended on completion.
     pub tail: Vec<String>,
-    pub work: Work,
+    pub work: W,
     /// An error decided when the task started (or armed by the control plane).
     pub planned_error: Option<String>,
     pub exitstatus: Option<String>,
@@ -232,7 +100,7 @@ pub fn render_bytes(b: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
-impl Task {
+impl<W> Task<W> {
     pub fn running(&self) -> bool {
         self.exitstatus.is_none()
     }
@@ -328,24 +196,24 @@ impl Task {
 }
 
 /// How a task is to be laid out when it starts.
-pub struct TaskPlan {
+pub struct TaskPlan<W> {
     pub ttype: &'static str,
     pub id: String,
     pub user: String,
     pub node: String,
     pub timeline: Vec<(f64, Chunk)>,
     pub duration: f64,
-    pub work: Work,
+    pub work: W,
     pub planned_error: Option<String>,
 }
 
-impl TaskPlan {
+impl<W> TaskPlan<W> {
     pub fn new(
         ttype: &'static str,
         id: impl Into<String>,
         node: &str,
         user: &str,
-        work: Work,
+        work: W,
     ) -> Self {
         TaskPlan {
             ttype,

@@ -30,9 +30,9 @@ impl Ord for EndTime {
 }
 
 /// Tasks in start order (`seq`), by UPID, and the running ones by end time.
-#[derive(Clone, Debug, Default)]
-pub struct TaskStore {
-    by_seq: BTreeMap<u64, Task>,
+#[derive(Clone, Debug)]
+pub struct TaskStore<W> {
+    by_seq: BTreeMap<u64, Task<W>>,
     by_upid: HashMap<String, u64>,
     running: BTreeSet<(EndTime, u64)>,
     next_seq: u64,
@@ -41,18 +41,18 @@ pub struct TaskStore {
 /// What a state file holds of a store: the tasks by sequence number and the next one; the
 /// indexes are built again when it is read back.
 #[derive(serde::Serialize)]
-struct StoreRef<'a> {
+struct StoreRef<'a, W> {
     next_seq: u64,
-    tasks: &'a BTreeMap<u64, Task>,
+    tasks: &'a BTreeMap<u64, Task<W>>,
 }
 
 #[derive(serde::Deserialize)]
-struct StoreOwned {
+struct StoreOwned<W> {
     next_seq: u64,
-    tasks: BTreeMap<u64, Task>,
+    tasks: BTreeMap<u64, Task<W>>,
 }
 
-impl serde::Serialize for TaskStore {
+impl<W: serde::Serialize> serde::Serialize for TaskStore<W> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         StoreRef {
             next_seq: self.next_seq,
@@ -62,7 +62,7 @@ impl serde::Serialize for TaskStore {
     }
 }
 
-impl<'de> serde::Deserialize<'de> for TaskStore {
+impl<'de, W: serde::Deserialize<'de>> serde::Deserialize<'de> for TaskStore<W> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let StoreOwned { next_seq, tasks } = StoreOwned::deserialize(d)?;
         if let Some(last) = tasks.keys().next_back()
@@ -87,7 +87,19 @@ impl<'de> serde::Deserialize<'de> for TaskStore {
     }
 }
 
-impl TaskStore {
+// By hand: a derived `Default` would ask the work type for one.
+impl<W> Default for TaskStore<W> {
+    fn default() -> Self {
+        TaskStore {
+            by_seq: BTreeMap::new(),
+            by_upid: HashMap::new(),
+            running: BTreeSet::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<W> TaskStore<W> {
     /// How many tasks are running.
     pub fn running_count(&self) -> usize {
         self.running.len()
@@ -107,12 +119,12 @@ impl TaskStore {
     }
 
     /// Tasks oldest first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Task> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Task<W>> {
         self.by_seq.values()
     }
 
     /// Adds a task; past [`MAX_TASKS`] the oldest finished one is forgotten.
-    pub fn push(&mut self, task: Task) {
+    pub fn push(&mut self, task: Task<W>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         if task.running() {
@@ -135,7 +147,7 @@ impl TaskStore {
         }
     }
 
-    pub fn get(&self, upid: &str) -> Option<&Task> {
+    pub fn get(&self, upid: &str) -> Option<&Task<W>> {
         self.by_seq.get(self.by_upid.get(upid)?)
     }
 
@@ -144,12 +156,12 @@ impl TaskStore {
         self.by_upid.get(upid).copied()
     }
 
-    pub fn by_seq(&self, seq: u64) -> Option<&Task> {
+    pub fn by_seq(&self, seq: u64) -> Option<&Task<W>> {
         self.by_seq.get(&seq)
     }
 
     /// Changes a task; its place among the running ones follows its new end and exit status.
-    pub fn update<R>(&mut self, seq: u64, f: impl FnOnce(&mut Task) -> R) -> Option<R> {
+    pub fn update<R>(&mut self, seq: u64, f: impl FnOnce(&mut Task<W>) -> R) -> Option<R> {
         let task = self.by_seq.get_mut(&seq)?;
         let before = (task.running(), EndTime(task.end));
         let out = f(task);
@@ -183,9 +195,8 @@ impl TaskStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::tasks::model::Work;
 
-    fn task(upid: &str, end: f64) -> Task {
+    fn task(upid: &str, end: f64) -> Task<()> {
         Task {
             upid: upid.into(),
             node: "pve".into(),
@@ -199,14 +210,14 @@ mod tests {
             end,
             timeline: Vec::new(),
             tail: Vec::new(),
-            work: Work::Noop,
+            work: (),
             planned_error: None,
             exitstatus: None,
             endtime: None,
         }
     }
 
-    fn finish(s: &mut TaskStore, seq: u64) {
+    fn finish(s: &mut TaskStore<()>, seq: u64) {
         s.update(seq, |t| t.exitstatus = Some("OK".into())).unwrap();
     }
 

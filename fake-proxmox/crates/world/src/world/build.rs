@@ -15,7 +15,7 @@ use crate::scenario::{Backend, BridgeSpec, NodeSpec, Scenario, SiteSpec, Storage
 use crate::storage::model::{Content, Storage, Volume};
 use crate::storage::volid::parse_volname;
 use crate::storage::volumes::Volumes;
-use crate::tasks::store::TaskStore;
+use crate::world::work::TaskStore;
 
 impl World {
     /// Every site of the scenario, its VMs run by `exec`; each site's random source is

@@ -3,7 +3,9 @@
 //! The world builds itself from a scenario (`build`).
 
 pub mod build;
+pub mod task_requests;
 mod tasks;
+pub mod work;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,9 +18,9 @@ use crate::exec::{Disks, Executor, Host};
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 use crate::scenario::{Backend, RemoteFileSpec, Scenario};
-use crate::tasks::store::TaskStore;
 use crate::version::PveVersion;
 use crate::wire::PveError;
+use crate::world::work::TaskStore;
 
 #[derive(Clone, Debug)]
 pub struct World {

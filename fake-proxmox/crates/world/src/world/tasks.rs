@@ -1,9 +1,10 @@
 //! The site's verbs over its tasks: starting one from its plan, completing it when the clock
 //! passes its end (applying its work to the world), killing and interrupting.
 
-use crate::tasks::model::{Chunk, Task, TaskPlan, splice_copies};
+use crate::tasks::model::{Chunk, splice_copies};
 use crate::tasks::upid::Upid;
 use crate::world::Site;
+use crate::world::work::{Task, TaskPlan};
 
 impl Site {
     /// Start a task: returns its UPID. Offsets in the plan are relative to `now`.

@@ -2,10 +2,10 @@
 //! it or stop it.
 
 use crate::request::Request;
-use crate::tasks::model::Task;
 use crate::tasks::upid::Upid;
 use crate::wire::PveError;
 use crate::world::Site;
+use crate::world::work::Task;
 
 impl Site {
     /// The task `{upid}` of `{node}`, if the caller started it or holds `Sys.Audit` on the
