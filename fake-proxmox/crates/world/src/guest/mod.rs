@@ -2,4 +2,7 @@
 //! config file's sections (`sections`). The kinds (`qemu`) build on this module; it never
 //! imports them.
 
+pub mod record;
 pub mod sections;
+
+pub use record::{GuestCore, GuestKind, Power};

@@ -8,11 +8,10 @@ fn vm(pairs: &[(&str, &str)]) -> Vm {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    Vm {
-        power: Power::Running,
-        cloudinit: Section::new(),
-        ..Vm::stopped(100, "pve", config, None)
-    }
+    let mut vm = Vm::stopped(100, "pve", config, None);
+    vm.power = Power::Running;
+    vm.cloudinit = Section::new();
+    vm
 }
 
 fn host() -> HostDns {

@@ -56,10 +56,10 @@ impl Site {
             .snapshots
             .get(&s)
             .ok_or_else(|| PveError::die(format!("snapshot '{s}' does not exist")))?;
-        Ok(Vm {
-            config: snap.config.clone(),
-            ..src
-        })
+        let config = snap.config.clone();
+        let mut vm = src;
+        vm.config = config;
+        Ok(vm)
     }
 
     /// Privileges on both VMs (and the target storage), full or linked, the target node,

@@ -1,7 +1,6 @@
 //! VM state and the VM config grammar: drives, NICs, typed config rendering, digests.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -9,56 +8,49 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use sha1::{Digest, Sha1};
 
-use crate::guest::sections::{Pending, Snapshot};
 use crate::storage::model::format_size;
 use crate::version::PveVersion;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Power {
-    Stopped,
-    Running,
-    Paused,
-    /// QEMU stopped the vCPUs on a drive error (`werror`/`rerror` `stop`): `status` stays
-    /// `running`, `qmpstatus` is `io-error`; `status/resume` retries the I/O.
-    IoError,
-}
+pub use crate::guest::record::{GuestCore, GuestKind, Power};
 
 /// The config file's `[special:cloudinit]` section: the values the drive was last built from.
 pub type CloudinitSection = BTreeMap<String, String>;
 
+/// A QEMU VM: the guest core every kind has, and what only a VM has (the guest agent's
+/// readiness, the cloud-init section, the simulated OS behind the agent).
+///
+/// The core's fields read and write through the VM (`vm.lock`, `vm.config`): a VM *is* a
+/// guest, and the QEMU verbs were written against those fields long before containers.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Vm {
-    pub vmid: u32,
-    pub node: String,
-    /// The config file, values as text exactly as PVE writes them.
-    pub config: BTreeMap<String, String>,
-    pub lock: Option<String>,
-    pub power: Power,
-    pub started_at: f64,
-    pub pid: Option<u32>,
+    /// Flattened: a VM's state file entry keeps the shape it always had.
+    #[serde(flatten)]
+    pub core: GuestCore,
     /// When the guest agent starts answering (simulated boot).
     pub agent_ready_at: Option<f64>,
-    /// DHCP leases per NIC key (`net0`), from the bridge's simulated pool.
-    pub leases: BTreeMap<String, Ipv4Addr>,
-    /// The config file's `[PENDING]` section (see `pending`).
-    pub pending: Pending,
     /// The config file's `[special:cloudinit]` section (see `cloudinit`).
     pub cloudinit: CloudinitSection,
-    /// The config file's snapshot sections by name (see `snapshot`).
-    pub snapshots: BTreeMap<String, Snapshot>,
-    /// The VM's firewall config file, `/etc/pve/firewall/<vmid>.fw` (see `firewall`).
-    pub firewall: String,
     /// The simulated guest behind the agent (files, processes, freeze; see `agent`).
     pub guest: crate::agent::guest_os::GuestOs,
+}
+
+impl std::ops::Deref for Vm {
+    type Target = GuestCore;
+    fn deref(&self) -> &GuestCore {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Vm {
+    fn deref_mut(&mut self) -> &mut GuestCore {
+        &mut self.core
+    }
 }
 
 impl Vm {
     /// The guest is gone with the process that ran it: stopped, as after a node crash.
     pub fn power_lost(&mut self) {
-        self.power = Power::Stopped;
-        self.pid = None;
-        self.started_at = 0.0;
+        self.core.power_lost();
         self.agent_ready_at = None;
     }
 
@@ -70,19 +62,9 @@ impl Vm {
         lock: Option<&str>,
     ) -> Vm {
         Vm {
-            vmid,
-            node: node.to_string(),
-            config,
-            lock: lock.map(str::to_string),
-            power: Power::Stopped,
-            started_at: 0.0,
-            pid: None,
+            core: GuestCore::stopped(GuestKind::Qemu, vmid, node, config, lock),
             agent_ready_at: None,
-            leases: BTreeMap::new(),
-            pending: Pending::default(),
             cloudinit: Default::default(),
-            snapshots: BTreeMap::new(),
-            firewall: String::new(),
             guest: Default::default(),
         }
     }
@@ -523,6 +505,26 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use proptest::prelude::*;
+
+    /// The guest core is flattened into the VM's state entry: state files keep the flat
+    /// shape they always had, and one written before guest kinds existed loads as a VM.
+    #[test]
+    fn a_vm_state_entry_stays_flat_and_old_entries_load_as_qemu() {
+        let mut config = BTreeMap::new();
+        config.insert("name".to_string(), "web".to_string());
+        let vm = Vm::stopped(100, "pve", config, Some("create"));
+        let v = serde_json::to_value(&vm).unwrap();
+        assert_eq!(v["vmid"], 100);
+        assert_eq!(v["lock"], "create");
+        assert_eq!(v["kind"], "qemu");
+        assert!(v.get("core").is_none(), "{v}");
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("kind");
+        let back: Vm = serde_json::from_value(old).unwrap();
+        assert_eq!(back.kind, GuestKind::Qemu);
+        assert_eq!(back.core.name(), Some("web"));
+        assert_eq!(back.config, vm.config);
+    }
 
     #[test]
     fn nic_gains_printed_mac() {

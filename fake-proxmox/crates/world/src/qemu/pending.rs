@@ -32,11 +32,10 @@ impl Vm {
 
     /// The VM as its next start will see it.
     pub fn with_pending_applied(&self) -> Vm {
-        Vm {
-            config: self.effective_config(),
-            pending: Pending::default(),
-            ..self.clone()
-        }
+        let mut vm = self.clone();
+        vm.config = self.effective_config();
+        vm.pending = Pending::default();
+        vm
     }
 
     /// `GET .../pending`: every current key with its pending value or delete mark, then
@@ -82,9 +81,10 @@ impl Vm {
     /// Drop pending values equal to the current ones and deletions of absent keys
     /// (`cleanup_pending`).
     pub fn cleanup_pending(&mut self) {
-        let cfg = &self.config;
-        self.pending.set.retain(|k, v| cfg.get(k) != Some(v));
-        self.pending.delete.retain(|k, _| cfg.contains_key(k));
+        let core = &mut self.core;
+        let cfg = &core.config;
+        core.pending.set.retain(|k, v| cfg.get(k) != Some(v));
+        core.pending.delete.retain(|k, _| cfg.contains_key(k));
     }
 }
 
@@ -134,8 +134,9 @@ impl Site {
             vm.cloudinit.clear();
             return;
         }
-        let config = &mut vm.config;
-        if self.volume_owner(&vm.node, &volid) != Some(vm.vmid)
+        let core = &mut vm.core;
+        let config = &mut core.config;
+        if self.volume_owner(&core.node, &volid) != Some(core.vmid)
             || config.iter().any(|(k, v)| is_unused_key(k) && *v == volid)
         {
             return;
@@ -325,10 +326,9 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Vm {
-            power,
-            ..Vm::stopped(100, "ml110-01", config, None)
-        }
+        let mut vm = Vm::stopped(100, "ml110-01", config, None);
+        vm.power = power;
+        vm
     }
 
     fn site_with(v: Vm) -> Site {

@@ -17,12 +17,11 @@ fn vm(power: Power) -> Vm {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    Vm {
-        power,
-        started_at: 1000.0,
-        pid: Some(4242),
-        ..Vm::stopped(100, "pve", config, None)
-    }
+    let mut vm = Vm::stopped(100, "pve", config, None);
+    vm.power = power;
+    vm.started_at = 1000.0;
+    vm.pid = Some(4242);
+    vm
 }
 
 fn json(st: &VmStatus) -> serde_json::Value {
