@@ -9,7 +9,7 @@ impl Site {
     pub fn next_vmid(&self, requested: Option<i64>) -> Result<u32, PveError> {
         if let Some(v) = requested {
             let v = u32::try_from(v).unwrap_or(0);
-            if self.vms.contains_key(&v) {
+            if self.guest(v).is_some() {
                 return Err(PveError::param("vmid", format!("VM {v} already exists")));
             }
             return Ok(v);
@@ -17,7 +17,7 @@ impl Site {
         // The lowest free id: walk the ids in use from 100 up to the first gap (one pass over
         // the map's keys, not a lookup per candidate).
         let mut next = 100u32;
-        for &id in self.vms.range(100..).map(|(id, _)| id) {
+        for id in self.vmids_from(100) {
             if id != next {
                 break;
             }

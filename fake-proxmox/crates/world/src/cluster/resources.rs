@@ -147,7 +147,7 @@ fn pools(site: &Site, req: &Request) -> Vec<Resource> {
 
 /// Nodes with `Sys.Audit`; an offline node reports no figures.
 fn nodes(site: &Site, req: &Request) -> Vec<Resource> {
-    let load = node_loads(site.vms.values());
+    let load = node_loads(site.guests());
     site.nodes
         .values()
         .filter(|n| {

@@ -5,4 +5,4 @@
 pub mod record;
 pub mod sections;
 
-pub use record::{GuestCore, GuestKind, Power};
+pub use record::{Guest, GuestCore, GuestKind, Power};

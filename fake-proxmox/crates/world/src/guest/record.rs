@@ -39,6 +39,16 @@ pub enum Power {
     IoError,
 }
 
+/// A guest of any kind, as the kind-neutral code (node load, VMID space) sees it; each kind
+/// implements it over its own record.
+pub trait Guest {
+    /// The record every kind has.
+    fn core(&self) -> &GuestCore;
+    /// The memory the config gives the guest, in bytes (a VM's `memory` is a property
+    /// string, a container's a number of MiB: the kind knows).
+    fn memory_bytes(&self) -> u64;
+}
+
 /// What every guest kind has. Fields are public: the families' verbs decide on them under
 /// the site's lock, as PVE's do on the config file.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::qemu::model::{Power, Vm};
+use crate::guest::{Guest, Power};
 use crate::storage::model::Storage;
 
 pub use super::bridge::Bridge;
@@ -57,12 +57,12 @@ impl Node {
             .collect()
     }
 
-    /// Memory used on the node: the host itself plus its running VMs.
-    pub fn mem_used<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> u64 {
-        let share: u64 = vms
+    /// Memory used on the node: the host itself plus its running guests.
+    pub fn mem_used<'a>(&self, guests: impl IntoIterator<Item = &'a dyn Guest>) -> u64 {
+        let share: u64 = guests
             .into_iter()
-            .filter(|v| v.node == self.name && v.power != Power::Stopped)
-            .map(|v| v.memory_bytes() / 3)
+            .filter(|g| g.core().node == self.name && g.core().power != Power::Stopped)
+            .map(|g| g.memory_bytes() / 3)
             .sum();
         self.mem_used_with(share)
     }
@@ -73,10 +73,10 @@ impl Node {
     }
 
     /// CPU load from the VMs running on the node.
-    pub fn cpu<'a>(&self, vms: impl IntoIterator<Item = &'a Vm>) -> f64 {
-        let running = vms
+    pub fn cpu<'a>(&self, guests: impl IntoIterator<Item = &'a dyn Guest>) -> f64 {
+        let running = guests
             .into_iter()
-            .filter(|v| v.node == self.name && v.power == Power::Running)
+            .filter(|g| g.core().node == self.name && g.core().power == Power::Running)
             .count();
         cpu_with(running)
     }
@@ -89,15 +89,18 @@ pub fn cpu_with(running: usize) -> f64 {
 
 /// Per node: how many of its VMs run, and their memory share (`memory / 3` each) — one
 /// pass over the VMs for every node, not one pass per node.
-pub fn node_loads<'a>(vms: impl IntoIterator<Item = &'a Vm>) -> HashMap<&'a str, (usize, u64)> {
+pub fn node_loads<'a>(
+    guests: impl IntoIterator<Item = &'a dyn Guest>,
+) -> HashMap<&'a str, (usize, u64)> {
     let mut load: HashMap<&str, (usize, u64)> = HashMap::new();
-    for vm in vms {
-        let e = load.entry(vm.node.as_str()).or_default();
-        if vm.power == Power::Running {
+    for g in guests {
+        let core = g.core();
+        let e = load.entry(core.node.as_str()).or_default();
+        if core.power == Power::Running {
             e.0 += 1;
         }
-        if vm.power != Power::Stopped {
-            e.1 = e.1.saturating_add(vm.memory_bytes() / 3);
+        if core.power != Power::Stopped {
+            e.1 = e.1.saturating_add(g.memory_bytes() / 3);
         }
     }
     load

@@ -66,10 +66,10 @@ impl Site {
         let (config, disks) = self.new_config(&op)?;
         check_create_balloon(p)?;
         // create_and_lock_config: the vmid check and the `lock: create` write are atomic.
-        if let Some(existing) = self.vms.get(&vmid) {
+        if let Some(existing) = self.guest(vmid) {
             return Err(PveError::die(format!(
                 "unable to create VM {vmid} - VM {vmid} already exists on node '{}'",
-                existing.node
+                existing.core().node
             )));
         }
         self.vms.insert(

@@ -107,7 +107,7 @@ impl Site {
             )));
         }
         unlocked(src, false)?;
-        if self.vms.contains_key(&newid) {
+        if self.guest(newid).is_some() {
             return Err(PveError::die(format!(
                 "unable to create VM {newid}: config file already exists"
             )));

@@ -47,6 +47,15 @@ impl std::ops::DerefMut for Vm {
     }
 }
 
+impl crate::guest::Guest for Vm {
+    fn core(&self) -> &GuestCore {
+        &self.core
+    }
+    fn memory_bytes(&self) -> u64 {
+        Vm::memory_bytes(self)
+    }
+}
+
 impl Vm {
     /// The guest is gone with the process that ran it: stopped, as after a node crash.
     pub fn power_lost(&mut self) {

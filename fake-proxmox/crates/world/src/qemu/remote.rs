@@ -145,12 +145,12 @@ impl Site {
             }
         }
         self.check_cfs_quorum()?;
-        if let Some(existing) = self.vms.get(&vmid) {
+        if let Some(existing) = self.guest(vmid) {
             return Err(PveError::param(
                 "vmid",
                 format!(
                     "unable to create empty VM config - VM {vmid} already exists on node '{}'\n",
-                    existing.node
+                    existing.core().node
                 ),
             ));
         }
