@@ -17,11 +17,8 @@ use crate::deployer::validate::ValidSpec;
 mod existing;
 mod rules;
 mod steps;
-use rules::create_refused;
-pub use rules::{
-    check_free_space, check_vm_storage, cloudinit_params, create_params, find_user_snippet,
-    resize_size,
-};
+pub use rules::{check_free_space, check_vm_storage, create_params, resize_size};
+use rules::{create_refused, find_user_snippet};
 pub use steps::Step;
 
 /// Knobs of one run that the pipeline needs.
@@ -488,7 +485,14 @@ impl Pipeline<'_> {
             .any(|v| v.contains("cloudinit"));
         if !has_cloudinit {
             self.step(job, Step::CloudInit);
-            let params = rules::cloudinit_params(spec, &self.options.ci_user);
+            let mut params = vec![
+                ("ide2", format!("{}:cloudinit", spec.storage)),
+                ("ciuser", self.options.ci_user.clone()),
+                ("ipconfig0", rules::ipconfig0(spec)),
+            ];
+            if let Some(k) = rules::sshkeys(spec) {
+                params.push(("sshkeys", k));
+            }
             if let Some(upid) = self
                 .client()
                 .update_config(node, vmid, &params)

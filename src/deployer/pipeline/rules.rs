@@ -72,19 +72,6 @@ pub fn find_user_snippet(views: &[StorageView], name: &str) -> Option<String> {
         .map(|c| c.volid.clone())
 }
 
-/// The config update that gives an existing VM without a cloud-init drive one (an adopted VM).
-pub fn cloudinit_params(spec: &ValidSpec, ci_user: &str) -> Vec<(&'static str, String)> {
-    let mut params = vec![
-        ("ide2", format!("{}:cloudinit", spec.storage)),
-        ("ciuser", ci_user.to_string()),
-        ("ipconfig0", ipconfig0(spec)),
-    ];
-    if let Some(k) = sshkeys(spec) {
-        params.push(("sshkeys", k));
-    }
-    params
-}
-
 /// The create call: disk imported with `import-from` (size 0, no format: lvm-thin is raw-only and
 /// PVE picks each storage's default), cloud-init drive on the same storage.
 pub fn create_params(

@@ -18,7 +18,6 @@ use crate::deployer::rollout::Rollout;
 use crate::deployer::site::connect_named;
 
 mod node;
-pub mod requests;
 use crate::deployer::validate::{ImageSpec, ValidSpec};
 use node::{NodeCheck, SiteFacts, gather};
 
@@ -201,7 +200,6 @@ pub async fn plan_rollout(
             nodes_out.push(capacity);
         }
     }
-    check_requests(&specs, &sites, &vms, &mut findings);
     findings.sort_by(|a, b| {
         a.severity
             .cmp(&b.severity)
@@ -296,60 +294,6 @@ async fn look_at_sites(
         }
     }
     sites
-}
-
-/// Every request a created VM's rollout would send, checked against its site's release schema:
-/// what PVE would refuse with a 400 is an error naming the request, the parameter and PVE's
-/// text. A site whose release has no schema here gets one warning, not a guess.
-fn check_requests(
-    specs: &Specs<'_>,
-    sites: &BTreeMap<String, SiteFacts>,
-    vms: &[PlannedVm],
-    findings: &mut Vec<Finding>,
-) {
-    let ci_user = crate::deployer::pipeline::PipelineOptions::default().ci_user;
-    let mut unchecked: BTreeSet<&str> = BTreeSet::new();
-    for (i, p) in specs {
-        let (Some(sf), Some(volid)) = (sites.get(&p.site), vms[*i].image.as_deref()) else {
-            continue;
-        };
-        if vms[*i].action != "create" {
-            continue;
-        }
-        let release = match requests::schema_of(sf.ctx.version_pair()) {
-            Ok(v) => v,
-            Err(why) => {
-                if unchecked.insert(p.site.as_str()) {
-                    findings.push(warn(&format!("site {}", p.site), why));
-                }
-                continue;
-            }
-        };
-        let schema = fake_proxmox_schema::ApiSchema::get(release);
-        let snippet = sf
-            .nodes
-            .get(&p.node)
-            .and_then(|nf| crate::deployer::pipeline::find_user_snippet(&nf.views, &p.name));
-        let planned = requests::fresh_rollout(
-            p,
-            requests::PLACEHOLDER_VMID,
-            volid,
-            snippet.as_deref(),
-            &ci_user,
-        );
-        for r in planned {
-            for (param, msg) in r.refusals(schema) {
-                findings.push(err(
-                    &vms[*i].manifest,
-                    format!(
-                        "{} {} would be refused by PVE {release} (400 Parameter verification failed.): {param}: {msg}",
-                        r.method,
-                        r.path()
-                    ),
-                ));
-            }
-        }
-    }
 }
 
 /// Existing VMs with a manifest's name are adopted, not created.

@@ -216,23 +216,6 @@ fn storage_figures(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[then(regex = r#"^the plan has an error saying "([^"]+)"$"#)]
-fn error_saying(w: &mut RolloutWorld, text: String) -> anyhow::Result<()> {
-    let text = w.target_text(&text);
-    let p = plan(w)?;
-    let hit = p["findings"].as_array().is_some_and(|a| {
-        a.iter().any(|f| {
-            f["severity"] == "error" && f["message"].as_str().is_some_and(|m| m.contains(&text))
-        })
-    });
-    ensure!(
-        hit,
-        "no error finding saying {text}; findings:\n{}",
-        findings(p)
-    );
-    Ok(())
-}
-
 #[then(regex = r#"^the plan has an error about "([^"]+)"$"#)]
 fn error_about(w: &mut RolloutWorld, subject: String) -> anyhow::Result<()> {
     let subject = w.target_text(&subject);
