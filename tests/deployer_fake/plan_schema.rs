@@ -110,6 +110,9 @@ async fn the_seed_scenarios_releases_are_all_known_to_the_schema() {
     env.shutdown().await;
 }
 
+/// A request as the journal shows it: method, path, parameters in name order.
+type Call = (String, String, Vec<(String, String)>);
+
 /// What plan checks is what a run sends: every mutating request of a real run of one VM is,
 /// method, path and parameters, one of the requests plan validated for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +129,7 @@ async fn what_plan_checks_is_what_the_pipeline_sends() {
     let rollout = provision_harness::rollout::Rollout::new(&set);
     let spec: &ValidSpec = rollout.vms[0].spec.as_ref().unwrap();
     let pipeline = PipelineOptions::default();
-    let planned: Vec<(String, String, Vec<(String, String)>)> = vm_requests(&VmRequestInputs {
+    let planned: Vec<Call> = vm_requests(&VmRequestInputs {
         spec,
         vmid,
         listed_storages: vec![],
@@ -148,7 +151,7 @@ async fn what_plan_checks_is_what_the_pipeline_sends() {
         (r.method.to_string(), r.path(), params)
     })
     .collect();
-    let sent: Vec<(String, String, Vec<(String, String)>)> = writes(&env.journal("site-1").await)
+    let sent: Vec<Call> = writes(&env.journal("site-1").await)
         .into_iter()
         .filter(|e| !e.path.starts_with("/access/"))
         .map(|e| {

@@ -55,6 +55,7 @@ pub fn refusals(schema: &ApiSchema, request: &Request<'_>) -> Vec<Refusal> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::{Refusal, refusals, schema_for};
     use crate::deployer::pipeline::{VmRequestInputs, vm_requests};
