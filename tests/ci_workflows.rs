@@ -53,7 +53,13 @@ fn targets(dir: &Path, kind: &str) -> BTreeSet<String> {
 
 fn workspace() -> BTreeMap<String, Package> {
     let mut out = BTreeMap::new();
-    for dir in [root(), root().join("fake-proxmox"), root().join("vm-lab")] {
+    for dir in [
+        root(),
+        root().join("fake-proxmox"),
+        root().join("fake-proxmox/crates/world"),
+        root().join("fake-proxmox/crates/schema"),
+        root().join("vm-lab"),
+    ] {
         let manifest: toml_like::Manifest = toml_like::read(&dir.join("Cargo.toml"));
         let mut p = Package {
             tests: targets(&dir, "tests"),

@@ -1,4 +1,4 @@
-//! Generates `fake-proxmox/schema/returns-9.1.json` and `returns-8.4.json`: the declared
+//! Generates `fake-proxmox/crates/schema/data/returns-9.1.json` and `returns-8.4.json`: the declared
 //! `returns` of every GET in the PVE 9.1 API dump (and the 8.4 VM subset), reduced to what a response's shape is checked against (`type`,
 //! `optional`, `enum`, `properties`, `items`, `additionalProperties`). Texts are dropped.
 //! The API shape test (`tests/api/shapes/`) reads it.
@@ -42,7 +42,7 @@ fn main() -> Result<()> {
     let input_dir = PathBuf::from(args.next().unwrap_or_else(|| "/work/shared/pve-api".into()));
     let out_dir = PathBuf::from(
         args.next()
-            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/schema").into()),
+            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/crates/schema/data").into()),
     );
     for (dump_name, out_name) in [
         ("pve-9.1-schema.json", "returns-9.1.json"),

@@ -1,4 +1,4 @@
-//! Generates the committed schema facts (`fake-proxmox/schema/pve-*.json`) from the extracted
+//! Generates the committed schema facts (`fake-proxmox/crates/schema/data/pve-*.json`) from the extracted
 //! Proxmox VE API dumps in `../shared/pve-api/`.
 //!
 //! Only facts survive: parameter names, types, formats, ranges, lengths, patterns, enums,
@@ -203,7 +203,7 @@ fn main() -> Result<()> {
     let input_dir = PathBuf::from(args.next().unwrap_or_else(|| "/work/shared/pve-api".into()));
     let out_dir = PathBuf::from(
         args.next()
-            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/schema").into()),
+            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/crates/schema/data").into()),
     );
     let full_path = input_dir.join("pve-9.1-schema.json");
     let full: Value = serde_json::from_str(

@@ -16,6 +16,20 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Crates (each layer imports only the ones below it; the compiler enforces it)
+//! ```text
+//! fake-proxmox          the server: wire format, route handlers (parse → model verb → render),
+//!  │                    the route table, dispatch (auth, CSRF, schema, faults), TLS, the /_fake
+//!  │                    control plane, tenants, --state-dir persistence, the binary
+//!  ├ fake-proxmox-world the simulated world, no HTTP: sites, nodes, storages, access, pools,
+//!  │   │                tasks on a clock, guests (qemu), agent, firewall, faults, scenarios,
+//!  │   │                the execution seam (simulated, or vm-lab's real QEMU guests)
+//!  │   └ vm-lab
+//!  └ fake-proxmox-schema  the API schema facts and PVE's parameter checks, no HTTP, no model
+//! ```
+//! `fake_proxmox::{qemu, storage, exec, schema, …}` re-export the lower crates under the paths
+//! they always had; a family's module here (`qemu`, `storage`, …) adds only its `routes`.
+//!
 //! # How the pieces fit
 //! A request goes `server` → `server::dispatch` (PVE's order: auth, CSRF, schema check of
 //! the parameters by `schema`, node online, faults by `faults`) → the handler of the
@@ -76,37 +90,37 @@
 // A library reports through its return values and `tracing`, never by printing; the binary prints.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+// The model (fake-proxmox-world) and the schema (fake-proxmox-schema), re-exported under the
+// paths they always had: `fake_proxmox::exec::LabExecutor`, `fake_proxmox::schema::ApiSchema`, …
+pub use fake_proxmox_schema as schema;
+pub use fake_proxmox_schema::release as version;
+pub use fake_proxmox_world::{clock, exec, faults, request, rng_state, scenario, world};
+
+// Families whose routes live here, each re-exporting its model from the world crate.
 pub mod access;
 pub mod agent;
-pub mod clock;
 pub mod cluster;
 pub mod console;
-pub mod control;
-pub mod exec;
-pub mod faults;
 pub mod firewall;
-pub mod journal;
 pub mod nodes;
-pub mod persist;
 pub mod pools;
 pub mod qemu;
-pub mod request;
-pub mod rng_state;
-pub mod route;
-pub mod router;
 pub mod rrd;
-pub mod scenario;
-pub mod schema;
-pub mod server;
 pub mod storage;
 pub mod tasks;
+
+// The server: wire format, routes, dispatch, control plane, tenants, persistence, TLS.
+pub mod control;
+pub mod journal;
+pub mod persist;
+pub mod route;
+pub mod router;
+pub mod server;
 pub mod tenants;
 #[cfg(feature = "testcontainers")]
 pub mod testcontainers;
 pub mod validate;
-pub mod version;
 pub mod wire;
-pub mod world;
 
 pub use clock::ClockMode;
 pub use control::{ControlClient, ControlError};
@@ -136,3 +150,8 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
 }
+
+/// The README's example compiles as a doc test, so what it shows stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -27,7 +27,7 @@ static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     v.extend(crate::access::routes::routes());
     v.extend(crate::cluster::routes::routes());
     v.extend(crate::nodes::routes::routes());
-    v.extend(crate::nodes::power::routes());
+    v.extend(crate::nodes::power_routes::routes());
     v.extend(crate::storage::routes::routes());
     v.extend(crate::tasks::routes::routes());
     v.extend(crate::qemu::routes::routes());

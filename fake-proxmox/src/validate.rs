@@ -48,6 +48,7 @@ pub fn allows_token(version: PveVersion, method: &str, route: &Route) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -59,6 +60,19 @@ mod tests {
                 r.method,
                 r.template
             );
+        }
+    }
+
+    /// A route the dispatcher leaves the node check to (`served_locally`) is one PVE does not
+    /// proxy: its schema method has no `proxyto`.
+    #[test]
+    fn locally_served_routes_have_no_proxyto() {
+        let s = crate::schema::ApiSchema::get(PveVersion::V9_1);
+        let local: Vec<_> = crate::router::table().iter().filter(|r| r.local).collect();
+        assert!(!local.is_empty());
+        for r in local {
+            let info = s.method(r.method, r.template).unwrap();
+            assert!(info.proxyto.is_none(), "{} {}", r.method, r.template);
         }
     }
 }

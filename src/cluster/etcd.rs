@@ -127,17 +127,8 @@ pub fn etcdctl(cfg: &NodeConfig, layout: &GuestLayout, args: &str) -> String {
     )
 }
 
-/// Quotes a word for a POSIX shell.
-pub fn sh_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
+// Quoting is the shell transport's; commands built here use it too.
+pub use super::transport::sh_quote;
 
 /// One member in `etcdctl member list -w json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

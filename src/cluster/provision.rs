@@ -19,8 +19,7 @@ use crate::mutants::{self, Mutant};
 
 /// The file-system label the boot hook looks for.
 pub const DISK_LABEL: &str = "cluster";
-/// Name of the first-boot script, in the staged node directory and at the disk's top.
-pub const BOOT_SCRIPT_FILE: &str = "boot.sh";
+pub use super::topology::BOOT_SCRIPT_FILE;
 /// What `boot.sh` prints on the console once etcd is started (the lab waits for it).
 pub const BOOT_MARKER: &str = "cluster-boot: etcd started";
 /// What `boot.sh`'s watcher prints once the local member commits a proposal (the cluster has

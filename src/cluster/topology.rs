@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ClusterError;
 
+/// Name of the first-boot script, in the staged node directory and at the disk's top.
+pub const BOOT_SCRIPT_FILE: &str = "boot.sh";
+
 /// One member of the cluster as the provisioner sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeIdentity {
@@ -81,7 +84,7 @@ impl GuestLayout {
         format!("{}/cluster-config.json", self.etc_dir())
     }
     pub fn boot_script(&self) -> String {
-        format!("{}/{}", self.mount, super::provision::BOOT_SCRIPT_FILE)
+        format!("{}/{}", self.mount, BOOT_SCRIPT_FILE)
     }
 }
 

@@ -11,7 +11,6 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::process::Command;
 
 use super::error::ClusterError;
-use super::etcd::sh_quote;
 
 /// The result of a script run on a node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -303,6 +302,18 @@ pub fn write_file_command(path: &str, mode: u32) -> String {
         t = sh_quote(&tmp),
         p = sh_quote(path),
     )
+}
+
+/// Quotes a word for a POSIX shell.
+pub fn sh_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ fn acl(c: &mut Ctx) -> Result<Reply, PveError> {
         .into_iter()
         .map(|a| {
             json!({
-                "path": crate::access::perms::normalize_path(&a.path),
+                "path": crate::access::model::normalize_path(&a.path),
                 "type": acl_type(&a.ugid),
                 "ugid": a.ugid.trim_start_matches('@'),
                 "roleid": a.role,

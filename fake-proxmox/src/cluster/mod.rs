@@ -1,9 +1,6 @@
-//! Cluster-wide views: next free VMID, resources, status.
-//!
-//! # Deviations from real PVE
-//! - `nextid` honours no `next-id` range from datacenter.cfg (always 100..1,000,000).
-//! - Resource usage figures (cpu, mem, disk I/O) are synthetic.
+//! `cluster`: the model lives in fake-proxmox-world (re-exported here, so `crate::cluster::…` paths
+//! reach it); the wire side of its routes is here.
 
-pub mod model;
-pub mod resources;
+pub use fake_proxmox_world::cluster::*;
+
 pub mod routes;

@@ -43,9 +43,9 @@ fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
                 "ssl_fingerprint": fingerprint_for(&n.name),
             });
             if n.online {
-                v["cpu"] = json!(n.cpu(site.vms.values()));
+                v["cpu"] = json!(n.cpu(site.guests()));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(n.mem_used(site.vms.values()));
+                v["mem"] = json!(n.mem_used(site.guests()));
                 v["maxmem"] = json!(n.memory);
                 v["uptime"] = json!((c.req.now - n.booted_at) as u64);
                 v["disk"] = json!(8u64 << 30);
@@ -115,7 +115,7 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     let site = &*c.site;
     let n = site.node_of_request(&c.req)?;
     // One pass over the site's VMs for both figures: a deployer asks once per VM it places.
-    let (running, share) = node_loads(site.vms.values().filter(|v| v.node == n.name))
+    let (running, share) = node_loads(site.guests().filter(|g| g.core().node == n.name))
         .remove(n.name.as_str())
         .unwrap_or_default();
     let used = n.mem_used_with(share);

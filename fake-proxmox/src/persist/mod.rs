@@ -18,12 +18,12 @@
 
 pub mod writer;
 
+mod file;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,32 +33,7 @@ use crate::scenario::{Backend, Scenario};
 use crate::server::state::Inner;
 use crate::world::{Runners, Site, World};
 
-/// The `format` field of every state file.
-pub const FORMAT: &str = "fake-proxmox-state";
-/// The version of the layout this build writes and reads. Fields added since (the access
-/// state's groups, roles, realms, pools and user details) have serde defaults, so older
-/// files of this version still load.
-pub const VERSION: u64 = 1;
-/// The state file's name in the state dir.
-pub const FILE: &str = "state.json";
-
-#[derive(Debug, thiserror::Error)]
-pub enum PersistError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("not a fake-proxmox state file: {0}")]
-    NotState(String),
-    #[error(
-        "state file version {found} cannot be read by this build (it reads version {VERSION}); \
-         use the fake-proxmox build that wrote it, or start from a fresh state dir"
-    )]
-    Version { found: u64 },
-    #[error("invalid state file: {0}")]
-    Invalid(String),
-}
+pub use file::{FILE, FORMAT, PersistError, VERSION, write_atomic};
 
 #[derive(Serialize)]
 struct WorldRef<'a> {
@@ -269,26 +244,6 @@ pub fn interrupt_running(inner: &mut Inner, at: f64) -> usize {
         n += site.interrupt_running(at);
     }
     n
-}
-
-/// Write `bytes` to `dir/name` so that a crash leaves either the old file or the new one:
-/// a temp file in the same dir, fsynced, renamed over the old one, then the dir fsynced.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), PersistError> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| PersistError::Io { path: p, source }
-    };
-    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(bytes).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, &path).map_err(io(&path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
 }
 
 /// The state file of `dir`, if there is one.

@@ -10,7 +10,7 @@ use crate::clock::ClockMode;
 use crate::exec::{Simulated, SimulatedDisks};
 use crate::faults::FaultRule;
 use crate::qemu::model::Vm;
-use crate::tasks::model::{TaskPlan, Work};
+use crate::world::work::{TaskPlan, Work};
 
 fn runners() -> Runners {
     Runners {

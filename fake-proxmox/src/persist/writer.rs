@@ -14,7 +14,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
-use super::{FILE, write_atomic};
+use super::file::{FILE, write_atomic};
 
 /// Where the writer takes the state from: the server's shared state, held weakly, so the
 /// writer ends with the server (implemented by the server, which the writer need not know).

@@ -1,7 +1,6 @@
-//! `rrddata` and `rrd`: the time series PVE's status daemon records every 10 s for each VM
-//! and storage, read back at a timeframe's resolution. The fake keeps no samples: it derives
-//! each row from what the model knows (when the VM was made and started, its size, the
-//! simulated load rates `status/current` reports), which is what a recorded series would hold.
+//! `rrd`: the model lives in fake-proxmox-world (re-exported here, so `crate::rrd::…` paths
+//! reach it); the wire side of its routes is here.
+
+pub use fake_proxmox_world::rrd::*;
 
 pub mod routes;
-pub mod series;

@@ -1,13 +1,6 @@
-//! Tasks: UPIDs, task state machines on the simulated clock, status, logs, listings.
-//!
-//! # Deviations from real PVE
-//! - Task effects apply when the simulated clock passes the task's end time, observed on
-//!   the next request (state is only observable through requests, so this is invisible).
-//! - Only the last 10,000 tasks per site are kept.
-//! - Log texts are modelled on real task logs but are not byte-identical for every type.
+//! `tasks`: the model lives in fake-proxmox-world (re-exported here, so `crate::tasks::…` paths
+//! reach it); the wire side of its routes is here.
 
-pub mod model;
+pub use fake_proxmox_world::tasks::*;
+
 pub mod routes;
-pub mod store;
-pub mod upid;
-pub mod verbs;

@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 
 use crate::route::{Ctx, Route, route};
-use crate::tasks::model::Task;
 use crate::wire::{PveError, Reply};
+use crate::world::work::Task;
 
 pub fn routes() -> Vec<Route> {
     vec![

@@ -4,8 +4,8 @@
 //! query string, the 512 KiB body limit, 1/0 booleans, `{"data":..}` with extra top-level
 //! keys such as `total`, and error envelopes whose status line is the message's first line.
 
-pub mod error;
-pub mod params;
+// PVE's errors and typed parameters are the model's vocabulary too: they live in the world crate.
+pub use fake_proxmox_world::wire::{b, error, params};
 
 use std::collections::BTreeMap;
 
@@ -82,11 +82,6 @@ impl Reply {
         self.extra.push((key.to_string(), v));
         self
     }
-}
-
-/// Perl-style boolean: PVE emits 1/0, never true/false.
-pub fn b(v: bool) -> Value {
-    Value::from(u8::from(v))
 }
 
 fn base_headers(h: &mut HeaderMap) {

@@ -243,9 +243,11 @@ pub async fn create_vm(fake: &Fake, api: &Api, node: &str, form: &[(&str, &str)]
 /// The declared `returns` of every GET in `version`'s API (8.4: the VM subset).
 pub fn returns(version: PveVersion) -> BTreeMap<String, Value> {
     let text = match version {
-        PveVersion::V9_1 => include_str!("../../schema/returns-9.1.json"),
+        PveVersion::V9_1 => include_str!("../../crates/schema/data/returns-9.1.json"),
         // 7.1 follows the 8.4 facts, as the fake's validation does.
-        PveVersion::V8_4 | PveVersion::V7_1 => include_str!("../../schema/returns-8.4.json"),
+        PveVersion::V8_4 | PveVersion::V7_1 => {
+            include_str!("../../crates/schema/data/returns-8.4.json")
+        }
     };
     serde_json::from_str(text).expect("the returns files are JSON")
 }

@@ -1,0 +1,183 @@
+//! A storage's volumes with their space use kept as a running total: free space is asked
+//! for on every disk allocation, and summing thousands of volumes each time made creates
+//! slow down as a site filled up.
+
+use std::collections::BTreeMap;
+use std::ops::Deref;
+
+use serde::Serialize;
+
+use super::kinds::Content;
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Volume {
+    pub volname: String,
+    pub vtype: Content,
+    pub format: String,
+    /// Virtual size in bytes.
+    pub size: u64,
+    /// Bytes taken on the storage.
+    pub used: u64,
+    pub vmid: Option<u32>,
+    pub ctime: u64,
+    /// A backup's notes (PVE keeps them in `<archive>.notes`); only backups have them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// A protected backup (PVE's `<archive>.protected` file): not removed, not pruned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub protected: bool,
+}
+
+/// Volumes by volname; reads go through `Deref` to the map, writes through these methods.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(transparent)]
+pub struct Volumes {
+    map: BTreeMap<String, Volume>,
+    #[serde(skip)]
+    used: u64,
+    /// Changed since the site last shared it: a shared storage's other nodes take this copy.
+    #[serde(skip)]
+    changed: bool,
+}
+
+impl Deref for Volumes {
+    type Target = BTreeMap<String, Volume>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+/// Read back as the map alone; the running total is counted again.
+impl<'de> serde::Deserialize<'de> for Volumes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = BTreeMap::<String, Volume>::deserialize(d)?;
+        let mut v = Volumes {
+            map,
+            used: 0,
+            changed: false,
+        };
+        v.recount();
+        Ok(v)
+    }
+}
+
+impl Volumes {
+    /// Bytes all volumes take (saturating, like the sum it replaces).
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Whether a write happened since [`Volumes::shared`].
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// Every node's copy of a shared storage is this one now.
+    pub fn shared(&mut self) {
+        self.changed = false;
+    }
+
+    fn recount(&mut self) {
+        self.used = self
+            .map
+            .values()
+            .fold(0u64, |a, v| a.saturating_add(v.used));
+    }
+
+    pub fn insert(&mut self, volname: String, v: Volume) -> Option<Volume> {
+        self.changed = true;
+        let add = v.used;
+        let old = self.map.insert(volname, v);
+        match &old {
+            Some(o) if o.used > 0 => self.recount(),
+            _ => self.used = self.used.saturating_add(add),
+        }
+        old
+    }
+
+    pub fn remove(&mut self, volname: &str) -> Option<Volume> {
+        let old = self.map.remove(volname)?;
+        self.changed = true;
+        self.used = self.used.saturating_sub(old.used);
+        // A saturated total cannot be walked back by subtraction.
+        if self.used == u64::MAX {
+            self.recount();
+        }
+        Some(old)
+    }
+
+    pub fn retain(&mut self, keep: impl FnMut(&String, &mut Volume) -> bool) {
+        self.changed = true;
+        self.map.retain(keep);
+        self.recount();
+    }
+
+    /// Changes one volume in place; `None` when it does not exist.
+    pub fn update<R>(&mut self, volname: &str, f: impl FnOnce(&mut Volume) -> R) -> Option<R> {
+        let v = self.map.get_mut(volname)?;
+        self.changed = true;
+        let before = v.used;
+        let out = f(v);
+        let after = v.used;
+        if before != after {
+            self.used = self.used.saturating_sub(before).saturating_add(after);
+            if self.used == u64::MAX {
+                self.recount();
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::storage::model::Content;
+
+    fn vol(name: &str, used: u64) -> Volume {
+        Volume {
+            volname: name.into(),
+            vtype: Content::Images,
+            format: "raw".into(),
+            size: used,
+            used,
+            vmid: Some(100),
+            ctime: 0,
+            notes: None,
+            protected: false,
+        }
+    }
+
+    fn summed(v: &Volumes) -> u64 {
+        v.values().map(|v| v.used).sum()
+    }
+
+    #[test]
+    fn the_total_follows_every_change() {
+        let mut v = Volumes::default();
+        v.insert("a".into(), vol("a", 10));
+        v.insert("b".into(), vol("b", 5));
+        assert_eq!(v.used(), 15);
+        v.insert("a".into(), vol("a", 3));
+        assert_eq!(v.used(), 8);
+        v.update("b", |x| x.used = 20);
+        assert_eq!(v.used(), 23);
+        assert_eq!(v.update("nope", |x| x.used = 1), None);
+        v.remove("a");
+        assert_eq!(v.used(), 20);
+        v.insert("c".into(), vol("c", 7));
+        v.retain(|k, _| k != "b");
+        assert_eq!(v.used(), 7);
+        assert_eq!(v.used(), summed(&v));
+    }
+
+    #[test]
+    fn serialises_as_the_plain_map() {
+        let mut v = Volumes::default();
+        v.insert("a".into(), vol("a", 1));
+        let j = serde_json::to_value(&v).unwrap();
+        assert_eq!(j["a"]["used"], 1);
+        assert!(j.get("used").is_none());
+    }
+}
