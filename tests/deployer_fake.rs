@@ -9,5 +9,7 @@ mod convergence;
 mod failures;
 #[path = "deployer_fake/pipeline.rs"]
 mod pipeline;
+#[path = "deployer_fake/plan_schema.rs"]
+mod plan_schema;
 #[path = "deployer_fake/support.rs"]
 mod support;

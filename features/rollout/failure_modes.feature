@@ -60,6 +60,14 @@ Feature: The seed's six potential issues, each with its mitigation
     And no request went to the non-existent "importdisk" route
 
   @fake
+  Scenario: Issue 4, planned - the plan checks the create against PVE 7.1's schema before any call
+    Given site "site-1" runs PVE version "7.1"
+    When the deployer plans the rollout
+    Then the plan's verdict is "would-fail"
+    And the plan says PVE 7.1 would refuse "POST /nodes/{node}/qemu" for VM "nginx-proxy-vm": parameter "scsi0", PVE's message mentioning "import-from"
+    And no mutating request reached Proxmox
+
+  @fake
   Scenario: Issue 5 - resource exhaustion: retried, and succeeds once resources are freed
     Given node "ml110-01" has no free memory to start VMs
     When the deployer starts in the background

@@ -15,10 +15,15 @@ use crate::deployer::state::{Condition, Stage, StateStore, VmRecord};
 use crate::deployer::validate::ValidSpec;
 
 mod existing;
+mod requests;
 mod rules;
 mod steps;
-pub use rules::{check_free_space, check_vm_storage, create_params, resize_size};
-use rules::{create_refused, find_user_snippet};
+pub use requests::{VmRequestInputs, vm_requests};
+use rules::create_refused;
+pub use rules::{
+    check_free_space, check_vm_storage, cloud_init_params, create_params, find_user_snippet,
+    resize_size,
+};
 pub use steps::Step;
 
 /// Knobs of one run that the pipeline needs.
@@ -485,14 +490,7 @@ impl Pipeline<'_> {
             .any(|v| v.contains("cloudinit"));
         if !has_cloudinit {
             self.step(job, Step::CloudInit);
-            let mut params = vec![
-                ("ide2", format!("{}:cloudinit", spec.storage)),
-                ("ciuser", self.options.ci_user.clone()),
-                ("ipconfig0", rules::ipconfig0(spec)),
-            ];
-            if let Some(k) = rules::sshkeys(spec) {
-                params.push(("sshkeys", k));
-            }
+            let params = rules::cloud_init_params(spec, &self.options.ci_user);
             if let Some(upid) = self
                 .client()
                 .update_config(node, vmid, &params)

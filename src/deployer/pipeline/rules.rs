@@ -134,6 +134,20 @@ pub fn create_params(
     p
 }
 
+/// The cloud-init settings of a VM that has no cloud-init drive yet (one adopted from elsewhere):
+/// the drive on the VM's storage, the user, the address and the keys.
+pub fn cloud_init_params(spec: &ValidSpec, ci_user: &str) -> Vec<(&'static str, String)> {
+    let mut params = vec![
+        ("ide2", format!("{}:cloudinit", spec.storage)),
+        ("ciuser", ci_user.to_string()),
+        ("ipconfig0", ipconfig0(spec)),
+    ];
+    if let Some(k) = sshkeys(spec) {
+        params.push(("sshkeys", k));
+    }
+    params
+}
+
 /// `ipconfig0`: the manifest's static address, else DHCP.
 pub fn ipconfig0(spec: &ValidSpec) -> String {
     spec.ip

@@ -18,6 +18,7 @@ use crate::deployer::rollout::Rollout;
 use crate::deployer::site::connect_named;
 
 mod node;
+pub mod schema;
 use crate::deployer::validate::{ImageSpec, ValidSpec};
 use node::{NodeCheck, SiteFacts, gather};
 
@@ -174,6 +175,14 @@ pub async fn plan_rollout(
     let mut nodes_out = Vec::new();
     let mut storages_out = Vec::new();
     for (site_name, sf) in &sites {
+        let schema = schema::schema_for(sf.ctx.version_pair())
+            .inspect_err(|why| {
+                findings.push(warn(
+                    &format!("site {site_name}"),
+                    format!("requests not checked against PVE's API schema: {why}"),
+                ))
+            })
+            .ok();
         for (node, nf) in &sf.nodes {
             let all_here: Specs<'_> = specs
                 .iter()
@@ -196,6 +205,9 @@ pub async fn plan_rollout(
             let capacity = check.capacity(sf, options, rollout, &mut findings);
             check.bridges(capacity.online, &mut findings);
             check.images(capacity.online, &mut vms, &mut findings);
+            if let Some(schema) = schema {
+                check.requests(schema, sf, &vms, rollout, &mut findings);
+            }
             storages_out.extend(check.storages(capacity.online, &mut findings));
             nodes_out.push(capacity);
         }

@@ -7,11 +7,19 @@ use super::{
     Finding, GIB, MIB, NodeCapacity, PlanOptions, PlannedVm, Severity, Specs, StorageUse, err, gib,
     warn,
 };
+use fake_proxmox::schema::ApiSchema;
+
+use super::schema::refusals;
 use crate::deployer::image::{self, StorageView};
+use crate::deployer::pipeline::{PipelineOptions, VmRequestInputs, find_user_snippet, vm_requests};
 use crate::deployer::pve::api::{ClusterResource, NetworkIface, NodeStatus, StorageInfo};
 use crate::deployer::rollout::Rollout;
 use crate::deployer::site::SiteCtx;
 use crate::deployer::validate::{ImageSpec, ValidSpec};
+
+/// The VMID a planned create is checked with: PVE hands the real one out at create time
+/// (`/cluster/nextid`, always within the schema's range), so any valid one checks the same.
+const PLANNED_VMID: u32 = 100;
 
 /// What one node looks like through the API.
 pub(super) struct NodeFacts {
@@ -226,6 +234,62 @@ impl NodeCheck<'_> {
                     findings.push(err(&self.subject(), format!("{e} ({} VMs)", users.len())))
                 }
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// Every request the pipeline would send for each VM here, built by the pipeline's own
+    /// builders, checked against the site's release: what PVE would refuse with a 400.
+    pub(super) fn requests(
+        &self,
+        schema: &ApiSchema,
+        sf: &SiteFacts,
+        vms: &[PlannedVm],
+        rollout: &Rollout,
+        findings: &mut Vec<Finding>,
+    ) {
+        let pipeline = PipelineOptions::default();
+        for (i, p) in &self.all {
+            let existing = sf
+                .resources
+                .iter()
+                .find(|r| r.kind == "qemu" && r.name.as_deref() == Some(p.name.as_str()))
+                .and_then(|r| r.vmid)
+                .and_then(|id| u32::try_from(id).ok());
+            // The volume the image step resolved; a volid the manifest names also shows what
+            // the create would carry where resolution failed (that failure is reported above).
+            let import_from = vms[*i].image.clone().or_else(|| match &p.image {
+                ImageSpec::Volid { .. } => Some(p.image.to_string()),
+                ImageSpec::Name { .. } => None,
+            });
+            let snippet = find_user_snippet(&self.facts.views, &p.name);
+            let inputs = VmRequestInputs {
+                spec: p,
+                vmid: existing.unwrap_or(PLANNED_VMID),
+                listed_storages: image::storages_to_list(&p.image, &self.facts.storages)
+                    .into_iter()
+                    .map(|s| s.storage.clone())
+                    .collect(),
+                import_from: import_from.as_deref(),
+                snippet: snippet.as_deref(),
+                ci_user: &pipeline.ci_user,
+                create: existing.is_none(),
+                start: pipeline.start,
+            };
+            for request in vm_requests(&inputs) {
+                for r in refusals(schema, &request) {
+                    findings.push(err(
+                        &rollout.vms[*i].manifest,
+                        format!(
+                            "VM {}: PVE {} would refuse {} (400 Parameter verification failed) — {}: {}",
+                            p.name,
+                            schema.version(),
+                            request.label(),
+                            r.parameter,
+                            r.message
+                        ),
+                    ));
+                }
             }
         }
     }

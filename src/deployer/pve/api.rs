@@ -4,6 +4,7 @@
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use super::request::Request;
 use super::{PveClient, PveError};
 
 /// A count PVE may send as a number, a float or a string; anything else is absent. A visitor,
@@ -309,23 +310,23 @@ pub type MaybeUpid = Option<String>;
 
 impl PveClient {
     pub async fn version(&self) -> Result<Version, PveError> {
-        self.get("/version", &[]).await
+        self.send(&Request::version()).await
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeEntry>, PveError> {
-        self.get("/nodes", &[]).await
+        self.send(&Request::nodes()).await
     }
 
     pub async fn node_status(&self, node: &str) -> Result<NodeStatus, PveError> {
-        self.get(&format!("/nodes/{node}/status"), &[]).await
+        self.send(&Request::node_status(node)).await
     }
 
     pub async fn network(&self, node: &str) -> Result<Vec<NetworkIface>, PveError> {
-        self.get(&format!("/nodes/{node}/network"), &[]).await
+        self.send(&Request::network(node)).await
     }
 
     pub async fn storages(&self, node: &str) -> Result<Vec<StorageInfo>, PveError> {
-        self.get(&format!("/nodes/{node}/storage"), &[]).await
+        self.send(&Request::storages(node)).await
     }
 
     pub async fn storage_content(
@@ -333,13 +334,12 @@ impl PveClient {
         node: &str,
         storage: &str,
     ) -> Result<Vec<ContentEntry>, PveError> {
-        self.get(&format!("/nodes/{node}/storage/{storage}/content"), &[])
-            .await
+        self.send(&Request::storage_content(node, storage)).await
     }
 
     /// The next free VMID. PVE returns it as a JSON string; a number is accepted too.
     pub async fn next_id(&self) -> Result<u32, PveError> {
-        let v: serde_json::Value = self.get("/cluster/nextid", &[]).await?;
+        let v: serde_json::Value = self.send(&Request::next_id()).await?;
         let parsed = match &v {
             serde_json::Value::String(s) => s.parse().ok(),
             serde_json::Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
@@ -353,8 +353,7 @@ impl PveClient {
     }
 
     pub async fn vm_resources(&self) -> Result<Vec<ClusterResource>, PveError> {
-        self.get("/cluster/resources", &[("type", "vm".to_string())])
-            .await
+        self.send(&Request::vm_resources()).await
     }
 
     pub async fn create_vm(
@@ -362,12 +361,11 @@ impl PveClient {
         node: &str,
         params: &super::Params<'_>,
     ) -> Result<String, PveError> {
-        self.post(&format!("/nodes/{node}/qemu"), params).await
+        self.send(&Request::create_vm(node, params)).await
     }
 
     pub async fn vm_config(&self, node: &str, vmid: u32) -> Result<VmConfig, PveError> {
-        self.get(&format!("/nodes/{node}/qemu/{vmid}/config"), &[])
-            .await
+        self.send(&Request::vm_config(node, vmid)).await
     }
 
     /// Asynchronous config update (returns a UPID).
@@ -377,8 +375,7 @@ impl PveClient {
         vmid: u32,
         params: &super::Params<'_>,
     ) -> Result<MaybeUpid, PveError> {
-        self.post(&format!("/nodes/{node}/qemu/{vmid}/config"), params)
-            .await
+        self.send(&Request::update_config(node, vmid, params)).await
     }
 
     pub async fn resize(
@@ -388,39 +385,24 @@ impl PveClient {
         disk: &str,
         size: &str,
     ) -> Result<MaybeUpid, PveError> {
-        self.put(
-            &format!("/nodes/{node}/qemu/{vmid}/resize"),
-            &[("disk", disk.to_string()), ("size", size.to_string())],
-        )
-        .await
+        self.send(&Request::resize(node, vmid, disk, size)).await
     }
 
     pub async fn vm_current(&self, node: &str, vmid: u32) -> Result<VmCurrent, PveError> {
-        self.get(&format!("/nodes/{node}/qemu/{vmid}/status/current"), &[])
-            .await
+        self.send(&Request::vm_current(node, vmid)).await
     }
 
     pub async fn start_vm(&self, node: &str, vmid: u32) -> Result<String, PveError> {
-        self.post(&format!("/nodes/{node}/qemu/{vmid}/status/start"), &[])
-            .await
+        self.send(&Request::start_vm(node, vmid)).await
     }
 
     pub async fn stop_vm(&self, node: &str, vmid: u32) -> Result<String, PveError> {
-        self.post(&format!("/nodes/{node}/qemu/{vmid}/status/stop"), &[])
-            .await
+        self.send(&Request::stop_vm(node, vmid)).await
     }
 
     /// `DELETE` with `purge=1` and `destroy-unreferenced-disks=1`: nothing of the VM stays behind.
     pub async fn destroy_vm(&self, node: &str, vmid: u32) -> Result<String, PveError> {
-        let mut params = vec![
-            ("purge", "1".to_string()),
-            ("destroy-unreferenced-disks", "1".to_string()),
-        ];
-        if crate::mutants::active(crate::mutants::Mutant::DestroyWithoutPurge) {
-            params.remove(0);
-        }
-        self.delete(&format!("/nodes/{node}/qemu/{vmid}"), &params)
-            .await
+        self.send(&Request::destroy_vm(node, vmid)).await
     }
 
     pub async fn agent_interfaces(
@@ -428,11 +410,7 @@ impl PveClient {
         node: &str,
         vmid: u32,
     ) -> Result<AgentInterfaces, PveError> {
-        self.get(
-            &format!("/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"),
-            &[],
-        )
-        .await
+        self.send(&Request::agent_interfaces(node, vmid)).await
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod request;
 pub mod tasks;
 pub mod tls;
 
@@ -16,6 +17,7 @@ use tokio::sync::Mutex;
 
 pub use auth::Credentials;
 pub use error::PveError;
+pub use request::Request;
 pub use tls::TlsMode;
 
 /// Parameters are `(name, value)` pairs: form body for POST/PUT, query string for GET/DELETE.
@@ -133,6 +135,12 @@ impl PveClient {
         params: &Params<'_>,
     ) -> Result<T, PveError> {
         self.call(Method::DELETE, path, params).await
+    }
+
+    /// Sends `request` (built by [`Request`]'s constructors, which `plan` checks too).
+    pub async fn send<T: DeserializeOwned>(&self, request: &Request<'_>) -> Result<T, PveError> {
+        self.call(request.method.clone(), &request.path(), &request.params)
+            .await
     }
 
     /// Makes sure a password login works now (token auth has no login step; its first call

@@ -233,6 +233,38 @@ fn error_about(w: &mut RolloutWorld, subject: String) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[then(
+    regex = r#"^the plan says PVE ([0-9.]+) would refuse "([^"]+)" for VM "([^"]+)": parameter "([^"]+)", PVE's message mentioning "([^"]+)"$"#
+)]
+fn schema_refusal(
+    w: &mut RolloutWorld,
+    release: String,
+    request: String,
+    vm: String,
+    parameter: String,
+    mentions: String,
+) -> anyhow::Result<()> {
+    let vm = w.target_text(&vm);
+    let p = plan(w)?;
+    let head = format!(
+        "VM {vm}: PVE {release} would refuse {request} (400 Parameter verification failed) — {parameter}"
+    );
+    let hit = p["findings"].as_array().is_some_and(|a| {
+        a.iter().any(|f| {
+            f["severity"] == "error"
+                && f["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(&head) && m.contains(&mentions))
+        })
+    });
+    ensure!(
+        hit,
+        "no error finding '{head}…{mentions}…'; findings:\n{}",
+        findings(p)
+    );
+    Ok(())
+}
+
 #[then(regex = r#"^(\d+) VMs are ready and (\d+) failed$"#)]
 async fn counts(w: &mut RolloutWorld, ready: usize, failed: usize) -> anyhow::Result<()> {
     let st = w.last_status()?.clone();
