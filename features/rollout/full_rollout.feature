@@ -45,6 +45,21 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     And no mutating request reached Proxmox
 
   @fake
+  Scenario: the plan checks every request it would send against the site's own API schema
+    The deployer's own rules let a storage id end in "-"; PVE's volume ids do not. The plan builds
+    the very requests the rollout would send and validates them against the site's release, so the
+    create's refusal shows up with PVE's text before anything is sent.
+    Given a Proxmox test cluster with the seed's two sites
+    And the deployer authenticates with the API token "root@pam!harness"
+    And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
+    And a VM manifest "sentry-03" on node "r630-01" at "site-2" with:
+      | storage | lvm- |
+    When the deployer plans the rollout
+    Then the plan's verdict is "would-fail"
+    And the plan says PVE 9.1 would refuse "POST /nodes/{node}/qemu" for VM "sentry-03": parameter "scsi0", PVE's message mentioning "unable to parse volume ID 'lvm-:0'"
+    And no mutating request reached Proxmox
+
+  @fake
   Scenario: the rollout as written - what fits is deployed, the VMs on CephFS fail fast naming the storage
     Given a Proxmox test cluster with the seed's two sites
     And the deployer authenticates with the API token "root@pam!harness"

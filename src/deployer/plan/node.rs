@@ -7,7 +7,7 @@ use super::{
     Finding, GIB, MIB, NodeCapacity, PlanOptions, PlannedVm, Severity, Specs, StorageUse, err, gib,
     warn,
 };
-use fake_proxmox::schema::ApiSchema;
+use fake_proxmox_schema::ApiSchema;
 
 use super::schema::refusals;
 use crate::deployer::image::{self, StorageView};

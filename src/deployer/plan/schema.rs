@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use fake_proxmox::schema::{ApiSchema, PveVersion, RawValue};
+use fake_proxmox_schema::{ApiSchema, PveVersion, RawValue};
 
 use crate::deployer::pve::Request;
 
