@@ -102,6 +102,7 @@ pub mod agent;
 pub mod cluster;
 pub mod console;
 pub mod firewall;
+pub mod lxc;
 pub mod nodes;
 pub mod pools;
 pub mod qemu;

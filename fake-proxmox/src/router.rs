@@ -31,6 +31,7 @@ static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     v.extend(crate::storage::routes::routes());
     v.extend(crate::tasks::routes::routes());
     v.extend(crate::qemu::routes::routes());
+    v.extend(crate::lxc::routes::routes());
     v.extend(crate::agent::routes::routes());
     v.extend(crate::firewall::routes::routes());
     v.extend(crate::console::routes::routes());

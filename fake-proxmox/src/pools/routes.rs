@@ -65,6 +65,29 @@ fn vm_member(site: &Site, vmid: u32, now: f64) -> Option<Value> {
     Some(entry)
 }
 
+/// A container member: its `vmstatus` row's figures under the same keys.
+fn ct_member(site: &Site, vmid: u32, now: f64) -> Option<Value> {
+    let ct = site.cts.get(&vmid)?;
+    let mut entry = json!({
+        "id": format!("lxc/{vmid}"),
+        "vmid": vmid,
+        "node": ct.node,
+        "type": "lxc",
+        "status": "unknown",
+    });
+    if site.node(&ct.node).is_some_and(|n| n.online) {
+        let mut st = ct.vmstatus(now, site.node_cpus(&ct.node));
+        st["maxcpu"] = st["cpus"].clone();
+        st["template"] = json!(u8::from(ct.is_template()));
+        for k in VM_KEYS {
+            if let Some(x) = st.get(*k) {
+                entry[*k] = x.clone();
+            }
+        }
+    }
+    Some(entry)
+}
+
 fn storage_member(site: &Site, sid: &str) -> Option<Value> {
     let node = site.nodes.values().find(|n| n.storages.contains_key(sid))?;
     let s = node.storages.get(sid)?;
@@ -95,6 +118,13 @@ fn pool_info(c: &Ctx, poolid: &str, cfg: &PoolConfig) -> Value {
             cfg.vms
                 .iter()
                 .filter_map(|v| vm_member(c.site, *v, c.req.now)),
+        );
+    }
+    if ty.as_deref().is_none_or(|t| t == "lxc") {
+        members.extend(
+            cfg.vms
+                .iter()
+                .filter_map(|v| ct_member(c.site, *v, c.req.now)),
         );
     }
     if ty.as_deref().is_none_or(|t| t == "storage") {

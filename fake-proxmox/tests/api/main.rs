@@ -15,6 +15,7 @@ mod control;
 mod coverage;
 mod exec;
 mod firewall;
+mod lxc;
 mod migrate;
 mod move_disk;
 mod network;

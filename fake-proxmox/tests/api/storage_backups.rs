@@ -180,7 +180,7 @@ async fn backup_access_needs_vm_backup_and_protection_is_limited_without_allocat
         api.grant(path, role, "op@pve").await;
     }
     assert_eq!(put(&op, &name, &[("notes", "x")]).await.status, 200);
-    // The listing shows op the ISO and VM 100's backups, not VM 101's.
+    // The listing shows op the ISO, the container template and VM 100's backups, not VM 101's.
     let r = op.send("GET", CONTENT, &[]).await;
     let listed: Vec<&str> = r
         .data()
@@ -189,7 +189,7 @@ async fn backup_access_needs_vm_backup_and_protection_is_limited_without_allocat
         .iter()
         .map(|e| e["volid"].as_str().unwrap())
         .collect();
-    assert_eq!(listed.len(), 6, "{listed:?}");
+    assert_eq!(listed.len(), 7, "{listed:?}");
     assert!(!listed.iter().any(|v| v.contains("-101-")), "{listed:?}");
     // VM 101's backups are not op's.
     let r = put(&op, &backup(101, 2), &[("notes", "x")]).await;

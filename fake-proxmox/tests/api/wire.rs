@@ -273,7 +273,7 @@ async fn an_unmodelled_pve_method_validates_before_its_501() {
     );
 }
 
-/// The whole 9.1 API is in a 9.1 site's schema, not only the VM subset: a container create
+/// The whole 9.1 API is in a 9.1 site's schema, not only the VM subset: an HA resource
 /// (a route far from anything the fake models) has its parameters checked first, then 501.
 #[tokio::test]
 async fn a_route_outside_the_vm_subset_validates_before_its_501() {
@@ -281,30 +281,24 @@ async fn a_route_outside_the_vm_subset_validates_before_its_501() {
     let api = f.api("site-1").login("root@pam", "harness").await;
     let r = api
         .post(
-            "/nodes/ml110-01/lxc",
+            "/cluster/ha/resources",
             &[
-                ("vmid", "99"),
-                ("ostemplate", "local:vztmpl/debian.tar.zst"),
-                ("cores", "0"),
+                ("sid", "vm:100"),
+                ("max_restart", "-1"),
+                ("failback", "maybe"),
             ],
         )
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.json["errors"]["vmid"].is_string(), "{}", r.body);
-    assert!(r.json["errors"]["cores"].is_string(), "{}", r.body);
+    assert!(r.json["errors"]["max_restart"].is_string(), "{}", r.body);
+    assert!(r.json["errors"]["failback"].is_string(), "{}", r.body);
     let r = api
-        .post(
-            "/nodes/ml110-01/lxc",
-            &[
-                ("vmid", "200"),
-                ("ostemplate", "local:vztmpl/debian.tar.zst"),
-            ],
-        )
+        .post("/cluster/ha/resources", &[("sid", "vm:100")])
         .await;
     assert_eq!(r.status, 501, "{}", r.body);
     assert_eq!(
         r.message(),
-        "Method 'POST /nodes/ml110-01/lxc' not implemented"
+        "Method 'POST /cluster/ha/resources' not implemented"
     );
     // A path no PVE has stays unknown.
     let r = api.get("/nodes/ml110-01/lxc/200/nonsense").await;

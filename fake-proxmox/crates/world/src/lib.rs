@@ -20,9 +20,9 @@
 //!  │            work the caller gives; imports no other module
 //!  └ wire, clock, rng_state; fake-proxmox-schema below the crate
 //! ```
-//! A second guest kind adds its record beside `qemu/model.rs` (holding a `GuestCore`), its
-//! variants in `world::work::Work`, its map in `world/guests.rs`, and its verbs; `tasks`,
-//! `storage` and `access` do not change.
+//! The second guest kind, `lxc`, sits beside `qemu`: its record (`lxc::model::Ct`) holds a
+//! `GuestCore`, its task work is one variant of `world::work::Work` (`Work::Ct`), its map
+//! is in `world/guests.rs`; `tasks`, `storage` and `access` did not change for it.
 
 // A library reports through its return values and `tracing`, never by printing.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
@@ -39,6 +39,7 @@ pub mod exec;
 pub mod faults;
 pub mod firewall;
 pub mod guest;
+pub mod lxc;
 pub mod nodes;
 pub mod pools;
 pub mod qemu;

@@ -38,6 +38,14 @@ const REAL_PVE_DIFFERS: &[(&str, &str, &str)] = &[
     ),
     ("/nodes/{node}/qemu/{vmid}/pending", "pending", "number"),
     (
+        "/nodes/{node}/lxc/{vmid}/pending",
+        "value",
+        // pve-container src/PVE/LXC/Config.pm `parse_pct_config` types each value with its
+        // `check_type` (integers and booleans as numbers), as qemu-server does.
+        "number",
+    ),
+    ("/nodes/{node}/lxc/{vmid}/pending", "pending", "number"),
+    (
         "/access/users",
         "tokens",
         // pve-access-control API2/User.pm `$extract_user_data` copies `$data->{tokens}`,
@@ -169,6 +177,52 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
 
     admin::populate(&api).await;
 
+    // A running container with a snapshot (9.1: the 8.4 dump here is the VM subset).
+    if version == PveVersion::V9_1 {
+        let ct = "/nodes/ml110-01/lxc";
+        for (method, path, form) in [
+            (
+                "POST",
+                ct.to_string(),
+                vec![
+                    ("vmid", "200"),
+                    (
+                        "ostemplate",
+                        "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+                    ),
+                    ("storage", "local-lvm"),
+                    ("net0", "name=eth0,bridge=vmbr0,ip=dhcp"),
+                    ("tags", "web"),
+                ],
+            ),
+            (
+                "POST",
+                format!("{ct}/200/snapshot"),
+                vec![("snapname", "before")],
+            ),
+            (
+                "PUT",
+                format!("{ct}/200/config"),
+                vec![("nameserver", "192.0.2.53")],
+            ),
+            ("POST", format!("{ct}/200/status/start"), vec![]),
+        ] {
+            let r = api.send(method, &path, &form).await;
+            assert_eq!(r.status, 200, "{path}: {}", r.body);
+            if let Some(upid) = r.data().as_str() {
+                wait_task(&f, &api, NODE, upid).await;
+            }
+        }
+        let pending = api
+            .send(
+                "PUT",
+                &format!("{ct}/200/config"),
+                &[("searchdomain", "example.org")],
+            )
+            .await;
+        assert_eq!(pending.status, 200, "{}", pending.body);
+    }
+
     // Backups to prune and an appliance to import.
     let ctl = f.ctl("site-1");
     for volname in [
@@ -230,7 +284,47 @@ pub(crate) type Call = (&'static str, String, Vec<(&'static str, String)>);
 fn calls(v: &Vars) -> Vec<Call> {
     let q = |k: &'static str, val: &str| vec![(k, val.to_string())];
     let vm = |vmid: &str| format!("/nodes/{NODE}/qemu/{vmid}");
+    let ct = |path: &str| format!("/nodes/{NODE}/lxc{path}");
     let mut c = vec![
+        ("/nodes/{node}/lxc", ct(""), vec![]),
+        ("/nodes/{node}/lxc/{vmid}", ct("/200"), vec![]),
+        ("/nodes/{node}/lxc/{vmid}/config", ct("/200/config"), vec![]),
+        (
+            "/nodes/{node}/lxc/{vmid}/feature",
+            ct("/200/feature"),
+            q("feature", "snapshot"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/interfaces",
+            ct("/200/interfaces"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/pending",
+            ct("/200/pending"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/snapshot",
+            ct("/200/snapshot"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}",
+            ct("/200/snapshot/before"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/snapshot/{snapname}/config",
+            ct("/200/snapshot/before/config"),
+            vec![],
+        ),
+        ("/nodes/{node}/lxc/{vmid}/status", ct("/200/status"), vec![]),
+        (
+            "/nodes/{node}/lxc/{vmid}/status/current",
+            ct("/200/status/current"),
+            vec![],
+        ),
         ("/access", "/access".to_string(), vec![]),
         (
             "/access/users/{userid}/token",

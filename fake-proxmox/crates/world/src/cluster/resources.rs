@@ -33,6 +33,7 @@ pub fn list(site: &Site, req: &Request, ty: Option<&str>) -> Vec<Resource> {
     }
     if want("vm") {
         out.extend(vms(site, req));
+        out.extend(cts(site, req));
     }
     if want("node") {
         out.extend(nodes(site, req));
@@ -96,6 +97,45 @@ fn vms(site: &Site, req: &Request) -> Vec<Resource> {
                 },
                 None => Resource::Vm(Box::new(st)),
             }
+        })
+        .collect()
+}
+
+/// Containers with `VM.Audit` on `/vms/{vmid}`, as `type: lxc` rows.
+fn cts(site: &Site, req: &Request) -> Vec<Resource> {
+    let sees_all = site.access.holds_everything(&req.who);
+    site.cts
+        .values()
+        .filter(|ct| {
+            sees_all
+                || site
+                    .access
+                    .has(&req.who, &format!("/vms/{}", ct.vmid), "VM.Audit")
+        })
+        .map(|ct| {
+            let mut row = ct.vmstatus(req.now, site.node_cpus(&ct.node));
+            let online = site.node(&ct.node).is_some_and(|n| n.online);
+            row["id"] = json!(format!("lxc/{}", ct.vmid));
+            row["node"] = json!(ct.node);
+            row["template"] = json!(u8::from(ct.is_template()));
+            if let Some(obj) = row.as_object_mut() {
+                if let Some(c) = obj.remove("cpus") {
+                    obj.insert("maxcpu".into(), c);
+                }
+                obj.remove("pid");
+                obj.remove("swap");
+                obj.remove("maxswap");
+            }
+            if !online {
+                row["status"] = json!("unknown");
+            }
+            if let Some(p) = site.pool_of_vm(ct.vmid).filter(|p| {
+                site.access
+                    .has(&req.who, &format!("/pool/{p}"), "Pool.Audit")
+            }) {
+                row["pool"] = json!(p);
+            }
+            Resource::Other(row)
         })
         .collect()
 }

@@ -17,6 +17,7 @@ use super::sections::{Pending, Snapshot};
 pub enum GuestKind {
     #[default]
     Qemu,
+    Lxc,
 }
 
 impl GuestKind {
@@ -24,6 +25,23 @@ impl GuestKind {
     pub fn as_str(self) -> &'static str {
         match self {
             GuestKind::Qemu => "qemu",
+            GuestKind::Lxc => "lxc",
+        }
+    }
+
+    /// How PVE names a guest of this kind in messages (`VM 100 …`, `CT 100 …`).
+    pub fn label(self) -> &'static str {
+        match self {
+            GuestKind::Qemu => "VM",
+            GuestKind::Lxc => "CT",
+        }
+    }
+
+    /// The directory of the kind's config files under `nodes/{node}/`.
+    pub fn config_dir(self) -> &'static str {
+        match self {
+            GuestKind::Qemu => "qemu-server",
+            GuestKind::Lxc => "lxc",
         }
     }
 }

@@ -196,7 +196,7 @@ impl Site {
                 "pool '{p}' is not empty (contains pool '{sub}')"
             )));
         }
-        if let Some(vmid) = cfg.vms.iter().find(|v| self.vms.contains_key(v)) {
+        if let Some(vmid) = cfg.vms.iter().find(|v| self.guest(**v).is_some()) {
             return Err(failed(format!(
                 "pool '{p}' is not empty (contains VM {vmid})"
             )));

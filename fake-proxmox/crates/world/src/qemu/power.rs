@@ -202,8 +202,8 @@ impl Site {
                 continue;
             };
             let used: std::collections::BTreeSet<Ipv4Addr> = self
-                .vms
-                .values()
+                .guests()
+                .map(|g| g.core())
                 .filter(|o| o.node == vm.node)
                 .flat_map(|o| o.leases.values().copied())
                 .chain(new.iter().map(|(_, ip)| *ip))

@@ -15,6 +15,7 @@ impl Site {
     ) -> Result<Vec<String>, String> {
         match work {
             Work::Noop | Work::Console { .. } => Ok(Vec::new()),
+            Work::Ct(w) => self.apply_ct_work(node, w, now),
             // Only reached if its planned failure was lifted: the tunnel still closes.
             Work::Mtunnel { vmid } => {
                 self.abort_mtunnel(*vmid);
@@ -180,6 +181,7 @@ impl Site {
     /// Undo what starting the task did (a create's placeholder config, a clone's target).
     pub(crate) fn rollback_work(&mut self, work: &Work) {
         match work {
+            Work::Ct(w) => self.rollback_ct_work(w),
             Work::CreateVm { vmid, .. }
                 if self
                     .vms

@@ -166,6 +166,7 @@ impl Site {
             access: access_from_spec(spec, key),
             nodes,
             vms: BTreeMap::new(),
+            cts: BTreeMap::new(),
             tasks: TaskStore::default(),
             rng,
             exec: Arc::new(Simulated),

@@ -1,7 +1,6 @@
 //! The site's guests of every kind, as the kind-neutral verbs see them: one VMID space, one
-//! set of guests per node. Only QEMU VMs exist today; a second kind adds its map here and
-//! every verb that goes through these (nextid, "already exists", node load and memory)
-//! counts it without change.
+//! set of guests per node. VMs and containers each have their map; every verb that goes
+//! through these (nextid, "already exists", node load and memory, DHCP leases) counts both.
 
 use crate::guest::Guest;
 use crate::world::Site;
@@ -9,16 +8,29 @@ use crate::world::Site;
 impl Site {
     /// The guest `vmid`, whatever its kind.
     pub fn guest(&self, vmid: u32) -> Option<&dyn Guest> {
-        self.vms.get(&vmid).map(|vm| vm as &dyn Guest)
+        match self.vms.get(&vmid) {
+            Some(vm) => Some(vm as &dyn Guest),
+            None => self.cts.get(&vmid).map(|ct| ct as &dyn Guest),
+        }
     }
 
-    /// Every guest of the site, in VMID order.
+    /// Every guest of the site: VMs, then containers.
     pub fn guests(&self) -> impl Iterator<Item = &dyn Guest> {
-        self.vms.values().map(|vm| vm as &dyn Guest)
+        self.vms
+            .values()
+            .map(|vm| vm as &dyn Guest)
+            .chain(self.cts.values().map(|ct| ct as &dyn Guest))
     }
 
     /// The VMIDs in use from `from` up, in order, across kinds.
     pub fn vmids_from(&self, from: u32) -> impl Iterator<Item = u32> + '_ {
-        self.vms.range(from..).map(|(id, _)| *id)
+        let mut vms = self.vms.range(from..).map(|(id, _)| *id).peekable();
+        let mut cts = self.cts.range(from..).map(|(id, _)| *id).peekable();
+        std::iter::from_fn(move || match (vms.peek(), cts.peek()) {
+            (Some(a), Some(b)) if a <= b => vms.next(),
+            (Some(_), Some(_)) => cts.next(),
+            (Some(_), None) => vms.next(),
+            (None, _) => cts.next(),
+        })
     }
 }

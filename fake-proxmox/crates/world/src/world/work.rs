@@ -150,4 +150,6 @@ pub enum Work {
         storages: crate::qemu::storage_map::StorageMap,
         online: bool,
     },
+    /// A container task's work (see `lxc::work`).
+    Ct(crate::lxc::work::CtWork),
 }

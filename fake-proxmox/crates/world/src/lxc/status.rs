@@ -1,0 +1,146 @@
+//! What a container reports: its `vmstatus` row (`src/PVE/LXC.pm` `vmstatus`), the
+//! `status/current` answer, and `interfaces` (`get_interfaces`: `ip --json a` inside the
+//! container's network namespace).
+
+use serde_json::{Value, json};
+
+use super::model::{Ct, NetConf, is_net_key};
+use crate::world::Site;
+
+/// Memory a running container's processes use: a steady share of its limit.
+fn used_memory(ct: &Ct) -> u64 {
+    (ct.memory_bytes() / 8).max(24 << 20)
+}
+
+impl Ct {
+    /// The `vmstatus` row: what `GET /nodes/{node}/lxc` lists and `status/current` extends.
+    pub fn vmstatus(&self, now: f64, node_cpus: u32) -> Value {
+        let running = self.is_running();
+        let cpus: f64 = self
+            .config
+            .get("cores")
+            .and_then(|c| c.parse().ok())
+            .or_else(|| self.config.get("cpulimit").and_then(|c| c.parse().ok()))
+            .filter(|c: &f64| *c > 0.0)
+            .unwrap_or(f64::from(node_cpus));
+        let uptime = self.uptime(now);
+        let mut d = json!({
+            "vmid": self.vmid,
+            "type": "lxc",
+            "status": if running { "running" } else { "stopped" },
+            "name": self.hostname().replace(char::is_whitespace, ""),
+            "cpus": if cpus.fract() == 0.0 { json!(cpus as u64) } else { json!(cpus) },
+            "cpu": if running { json!(0.002) } else { json!(0) },
+            "maxmem": self.memory_bytes(),
+            "mem": if running { used_memory(self) } else { 0 },
+            "maxswap": self.swap_bytes(),
+            "swap": 0,
+            "maxdisk": self.rootfs_size(),
+            "disk": if running { (self.rootfs_size() / 10).min(600 << 20) } else { 0 },
+            "uptime": uptime,
+            "netin": if running { uptime * 180 } else { 0 },
+            "netout": if running { uptime * 60 } else { 0 },
+            "diskread": if running { 48 << 20 } else { 0 },
+            "diskwrite": if running { uptime * 4096 } else { 0 },
+        });
+        if let Some(p) = self.pid.filter(|_| running) {
+            d["pid"] = json!(p);
+        }
+        if let Some(t) = self.config.get("tags") {
+            d["tags"] = json!(t);
+        }
+        if self.is_template() {
+            d["template"] = json!(1);
+        }
+        if let Some(l) = &self.lock {
+            d["lock"] = json!(l);
+        }
+        d
+    }
+
+    /// `GET …/interfaces`: `null` while stopped; else `lo` and one entry per NIC with its
+    /// static or leased address.
+    pub fn interfaces(&self) -> Value {
+        if !self.is_running() {
+            return Value::Null;
+        }
+        let mut out = vec![json!({
+            "name": "lo",
+            "hardware-address": "00:00:00:00:00:00",
+            "hwaddr": "00:00:00:00:00:00",
+            "inet": "127.0.0.1/8",
+            "inet6": "::1/128",
+            "ip-addresses": [
+                {"ip-address": "127.0.0.1", "ip-address-type": "inet", "prefix": 8},
+                {"ip-address": "::1", "ip-address-type": "inet6", "prefix": 128},
+            ],
+        })];
+        for (k, v) in self.config.iter().filter(|(k, _)| is_net_key(k)) {
+            let net = NetConf::parse(v);
+            if net.get("link_down") == Some("1") {
+                continue;
+            }
+            let mac = net.get("hwaddr").unwrap_or_default().to_lowercase();
+            let name = net.get("name").unwrap_or("eth0");
+            let mut obj = json!({"name": name, "hardware-address": mac, "hwaddr": mac});
+            let mut addrs = Vec::new();
+            let v4 = match net.get("ip") {
+                Some("dhcp") => self.leases.get(k).map(|ip| (ip.to_string(), 24)),
+                Some(cidr) if cidr.contains('/') => cidr
+                    .split_once('/')
+                    .and_then(|(a, p)| Some((a.to_string(), p.parse::<u8>().ok()?))),
+                _ => None,
+            };
+            if let Some((ip, prefix)) = v4 {
+                obj["inet"] = json!(format!("{ip}/{prefix}"));
+                addrs.push(json!({"ip-address": ip, "ip-address-type": "inet", "prefix": prefix}));
+            }
+            if let Some(ll) = link_local(&mac) {
+                obj["inet6"] = json!(format!("{ll}/64"));
+                addrs.push(json!({"ip-address": ll, "ip-address-type": "inet6", "prefix": 64}));
+            }
+            obj["ip-addresses"] = Value::Array(addrs);
+            out.push(obj);
+        }
+        Value::Array(out)
+    }
+}
+
+/// The EUI-64 link-local address the kernel gives a NIC with this MAC.
+fn link_local(mac: &str) -> Option<String> {
+    let b: Vec<u8> = mac
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if b.len() != 6 {
+        return None;
+    }
+    Some(format!(
+        "fe80::{:x}:{:x}:{:x}:{:x}",
+        u16::from_be_bytes([b[0] ^ 2, b[1]]),
+        u16::from_be_bytes([b[2], 0xff]),
+        u16::from_be_bytes([0xfe, b[3]]),
+        u16::from_be_bytes([b[4], b[5]])
+    ))
+}
+
+impl Site {
+    /// The threads of the container's node (the `cpus` of a container without a limit).
+    pub fn node_cpus(&self, node: &str) -> u32 {
+        self.node(node).map_or(1, |n| n.threads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_local_addresses_follow_eui64() {
+        assert_eq!(
+            link_local("bc:24:11:aa:bb:cc").as_deref(),
+            Some("fe80::be24:11ff:feaa:bbcc")
+        );
+    }
+}
