@@ -12,6 +12,7 @@
 //! - No restore from backups (`restore=1`), no OCI images, no HA.
 //! - Tag privileges (`assert_tag_permissions`) are not checked.
 
+mod apply;
 pub mod create;
 pub mod lifecycle;
 pub mod model;

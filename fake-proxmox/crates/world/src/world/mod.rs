@@ -90,7 +90,7 @@ pub struct Site {
     pub vms: BTreeMap<u32, Vm>,
     /// LXC containers; absent in state files written before containers.
     #[serde(default)]
-    pub cts: BTreeMap<u32, crate::lxc::Ct>,
+    pub cts: BTreeMap<u32, crate::lxc::model::Ct>,
     pub tasks: TaskStore,
     /// Kept with its position, so a restarted server draws the same MACs and figures next.
     #[serde(with = "crate::rng_state")]

@@ -1,0 +1,116 @@
+//! What a container task does when it completes, and how a failed one is undone.
+
+use super::work::CtWork;
+use crate::world::Site;
+
+impl Site {
+    /// Apply a container task that reached its end. `Err` is its exit status.
+    pub(crate) fn apply_ct_work(
+        &mut self,
+        node: &str,
+        work: &CtWork,
+        now: f64,
+    ) -> Result<Vec<String>, String> {
+        match work {
+            CtWork::Create {
+                vmid,
+                config,
+                volumes,
+                start_after,
+                pool,
+            } => {
+                let r = self.finish_create_ct(node, *vmid, config, volumes, now);
+                if r.is_ok() {
+                    if let Some(pool) = pool {
+                        self.access.add_vm_to_pool(*vmid, pool);
+                    }
+                    if *start_after {
+                        self.finish_start_ct(*vmid, now)?;
+                    }
+                }
+                r
+            }
+            CtWork::Start { vmid } | CtWork::Resume { vmid } => {
+                self.finish_start_ct(*vmid, now)?;
+                Ok(Vec::new())
+            }
+            CtWork::Reboot { vmid } => {
+                self.ct_power_off(*vmid);
+                self.finish_start_ct(*vmid, now)?;
+                Ok(Vec::new())
+            }
+            CtWork::Stop { vmid } | CtWork::Shutdown { vmid } | CtWork::Suspend { vmid } => {
+                self.ct_power_off(*vmid);
+                Ok(Vec::new())
+            }
+            CtWork::Destroy { vmid, unreferenced } => {
+                self.finish_destroy_ct(*vmid, *unreferenced);
+                Ok(Vec::new())
+            }
+            CtWork::Template { vmid } => {
+                self.finish_template_ct(*vmid);
+                Ok(Vec::new())
+            }
+            CtWork::Resize {
+                vmid,
+                disk,
+                new_size,
+            } => self.finish_resize_ct(*vmid, disk, *new_size),
+            CtWork::SnapshotCreate {
+                vmid,
+                snapname,
+                description,
+            } => {
+                self.finish_snapshot_ct(*vmid, snapname, description.clone(), now);
+                Ok(Vec::new())
+            }
+            CtWork::SnapshotDelete { vmid, snapname } => {
+                self.finish_delsnapshot_ct(*vmid, snapname);
+                Ok(Vec::new())
+            }
+            CtWork::SnapshotRollback {
+                vmid,
+                snapname,
+                start,
+            } => {
+                self.finish_rollback_ct(*vmid, snapname);
+                if *start {
+                    self.finish_start_ct(*vmid, now)?;
+                }
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Undo what a failed or killed container task left: a create's locked config goes, a
+    /// lock the task took is released.
+    pub(crate) fn rollback_ct_work(&mut self, work: &CtWork) {
+        match work {
+            CtWork::Create { vmid, .. }
+                if self
+                    .cts
+                    .get(vmid)
+                    .is_some_and(|c| c.lock.as_deref() == Some("create")) =>
+            {
+                self.cts.remove(vmid);
+            }
+            CtWork::Destroy { vmid, .. } | CtWork::Template { vmid } => {
+                if let Some(ct) = self.cts.get_mut(vmid) {
+                    ct.lock = None;
+                }
+            }
+            CtWork::SnapshotCreate { vmid, snapname, .. } => {
+                if let Some(ct) = self.cts.get_mut(vmid) {
+                    ct.lock = None;
+                    ct.snapshots.remove(snapname);
+                }
+            }
+            CtWork::SnapshotDelete { vmid, .. } | CtWork::SnapshotRollback { vmid, .. } => {
+                if let Some(ct) = self.cts.get_mut(vmid) {
+                    ct.lock = None;
+                }
+            }
+            _ => {}
+        }
+    }
+}
