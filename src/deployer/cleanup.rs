@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::deployer::config::Provider;
+use crate::deployer::guest::GuestKind;
 use crate::deployer::pve::PveError;
 use crate::deployer::pve::tasks::{TaskWait, exitstatus_ok};
 use crate::deployer::site::{SiteCtx, connect};
@@ -126,7 +127,12 @@ pub async fn cleanup(
             let (Some(name), Some(node), Some(vmid)) = (&r.name, &r.node, r.vmid) else {
                 continue;
             };
-            if r.kind != "qemu" || !name.starts_with(prefix) {
+            let kind = match r.kind.as_str() {
+                "qemu" => GuestKind::Vm,
+                "lxc" => GuestKind::Container,
+                _ => continue,
+            };
+            if !name.starts_with(prefix) {
                 continue;
             }
             let Ok(vmid) = u32::try_from(vmid) else {
@@ -139,7 +145,7 @@ pub async fn cleanup(
                     status: r.status.clone().unwrap_or_default(),
                     locked: r.lock.is_some(),
                 };
-                match remove(&ctx, node, vmid, seen, options).await {
+                match remove(&ctx, kind, node, vmid, seen, options).await {
                     Ok(()) => "removed".to_string(),
                     Err(e) => format!("failed: {e}"),
                 }
@@ -165,6 +171,7 @@ struct Seen {
 
 async fn remove(
     ctx: &SiteCtx,
+    kind: GuestKind,
     node: &str,
     vmid: u32,
     seen: Seen,
@@ -195,13 +202,13 @@ async fn remove(
         seen.status
     };
     if status != "stopped" {
-        task(ctx.client.stop_vm(node, vmid).await)
+        task(ctx.client.stop_guest(kind, node, vmid).await)
             .await
-            .map_err(|e| format!("stopping VM {vmid}: {e}"))?;
+            .map_err(|e| format!("stopping {} {vmid}: {e}", kind.label()))?;
     }
-    task(ctx.client.destroy_vm(node, vmid).await)
+    task(ctx.client.destroy_guest(kind, node, vmid).await)
         .await
-        .map_err(|e| format!("deleting VM {vmid}: {e}"))
+        .map_err(|e| format!("deleting {} {vmid}: {e}", kind.label()))
 }
 
 /// Polls the cluster's resources until VM `vmid` holds no lock: its status then, or `None` if

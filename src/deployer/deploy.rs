@@ -391,13 +391,13 @@ impl Deployer {
         }
         let c = &site.client;
         let wait = self.options.pipeline.task_wait;
-        if let Ok(cur) = c.vm_current(&spec.node, vmid).await
+        if let Ok(cur) = c.guest_current(spec.kind, &spec.node, vmid).await
             && cur.status == "running"
-            && let Ok(upid) = c.stop_vm(&spec.node, vmid).await
+            && let Ok(upid) = c.stop_guest(spec.kind, &spec.node, vmid).await
         {
             let _ = c.await_task(&upid, wait).await;
         }
-        match c.destroy_vm(&spec.node, vmid).await {
+        match c.destroy_guest(spec.kind, &spec.node, vmid).await {
             Ok(upid) => match c.await_task(&upid, wait).await {
                 Ok(_) => {
                     tracing::info!(vm = %spec.name, vmid, "cleaned up");
@@ -479,6 +479,7 @@ async fn wait_for_dependencies(vm: &RolloutVm, signals: &Signals) -> Result<(), 
 
 fn blank(vm: &RolloutVm, p: &ValidSpec) -> VmRecord {
     VmRecord {
+        kind: p.kind,
         name: p.name.clone(),
         site: p.site.clone(),
         node: p.node.clone(),

@@ -51,6 +51,15 @@ pub enum StepError {
         content: String,
         hint: String,
     },
+    #[error(
+        "storage '{storage}' on node {node} is type {kind} with content [{content}]: it cannot hold container root filesystems (needs 'rootdir')"
+    )]
+    StorageNotForContainers {
+        node: String,
+        storage: String,
+        kind: String,
+        content: String,
+    },
     #[error("storage '{storage}' on node {node} is full: {detail}")]
     StorageFull {
         node: String,
@@ -101,6 +110,7 @@ impl StepError {
             | BridgeMissing { .. }
             | StorageMissing { .. }
             | StorageNotForImages { .. }
+            | StorageNotForContainers { .. }
             | ImportNotSupported { .. }
             | TooManyVcpus { .. }
             | DependencyFailed(_)
@@ -125,6 +135,7 @@ impl StepError {
             BridgeMissing { .. } => "BridgeMissing",
             StorageMissing { .. } => "StorageMissing",
             StorageNotForImages { .. } => "StorageNotForImages",
+            StorageNotForContainers { .. } => "StorageNotForContainers",
             StorageFull { .. } => "StorageFull",
             ImageMissing { .. } => "ImageMissing",
             ImportNotSupported { .. } => "ImportNotSupported",

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::deployer::deploy::{DeployError, Deployer, Outcome, RolloutResult, to_outcome};
 use crate::deployer::errors::StepError;
+use crate::deployer::guest::GuestKind;
 use crate::deployer::manifest::ManifestSet;
 use crate::deployer::rollout::{Rollout, RolloutVm};
 use crate::deployer::site::SiteCtx;
@@ -37,6 +38,7 @@ impl Deployer {
         let mut out = Vec::new();
         for vm in &rollout.vms {
             let mut rec = self.state().get(&vm.key).unwrap_or_else(|| VmRecord {
+                kind: vm.kind,
                 name: vm.name.clone(),
                 site: vm.site.clone(),
                 node: vm.node.clone(),
@@ -68,7 +70,7 @@ impl Deployer {
                     Outcome::Skipped
                 }
                 (Some(vmid), true, Some(Ok(site))) => {
-                    match destroy_one(site, &rec.node, vmid, &rec.name, self).await {
+                    match destroy_one(site, rec.kind, &rec.node, vmid, &rec.name, self).await {
                         Ok(()) => {
                             rec.vmid = None;
                             rec.stage = Stage::Destroyed;
@@ -78,7 +80,7 @@ impl Deployer {
                                 "Destroyed",
                                 true,
                                 "Deleted",
-                                format!("VM {vmid} deleted with purge"),
+                                format!("{} {vmid} deleted with purge", rec.kind.label()),
                             ));
                             Outcome::Destroyed
                         }
@@ -152,7 +154,7 @@ async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
     };
     let found = resources
         .iter()
-        .filter(|r| r.kind == "qemu" && r.name.as_deref() == Some(rec.name.as_str()))
+        .filter(|r| r.kind == rec.kind.family() && r.name.as_deref() == Some(rec.name.as_str()))
         .min_by_key(|r| (r.vmid.map(|v| Some(v as u32) != rec.vmid), r.vmid));
     let Some(found) = found else {
         rec.vmid = None;
@@ -165,10 +167,19 @@ async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
     rec.state = found.status.clone();
     if let (Some(vmid), Some(node)) = (vmid, found.node.as_deref()) {
         rec.node = node.to_string();
-        if found.status.as_deref() == Some("running")
-            && let Ok(ifs) = c.agent_interfaces(node, vmid).await
-        {
-            rec.ip = ifs.primary_ipv4();
+        if found.status.as_deref() == Some("running") {
+            rec.ip = match rec.kind {
+                GuestKind::Vm => c
+                    .agent_interfaces(node, vmid)
+                    .await
+                    .ok()
+                    .and_then(|ifs| ifs.primary_ipv4()),
+                GuestKind::Container => c
+                    .ct_interfaces(node, vmid)
+                    .await
+                    .ok()
+                    .and_then(|ifs| crate::deployer::pve::guests::ct_primary_ipv4(&ifs)),
+            };
         }
     }
     let running = rec.state.as_deref() == Some("running");
@@ -177,7 +188,8 @@ async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
         running,
         if running { "Running" } else { "NotRunning" },
         format!(
-            "VM {} is {}",
+            "{} {} is {}",
+            rec.kind.label(),
             vmid.unwrap_or(0),
             rec.state.clone().unwrap_or_default()
         ),
@@ -191,6 +203,7 @@ async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
 
 async fn destroy_one(
     site: &SiteCtx,
+    kind: GuestKind,
     node: &str,
     vmid: u32,
     name: &str,
@@ -201,22 +214,26 @@ async fn destroy_one(
     let err = |e: &crate::deployer::pve::PveError| {
         crate::deployer::errors::classify(&site.name, node, None, e)
     };
-    let cur = match c.vm_current(node, vmid).await {
+    let cur = match c.guest_current(kind, node, vmid).await {
         Ok(cur) => cur,
         Err(e) if e.text().contains("does not exist") => return Ok(()),
         Err(e) => return Err(err(&e)),
     };
     if cur.name.as_deref().is_some_and(|n| n != name) {
         return Err(StepError::Api(format!(
-            "VM {vmid} is now named {:?}, not {name}; not deleting it",
+            "{} {vmid} is now named {:?}, not {name}; not deleting it",
+            kind.label(),
             cur.name
         )));
     }
     if cur.status == "running" {
-        let upid = c.stop_vm(node, vmid).await.map_err(|e| err(&e))?;
+        let upid = c.stop_guest(kind, node, vmid).await.map_err(|e| err(&e))?;
         c.await_task(&upid, wait).await.map_err(|e| err(&e))?;
     }
-    let upid = c.destroy_vm(node, vmid).await.map_err(|e| err(&e))?;
+    let upid = c
+        .destroy_guest(kind, node, vmid)
+        .await
+        .map_err(|e| err(&e))?;
     c.await_task(&upid, wait).await.map_err(|e| err(&e))?;
     Ok(())
 }

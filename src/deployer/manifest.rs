@@ -1,4 +1,5 @@
-//! ProxmoxVM manifests in the seed's Crossplane shape, loaded from a directory tree.
+//! ProxmoxVM manifests in the seed's Crossplane shape, loaded from a directory tree, and
+//! ProxmoxContainer manifests of the same shape (`image` names an OS template).
 //!
 //! A manifest that cannot be read or parsed is not dropped: it is kept as an [`Unreadable`] entry
 //! with the parser's message and line, because `plan` must report it.
@@ -7,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// One `kind: ProxmoxVM` document.
+/// One `kind: ProxmoxVM` (or `kind: ProxmoxContainer`) document.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ProxmoxVm {
@@ -15,6 +16,13 @@ pub struct ProxmoxVm {
     pub kind: String,
     pub metadata: Metadata,
     pub spec: VmSpec,
+}
+
+impl ProxmoxVm {
+    /// The guest the manifest asks for (a VM unless `kind: ProxmoxContainer`).
+    pub fn guest_kind(&self) -> crate::deployer::guest::GuestKind {
+        crate::deployer::guest::GuestKind::of_manifest(&self.kind).unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -152,7 +160,7 @@ pub fn parse_manifest(path: &str, text: &str) -> Result<Option<ProxmoxVm>, Unrea
     let value: serde_norway::Value =
         serde_norway::from_str(text).map_err(|e| unreadable(path, &e))?;
     let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    if kind != "ProxmoxVM" {
+    if crate::deployer::guest::GuestKind::of_manifest(kind).is_none() {
         // Not a Kubernetes object at all (a fake-proxmox scenario, a lab spec): not ours to judge.
         if value.get("apiVersion").is_none() && value.get("spec").is_none() {
             return Ok(None);
@@ -160,7 +168,7 @@ pub fn parse_manifest(path: &str, text: &str) -> Result<Option<ProxmoxVm>, Unrea
         if kind.is_empty() {
             return Err(Unreadable {
                 path: path.to_string(),
-                error: "missing `kind` (expected ProxmoxVM)".to_string(),
+                error: "missing `kind` (expected ProxmoxVM or ProxmoxContainer)".to_string(),
                 line: None,
                 column: None,
             });

@@ -6,6 +6,7 @@ pub mod config;
 pub mod deploy;
 pub mod errors;
 pub mod examples;
+pub mod guest;
 pub mod image;
 pub mod lifecycle;
 pub mod manifest;

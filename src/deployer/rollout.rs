@@ -9,7 +9,7 @@ use crate::deployer::errors::StepError;
 use crate::deployer::manifest::{ManifestSet, Unreadable};
 use crate::deployer::order::order;
 use crate::deployer::state::key;
-use crate::deployer::validate::{ValidSpec, validate};
+use crate::deployer::validate::{ValidSpec, validate_guest};
 
 /// One manifest of the rollout.
 #[derive(Debug, Clone)]
@@ -23,6 +23,8 @@ pub struct RolloutVm {
     pub site: String,
     pub node: String,
     pub storage: String,
+    /// A VM or a container (the manifest's `kind`).
+    pub kind: crate::deployer::guest::GuestKind,
     /// The wave's label (`critical`, `blockchain/validators`, …); empty when in none.
     pub wave: String,
     /// The spec as validation found it (all problems joined when invalid).
@@ -71,8 +73,9 @@ impl Rollout {
                     site: fp.site.clone(),
                     node: fp.node.clone(),
                     storage: fp.storage.clone(),
+                    kind: l.vm.guest_kind(),
                     wave: String::new(),
-                    spec: validate(fp).map_err(|e| e.to_string()),
+                    spec: validate_guest(fp, l.vm.guest_kind()).map_err(|e| e.to_string()),
                     order_error: ord.invalid.get(&i).cloned(),
                     depends_on: l.vm.spec.deployment.depends_on.clone(),
                 }

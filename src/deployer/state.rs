@@ -66,6 +66,9 @@ impl Condition {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct VmRecord {
+    /// A VM or a container; absent (a VM) in state files written before containers.
+    #[serde(default, skip_serializing_if = "is_vm")]
+    pub kind: crate::deployer::guest::GuestKind,
     pub name: String,
     pub site: String,
     pub node: String,
@@ -88,6 +91,10 @@ pub struct VmRecord {
     pub conditions: Vec<Condition>,
     #[serde(default)]
     pub error: Option<ErrorRecord>,
+}
+
+fn is_vm(k: &crate::deployer::guest::GuestKind) -> bool {
+    *k == crate::deployer::guest::GuestKind::Vm
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

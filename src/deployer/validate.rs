@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::deployer::guest::GuestKind;
 use crate::deployer::manifest::ForProvider;
 
 pub const MIN_MEMORY_MIB: u64 = 128;
@@ -13,6 +14,8 @@ pub const MAX_DISK_GIB: u64 = 100 * 1024;
 /// A spec that passed validation, with sizes in PVE's units.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ValidSpec {
+    /// A VM or a container (`kind: ProxmoxContainer`).
+    pub kind: GuestKind,
     pub name: String,
     pub site: String,
     pub node: String,
@@ -80,7 +83,14 @@ pub struct InvalidSpec {
     pub problems: Vec<String>,
 }
 
+/// A VM's spec (see [`validate_guest`]).
 pub fn validate(fp: &ForProvider) -> Result<ValidSpec, InvalidSpec> {
+    validate_guest(fp, GuestKind::Vm)
+}
+
+/// The spec of a guest of `kind`. A container's `image` is its OS template; it has no
+/// cloud-init, so `userData` is refused rather than dropped.
+pub fn validate_guest(fp: &ForProvider, kind: GuestKind) -> Result<ValidSpec, InvalidSpec> {
     let mut problems = Vec::new();
     if let Err(e) = validate_name(&fp.name) {
         problems.push(format!("name: {e}"));
@@ -118,6 +128,29 @@ pub fn validate(fp: &ForProvider) -> Result<ValidSpec, InvalidSpec> {
             name: String::new(),
         }
     });
+    if kind == GuestKind::Container {
+        if fp
+            .user_data
+            .as_deref()
+            .is_some_and(|u| !u.trim().is_empty())
+        {
+            problems.push(
+                "userData: a container has no cloud-init (PVE writes its hostname, address and keys itself); use sshKeys and ipAddress"
+                    .to_string(),
+            );
+        }
+        let file = image.file_name();
+        let is_template = matches!(&image, ImageSpec::Volid { volname, .. } if volname.starts_with("vztmpl/"))
+            || [".tar.gz", ".tar.xz", ".tar.zst", ".tgz"]
+                .iter()
+                .any(|ext| file.ends_with(ext));
+        if !file.is_empty() && !is_template {
+            problems.push(format!(
+                "image: '{}' is not a container template (a vztmpl volume or a .tar.gz/.tar.xz/.tar.zst file)",
+                fp.image
+            ));
+        }
+    }
     let ip = match parse_static_ip(fp.ip_address.as_deref(), fp.gateway.as_deref()) {
         Ok(ip) => ip,
         Err(e) => {
@@ -134,6 +167,7 @@ pub fn validate(fp: &ForProvider) -> Result<ValidSpec, InvalidSpec> {
         return Err(InvalidSpec { problems });
     }
     Ok(ValidSpec {
+        kind,
         name: fp.name.clone(),
         site: fp.site.clone(),
         node: fp.node.clone(),

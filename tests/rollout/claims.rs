@@ -21,6 +21,8 @@ use super::world::{RolloutWorld, site_of_node};
 /// What a manifest asks for, in PVE's units.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expected {
+    /// A container (`kind: ProxmoxContainer`), not a VM.
+    pub container: bool,
     pub name: String,
     pub site: String,
     pub node: String,
@@ -66,9 +68,10 @@ pub fn expectations(dir: &Path) -> anyhow::Result<BTreeMap<String, Expected>> {
     Ok(set
         .vms
         .iter()
-        .map(|l| &l.vm.spec.for_provider)
-        .filter_map(|fp| {
+        .map(|l| (&l.vm.spec.for_provider, l.vm.kind == "ProxmoxContainer"))
+        .filter_map(|(fp, container)| {
             Some(Expected {
+                container,
                 name: fp.name.clone(),
                 site: fp.site.clone(),
                 node: fp.node.clone(),
@@ -191,6 +194,65 @@ pub fn config_problems(cfg: &Value, e: &Expected) -> Vec<String> {
     out
 }
 
+/// Everything in a container's config that differs from its manifest: cores, memory, the
+/// rootfs's storage and size, the NIC's bridge, and no lock left.
+pub fn ct_config_problems(cfg: &Value, e: &Expected) -> Vec<String> {
+    let mut out = Vec::new();
+    let cores = cfg_str(cfg, "cores").unwrap_or_else(|| "unlimited".into());
+    if cores != e.cores.to_string() {
+        out.push(format!(
+            "cores = {cores}, the manifest asks for {}",
+            e.cores
+        ));
+    }
+    let memory = cfg_str(cfg, "memory").unwrap_or_default();
+    if memory != e.memory_mib.to_string() {
+        out.push(format!(
+            "memory = {memory:?} MiB, the manifest asks for {} MiB",
+            e.memory_mib
+        ));
+    }
+    match cfg_str(cfg, "rootfs") {
+        None => out.push("no rootfs".into()),
+        Some(value) => {
+            if !value.starts_with(&format!("{}:", e.storage)) {
+                out.push(format!(
+                    "rootfs = {value:?} is not on storage {}",
+                    e.storage
+                ));
+            }
+            let size = disk_size_gib(&value);
+            if size != Some(e.disk_gib as f64) {
+                out.push(format!(
+                    "rootfs = {value:?}: size {size:?} GiB, the manifest asks for {} GiB",
+                    e.disk_gib
+                ));
+            }
+        }
+    }
+    let net0 = cfg_str(cfg, "net0").unwrap_or_default();
+    if !net0.split(',').any(|p| p == format!("bridge={}", e.bridge)) {
+        out.push(format!("net0 = {net0:?} is not on bridge {}", e.bridge));
+    }
+    if let Some(lock) = cfg_str(cfg, "lock") {
+        out.push(format!("the container is still locked ({lock})"));
+    }
+    out
+}
+
+/// The IPv4 addresses of a container's own interfaces: the answer of `GET …/interfaces`.
+pub fn ct_ipv4s(answer: &Value) -> Vec<String> {
+    answer
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["name"] != "lo")
+        .filter_map(|i| i["inet"].as_str())
+        .map(|cidr| cidr.split('/').next().unwrap_or(cidr).to_string())
+        .filter(|ip| !ip.starts_with("127.") && !ip.starts_with("169.254."))
+        .collect()
+}
+
 /// The IPv4 addresses a guest agent reports for the VM's own interfaces (not loopback, not
 /// link-local): the answer of `GET …/agent/network-get-interfaces`.
 pub fn agent_ipv4s(answer: &Value) -> Vec<String> {
@@ -307,8 +369,23 @@ impl RolloutWorld {
                 seen.status
             );
         }
-        let cfg = obs.vm_config(&node, vmid).await?;
-        let problems = config_problems(&cfg, want);
+        if want.container != (seen.kind == "lxc") {
+            bail!(
+                "the manifest asks for {} {name}, the cluster holds a {} ({vmid})",
+                if want.container {
+                    "a container"
+                } else {
+                    "a VM"
+                },
+                seen.kind
+            );
+        }
+        let cfg = obs.guest_config(&node, &seen.kind, vmid).await?;
+        let problems = if want.container {
+            ct_config_problems(&cfg, want)
+        } else {
+            config_problems(&cfg, want)
+        };
         if !problems.is_empty() {
             bail!(
                 "VM {name} ({vmid}) does not match its manifest:\n  {}\nits config: {cfg}",
@@ -319,6 +396,18 @@ impl RolloutWorld {
             .ip
             .as_deref()
             .ok_or_else(|| anyhow!("ready without an IP address: {}", claim.describe()))?;
+        if want.container {
+            let answer = obs
+                .get(&format!("/nodes/{node}/lxc/{vmid}/interfaces"))
+                .await?;
+            let seen = ct_ipv4s(&answer);
+            if !seen.iter().any(|a| a == ip) {
+                bail!(
+                    "the deployer reports CT {name} ({vmid}) at {ip}, its interfaces show {seen:?}"
+                );
+            }
+            return Ok(());
+        }
         let answer = obs
             .get(&format!(
                 "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"
@@ -404,13 +493,23 @@ impl RolloutWorld {
                     .filter(|e| e.params.get("name").map(String::as_str) == Some(name))
                     .filter_map(|e| e.params.get("vmid")?.parse::<u32>().ok()),
             );
+            ids.extend(
+                j.matching("POST", "/nodes/*/lxc")
+                    .filter(|e| e.site == site)
+                    .filter(|e| e.params.get("hostname").map(String::as_str) == Some(name))
+                    .filter_map(|e| e.params.get("vmid")?.parse::<u32>().ok()),
+            );
         }
         // A VMID freed by the cleanup may since hold another manifest's VM: only a VM that still
         // has no name (a create left half-way) counts, and disks only where no VM owns the VMID.
         let left: Vec<&VmSeen> = vms
             .iter()
             .filter(|v| ids.contains(&v.vmid))
-            .filter(|v| v.name.is_empty() || v.name == format!("VM {}", v.vmid))
+            .filter(|v| {
+                v.name.is_empty()
+                    || v.name == format!("VM {}", v.vmid)
+                    || v.name == format!("CT{}", v.vmid)
+            })
             .collect();
         if !left.is_empty() {
             bail!("the deployer reports VM {name} failed, but it left {left:?} behind");
@@ -467,6 +566,7 @@ pub fn check_rules() -> Result<(), String> {
         }
     }
     let e = Expected {
+        container: false,
         name: "a".into(),
         site: "site-1".into(),
         node: "n".into(),
@@ -510,6 +610,35 @@ pub fn check_rules() -> Result<(), String> {
     ]});
     if agent_ipv4s(&agent) != ["10.1.0.23"] {
         return Err(format!("agent addresses: {:?}", agent_ipv4s(&agent)));
+    }
+    let ct = Expected {
+        container: true,
+        cores: 1,
+        memory_mib: 512,
+        disk_gib: 8,
+        ..e
+    };
+    let good_ct = serde_json::json!({
+        "cores": 1, "memory": 512, "rootfs": "local-lvm:vm-300-disk-0,size=8G",
+        "net0": "name=eth0,bridge=vmbr0,hwaddr=BC:24:11:00:00:02,ip=dhcp,type=veth",
+    });
+    let p = ct_config_problems(&good_ct, &ct);
+    if !p.is_empty() {
+        return Err(format!(
+            "a matching container config was judged wrong: {p:?}"
+        ));
+    }
+    let mut small = good_ct;
+    small["rootfs"] = "local-lvm:vm-300-disk-0,size=4G".into();
+    if ct_config_problems(&small, &ct).is_empty() {
+        return Err("a container with PVE's default 4 GiB rootfs was judged matching".into());
+    }
+    let ifaces = serde_json::json!([
+        {"name": "lo", "inet": "127.0.0.1/8"},
+        {"name": "eth0", "inet": "192.168.11.100/24"},
+    ]);
+    if ct_ipv4s(&ifaces) != ["192.168.11.100"] {
+        return Err(format!("container addresses: {:?}", ct_ipv4s(&ifaces)));
     }
     Ok(())
 }

@@ -110,8 +110,13 @@ impl Journal {
 
     /// The one successful `POST /nodes/*/qemu`.
     pub fn the_create(&self) -> anyhow::Result<&Entry> {
+        self.the_create_at("/nodes/*/qemu")
+    }
+
+    /// The one successful create at `path` (`/nodes/*/qemu` or `/nodes/*/lxc`).
+    pub fn the_create_at<'a>(&'a self, path: &'a str) -> anyhow::Result<&'a Entry> {
         let creates: Vec<&Entry> = self
-            .matching("POST", "/nodes/*/qemu")
+            .matching("POST", path)
             .filter(|e| e.status == 200)
             .collect();
         match creates.as_slice() {
@@ -126,7 +131,12 @@ impl Journal {
 
     /// The successful create sent each `(parameter, value)`.
     pub fn expect_create_params(&self, rows: &[Vec<String>]) -> anyhow::Result<()> {
-        let create = self.the_create()?;
+        self.expect_create_params_at("/nodes/*/qemu", rows)
+    }
+
+    /// The successful create at `path` sent each `(parameter, value)`.
+    pub fn expect_create_params_at(&self, path: &str, rows: &[Vec<String>]) -> anyhow::Result<()> {
+        let create = self.the_create_at(path)?;
         for row in rows {
             let [k, v] = row.as_slice() else {
                 bail!("rows are | parameter | value |")

@@ -4,6 +4,8 @@
 
 #[derive(Debug, Clone)]
 pub struct VmManifest {
+    /// `ProxmoxVM`, or `ProxmoxContainer` for an LXC container.
+    pub kind: String,
     pub name: String,
     pub node: String,
     pub site: String,
@@ -19,6 +21,7 @@ pub struct VmManifest {
 impl VmManifest {
     pub fn standard(name: &str, node: &str, site: &str) -> VmManifest {
         VmManifest {
+            kind: "ProxmoxVM".into(),
             name: name.to_string(),
             node: node.to_string(),
             site: site.to_string(),
@@ -29,6 +32,20 @@ impl VmManifest {
             network: "vmbr0".into(),
             image: "local:iso/ubuntu-22.04-cloud.img".into(),
             user_data: Some("#cloud-config\npackage_update: true\n".into()),
+        }
+    }
+
+    /// A container of the same shape: 1 core, 512 MiB, an 8 GiB rootfs on local-lvm, vmbr0,
+    /// the Debian template PVE offers, no user data (a container has no cloud-init).
+    pub fn container(name: &str, node: &str, site: &str) -> VmManifest {
+        VmManifest {
+            kind: "ProxmoxContainer".into(),
+            cpu: "1".into(),
+            memory: "512Mi".into(),
+            disk: "8Gi".into(),
+            image: "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst".into(),
+            user_data: None,
+            ..VmManifest::standard(name, node, site)
         }
     }
 
@@ -57,7 +74,8 @@ impl VmManifest {
     pub fn to_yaml(&self) -> String {
         let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
         let mut y = format!(
-            "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: {node}\n    name: {name}\n    cpu: {cpu}\n    memory: {memory}\n    disk: {disk}\n    storage: {storage}\n    network: {network}\n    image: {image}\n    site: {site}\n",
+            "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: {node}\n    name: {name}\n    cpu: {cpu}\n    memory: {memory}\n    disk: {disk}\n    storage: {storage}\n    network: {network}\n    image: {image}\n    site: {site}\n",
+            kind = self.kind,
             name = q(&self.name),
             node = q(&self.node),
             cpu = self.cpu,

@@ -18,6 +18,8 @@ pub struct Observer {
 /// One VM as `/cluster/resources` lists it.
 #[derive(Debug, Clone)]
 pub struct VmSeen {
+    /// `qemu` or `lxc`: VMs and containers share the VMID space and the listing.
+    pub kind: String,
     pub vmid: u32,
     pub name: String,
     pub node: String,
@@ -159,9 +161,10 @@ impl Observer {
         let list = v.as_array().cloned().unwrap_or_default();
         Ok(list
             .iter()
-            .filter(|r| r["type"] == "qemu")
+            .filter(|r| r["type"] == "qemu" || r["type"] == "lxc")
             .filter_map(|r| {
                 Some(VmSeen {
+                    kind: r["type"].as_str().unwrap_or_default().to_string(),
                     vmid: u32::try_from(r["vmid"].as_u64()?).ok()?,
                     name: r["name"].as_str().unwrap_or_default().to_string(),
                     node: r["node"].as_str().unwrap_or_default().to_string(),
@@ -173,6 +176,12 @@ impl Observer {
 
     pub async fn vm_config(&self, node: &str, vmid: u32) -> anyhow::Result<Value> {
         self.get(&format!("/nodes/{node}/qemu/{vmid}/config")).await
+    }
+
+    /// The config of a guest of either kind (`kind`: `qemu` or `lxc`).
+    pub async fn guest_config(&self, node: &str, kind: &str, vmid: u32) -> anyhow::Result<Value> {
+        self.get(&format!("/nodes/{node}/{kind}/{vmid}/config"))
+            .await
     }
 
     /// Volume ids on every storage of `node` that holds VM images.

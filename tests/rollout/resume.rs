@@ -77,7 +77,7 @@ impl RolloutWorld {
         let obs = self.observer(node).await?;
         let mut out = Vec::new();
         for vm in obs.vms().await?.into_iter().filter(|v| v.node == node) {
-            let cfg = obs.vm_config(node, vm.vmid).await?;
+            let cfg = obs.guest_config(node, &vm.kind, vm.vmid).await?;
             let lock = cfg["lock"].as_str().map(str::to_string);
             out.push((vm.vmid, vm.name, lock));
         }

@@ -18,7 +18,7 @@ impl Pipeline<'_> {
         let resources = self.resources_after_our_create(job).await?;
         let named: Vec<&ClusterResource> = resources
             .iter()
-            .filter(|r| r.kind == "qemu" && !r.template)
+            .filter(|r| r.kind == spec.kind.family() && !r.template)
             .filter(|r| r.name.as_deref() == Some(spec.name.as_str()))
             .collect();
         let rec = self.state.get(&job.key);
@@ -92,7 +92,7 @@ impl Pipeline<'_> {
                 .map(Arc::new)
                 .map_err(|e| self.err(job, &e))?;
             let creating = resources.iter().find(|r| {
-                r.kind == "qemu"
+                r.kind == job.spec.kind.family()
                     && ours.is_some()
                     && r.vmid == ours
                     && r.lock.as_deref() == Some("create")
@@ -140,11 +140,12 @@ impl Pipeline<'_> {
         vmid: u32,
     ) -> Result<bool, StepError> {
         let node = job.spec.node.as_str();
+        let kind = job.spec.kind;
         let started = Instant::now();
         loop {
             let cur = self
                 .client()
-                .vm_current(node, vmid)
+                .guest_current(kind, node, vmid)
                 .await
                 .map_err(|e| self.err(job, &e))?;
             match cur.lock.as_deref() {
@@ -153,18 +154,25 @@ impl Pipeline<'_> {
                     tokio::time::sleep(self.options.task_wait.poll).await;
                 }
                 Some(other) => {
-                    return Err(StepError::Locked(format!("VM {vmid} holds lock '{other}'")));
+                    return Err(StepError::Locked(format!(
+                        "{} {vmid} holds lock '{other}'",
+                        kind.label()
+                    )));
                 }
             }
         }
-        let cfg = match self.client().vm_config(node, vmid).await {
+        let cfg = match self.client().guest_config(kind, node, vmid).await {
             Ok(c) => c,
             // The earlier create failed and PVE removed the VM while we waited.
             Err(e) if e.text().contains("does not exist") => return Ok(false),
             Err(e) => return Err(self.err(job, &e)),
         };
+        let boot_key = match kind {
+            crate::deployer::guest::GuestKind::Vm => "scsi0",
+            crate::deployer::guest::GuestKind::Container => "rootfs",
+        };
         let has_disk = cfg
-            .get("scsi0")
+            .get(boot_key)
             .and_then(|v| v.as_str())
             .is_some_and(|v| !v.starts_with("none"));
         if has_disk {
@@ -180,7 +188,7 @@ impl Pipeline<'_> {
         tracing::warn!(vm = %job.spec.name, vmid, "removing half-created VM");
         let upid = self
             .client()
-            .destroy_vm(node, vmid)
+            .destroy_guest(kind, node, vmid)
             .await
             .map_err(|e| self.err(job, &e))?;
         self.wait(job, &upid).await?;

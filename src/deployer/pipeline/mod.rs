@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::deployer::errors::{StepError, classify};
+use crate::deployer::guest::GuestKind;
 use crate::deployer::image::{self, StorageView};
 use crate::deployer::pve::api::{StorageInfo, disk_size_mib};
 use crate::deployer::pve::tasks::TaskWait;
@@ -14,10 +15,12 @@ use crate::deployer::site::{Recent, SiteCtx};
 use crate::deployer::state::{Condition, Stage, StateStore, VmRecord};
 use crate::deployer::validate::ValidSpec;
 
+mod container;
 mod existing;
 mod requests;
 mod rules;
 mod steps;
+pub use container::{check_ct_storage, ct_create_params, resolve_template};
 pub use requests::{VmRequestInputs, vm_requests};
 use rules::create_refused;
 pub use rules::{
@@ -98,6 +101,7 @@ impl Pipeline<'_> {
         self.state.update(
             &job.key,
             || VmRecord {
+                kind: spec.kind,
                 name: spec.name.clone(),
                 site: spec.site.clone(),
                 node: spec.node.clone(),
@@ -216,7 +220,10 @@ impl Pipeline<'_> {
                 node: node.to_string(),
                 storage: spec.storage.clone(),
             })?;
-        check_vm_storage(node, target)?;
+        match spec.kind {
+            GuestKind::Vm => check_vm_storage(node, target)?,
+            GuestKind::Container => container::check_ct_storage(node, target)?,
+        }
 
         self.step(job, Step::Adopt);
         let mut vmid = if crate::mutants::active(crate::mutants::Mutant::DuplicateOnRerun) {
@@ -233,18 +240,26 @@ impl Pipeline<'_> {
             Some(id) => id,
             None => {
                 check_free_space(node, target, spec.disk_gib)?;
-                self.create(job, &storages, reuse).await?
+                match spec.kind {
+                    GuestKind::Vm => self.create(job, &storages, reuse).await?,
+                    GuestKind::Container => self.create_ct(job, &storages, reuse).await?,
+                }
             }
         };
 
-        self.step(job, Step::Resize);
-        self.resize_and_configure(job, vmid).await?;
+        if spec.kind == GuestKind::Vm {
+            self.step(job, Step::Resize);
+            self.resize_and_configure(job, vmid).await?;
+        } else {
+            // A container's rootfs is made at its size and it has no cloud-init to configure.
+            self.record(job, |r| r.stage = r.stage.max(Stage::Configured));
+        }
 
         if self.options.start {
             self.step(job, Step::Start);
             let cur = self
                 .client()
-                .vm_current(node, vmid)
+                .guest_current(spec.kind, node, vmid)
                 .await
                 .map_err(|e| self.err(job, &e))?;
             if cur.status != "running" {
@@ -267,7 +282,8 @@ impl Pipeline<'_> {
     /// until QEMU is up.
     async fn start(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
         let node = job.spec.node.as_str();
-        let started = match self.client().start_vm(node, vmid).await {
+        let kind = job.spec.kind;
+        let started = match self.client().start_guest(kind, node, vmid).await {
             Ok(upid) => self
                 .client()
                 .await_task(&upid, self.options.task_wait)
@@ -277,7 +293,10 @@ impl Pipeline<'_> {
         };
         match started {
             Ok(()) => Ok(()),
-            Err(e) if e.text().contains(&format!("VM {vmid} already running")) => {
+            Err(e)
+                if e.text()
+                    .contains(&format!("{} {vmid} already running", kind.label())) =>
+            {
                 tracing::info!(vm = %job.spec.name, vmid, "already running (an earlier run's start)");
                 Ok(())
             }
@@ -367,6 +386,30 @@ impl Pipeline<'_> {
             });
         });
 
+        let params = |vmid: u32| {
+            create_params(
+                spec,
+                vmid,
+                &resolved.volid,
+                snippet.as_deref(),
+                &self.options.ci_user,
+            )
+        };
+        self.create_guest(job, &resolved.volid, params).await
+    }
+
+    /// The create call with a fresh VMID (`nextid`), recorded before the call so a run killed
+    /// right after it finds the guest by this id; another creator taking the id means asking
+    /// again. `source` is the image or template the guest is made from.
+    pub(super) async fn create_guest(
+        &self,
+        job: &VmJob<'_>,
+        source: &str,
+        params: impl Fn(u32) -> Vec<(&'static str, String)>,
+    ) -> Result<u32, StepError> {
+        let spec = job.spec;
+        let node = spec.node.as_str();
+        let kind = spec.kind;
         self.step(job, Step::Create);
         let mut last_race = String::new();
         for _ in 0..self.options.nextid_retries.max(1) {
@@ -376,21 +419,18 @@ impl Pipeline<'_> {
                 .next_id()
                 .await
                 .map_err(|e| self.err(job, &e))?;
-            // Recorded before the create call: a run killed right after it finds the VM by this id.
             self.record(job, |r| {
                 r.vmid = Some(vmid);
                 r.stage = Stage::Creating;
                 r.created_here = true;
             });
             self.persist().await?;
-            let params = create_params(
-                spec,
-                vmid,
-                &resolved.volid,
-                snippet.as_deref(),
-                &self.options.ci_user,
-            );
-            match self.client().create_vm(node, &params).await {
+            let params = params(vmid);
+            let created = match kind {
+                GuestKind::Vm => self.client().create_vm(node, &params).await,
+                GuestKind::Container => self.client().create_ct(node, &params).await,
+            };
+            match created {
                 Ok(upid) => {
                     drop(guard);
                     if let Err(e) = self
@@ -406,7 +446,7 @@ impl Pipeline<'_> {
                             "Synced",
                             true,
                             "Created",
-                            format!("VM {vmid} created on {node} from {}", resolved.volid),
+                            format!("{} {vmid} created on {node} from {source}", kind.label()),
                         ));
                     });
                     self.persist().await?;
@@ -433,9 +473,10 @@ impl Pipeline<'_> {
     async fn create_failed(&self, job: &VmJob<'_>, vmid: u32, e: &PveError) -> StepError {
         let node = job.spec.node.as_str();
         let mapped = create_refused(node, job.spec, e).unwrap_or_else(|| self.err(job, e));
+        let kind = job.spec.kind;
         if !crate::mutants::active(crate::mutants::Mutant::NoCleanupAfterFailedCreate)
-            && self.client().vm_config(node, vmid).await.is_ok()
-            && let Ok(upid) = self.client().destroy_vm(node, vmid).await
+            && self.client().guest_config(kind, node, vmid).await.is_ok()
+            && let Ok(upid) = self.client().destroy_guest(kind, node, vmid).await
         {
             let _ = self
                 .client()
@@ -506,9 +547,10 @@ impl Pipeline<'_> {
 
     async fn monitor(&self, job: &VmJob<'_>, vmid: u32) -> Result<(), StepError> {
         let node = job.spec.node.as_str();
+        let kind = job.spec.kind;
         let cur = self
             .client()
-            .vm_current(node, vmid)
+            .guest_current(kind, node, vmid)
             .await
             .map_err(|e| self.err(job, &e))?;
         let started = Instant::now();
@@ -516,6 +558,26 @@ impl Pipeline<'_> {
         let mut last = String::new();
         let running = cur.status == "running";
         while running && ip.is_none() {
+            if kind == GuestKind::Container {
+                match self.client().ct_interfaces(node, vmid).await {
+                    Ok(ifs) => {
+                        ip = crate::deployer::pve::guests::ct_primary_ipv4(&ifs);
+                        if ip.is_some() {
+                            break;
+                        }
+                        last = "the container reports no IPv4 address yet".into();
+                    }
+                    Err(e) => {
+                        last = e.text().trim().to_string();
+                        break;
+                    }
+                }
+                if started.elapsed() >= self.options.ip_wait {
+                    break;
+                }
+                tokio::time::sleep(self.options.ip_poll).await;
+                continue;
+            }
             match self.client().agent_interfaces(node, vmid).await {
                 Ok(ifs) => {
                     ip = ifs.primary_ipv4();
@@ -547,10 +609,14 @@ impl Pipeline<'_> {
                 "Ready",
                 running,
                 if running { "Running" } else { "NotRunning" },
-                format!("VM {vmid} is {}", cur.status),
+                format!("{} {vmid} is {}", kind.label(), cur.status),
             ));
+            let via = match kind {
+                GuestKind::Vm => "GuestAgent",
+                GuestKind::Container => "Interfaces",
+            };
             r.set_condition(match &ip {
-                Some(ip) => Condition::new("IPAssigned", true, "GuestAgent", ip.clone()),
+                Some(ip) => Condition::new("IPAssigned", true, via, ip.clone()),
                 None => Condition::new("IPAssigned", false, "NoAddress", last.clone()),
             });
         });

@@ -204,6 +204,7 @@ mod tests {
 
     fn spec() -> ValidSpec {
         ValidSpec {
+            kind: crate::deployer::guest::GuestKind::Vm,
             name: "nginx-proxy-vm".into(),
             site: "site-1".into(),
             node: "ml110-01".into(),

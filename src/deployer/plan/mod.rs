@@ -315,7 +315,7 @@ fn mark_adoptions(specs: &Specs<'_>, sites: &BTreeMap<String, SiteFacts>, vms: &
             && let Some(r) = sf
                 .resources
                 .iter()
-                .find(|r| r.kind == "qemu" && r.name.as_deref() == Some(p.name.as_str()))
+                .find(|r| r.kind == p.kind.family() && r.name.as_deref() == Some(p.name.as_str()))
         {
             vms[*i].action = format!("adopt {}", r.vmid.unwrap_or(0));
         }

@@ -10,8 +10,13 @@ use super::{
 use fake_proxmox_schema::ApiSchema;
 
 use super::schema::refusals;
+use crate::deployer::guest::GuestKind;
 use crate::deployer::image::{self, StorageView};
-use crate::deployer::pipeline::{PipelineOptions, VmRequestInputs, find_user_snippet, vm_requests};
+use crate::deployer::pipeline::{
+    PipelineOptions, VmRequestInputs, ct_create_params, find_user_snippet, resolve_template,
+    vm_requests,
+};
+use crate::deployer::pve::Request;
 use crate::deployer::pve::api::{ClusterResource, NetworkIface, NodeStatus, StorageInfo};
 use crate::deployer::rollout::Rollout;
 use crate::deployer::site::SiteCtx;
@@ -111,7 +116,8 @@ impl NodeCheck<'_> {
         let existing: Vec<&ClusterResource> = sf
             .resources
             .iter()
-            .filter(|r| r.kind == "qemu" && !r.template && r.node.as_deref() == Some(node))
+            .filter(|r| matches!(r.kind.as_str(), "qemu" | "lxc"))
+            .filter(|r| !r.template && r.node.as_deref() == Some(node))
             .collect();
         let (online, threads, mem_total) = match &self.facts.status {
             Ok(s) => (true, s.cpuinfo.cpus, s.memory.total.map(|b| b / MIB)),
@@ -204,8 +210,22 @@ impl NodeCheck<'_> {
 
     /// Which volume each new VM would import, resolved as the pipeline will.
     pub(super) fn images(&self, online: bool, vms: &mut [PlannedVm], findings: &mut Vec<Finding>) {
+        // A container's image is its OS template, found among the node's vztmpl volumes.
+        for (i, p) in self
+            .new
+            .iter()
+            .filter(|(_, p)| p.kind == GuestKind::Container)
+        {
+            match resolve_template(p, self.node, &self.facts.views) {
+                Ok(volid) => vms[*i].image = Some(volid),
+                Err(e) if online => {
+                    findings.push(err(&self.subject(), format!("{e} (CT {})", p.name)))
+                }
+                Err(_) => {}
+            }
+        }
         let mut images: Vec<&ImageSpec> = Vec::new();
-        for (_, p) in &self.new {
+        for (_, p) in self.new.iter().filter(|(_, p)| p.kind == GuestKind::Vm) {
             if !images.contains(&&p.image) {
                 images.push(&p.image);
             }
@@ -214,7 +234,7 @@ impl NodeCheck<'_> {
             let users: Vec<usize> = self
                 .new
                 .iter()
-                .filter(|(_, p)| &p.image == spec)
+                .filter(|(_, p)| p.kind == GuestKind::Vm && &p.image == spec)
                 .map(|(i, _)| *i)
                 .collect();
             match image::resolve(spec, self.node, &self.facts.views, self.version) {
@@ -253,9 +273,25 @@ impl NodeCheck<'_> {
             let existing = sf
                 .resources
                 .iter()
-                .find(|r| r.kind == "qemu" && r.name.as_deref() == Some(p.name.as_str()))
+                .find(|r| r.kind == p.kind.family() && r.name.as_deref() == Some(p.name.as_str()))
                 .and_then(|r| r.vmid)
                 .and_then(|id| u32::try_from(id).ok());
+            if p.kind == GuestKind::Container {
+                let template = vms[*i].image.clone().unwrap_or_else(|| p.image.to_string());
+                let vmid = existing.unwrap_or(PLANNED_VMID);
+                let mut requests = Vec::new();
+                if existing.is_none() {
+                    requests.push(Request::create_ct(
+                        self.node,
+                        &ct_create_params(p, vmid, &template),
+                    ));
+                }
+                if pipeline.start {
+                    requests.push(Request::start_guest(GuestKind::Container, self.node, vmid));
+                }
+                self.report_refusals(schema, &requests, p, &rollout.vms[*i].manifest, findings);
+                continue;
+            }
             // The volume the image step resolved; a volid the manifest names also shows what
             // the create would carry where resolution failed (that failure is reported above).
             let import_from = vms[*i].image.clone().or_else(|| match &p.image {
@@ -276,20 +312,34 @@ impl NodeCheck<'_> {
                 create: existing.is_none(),
                 start: pipeline.start,
             };
-            for request in vm_requests(&inputs) {
-                for r in refusals(schema, &request) {
-                    findings.push(err(
-                        &rollout.vms[*i].manifest,
-                        format!(
-                            "VM {}: PVE {} would refuse {} (400 Parameter verification failed) — {}: {}",
-                            p.name,
-                            schema.version(),
-                            request.label(),
-                            r.parameter,
-                            r.message
-                        ),
-                    ));
-                }
+            let requests = vm_requests(&inputs);
+            self.report_refusals(schema, &requests, p, &rollout.vms[*i].manifest, findings);
+        }
+    }
+
+    /// Each parameter of `requests` the site's release would refuse, as an error finding.
+    fn report_refusals(
+        &self,
+        schema: &ApiSchema,
+        requests: &[Request<'_>],
+        p: &ValidSpec,
+        manifest: &str,
+        findings: &mut Vec<Finding>,
+    ) {
+        for request in requests {
+            for r in refusals(schema, request) {
+                findings.push(err(
+                    manifest,
+                    format!(
+                        "{} {}: PVE {} would refuse {} (400 Parameter verification failed) — {}: {}",
+                        p.kind.label(),
+                        p.name,
+                        schema.version(),
+                        request.label(),
+                        r.parameter,
+                        r.message
+                    ),
+                ));
             }
         }
     }
@@ -322,7 +372,25 @@ impl NodeCheck<'_> {
             match info {
                 None if online => findings.push(err(&subject, format!("does not exist on {node} ({users} VMs, {requested} GiB)"))),
                 None => {}
-                Some(s) if !s.has_content("images") => findings.push(err(
+                Some(s)
+                    if self.all.iter().any(|(_, p)| {
+                        p.storage == st && p.kind == GuestKind::Container
+                    }) && !s.has_content("rootdir") =>
+                {
+                    findings.push(err(
+                        &subject,
+                        format!(
+                            "type {} with content [{}] cannot hold container root filesystems (needs 'rootdir'): {users} guests ({requested} GiB) would be refused",
+                            s.kind, s.content
+                        ),
+                    ))
+                }
+                Some(s)
+                    if self
+                        .all
+                        .iter()
+                        .any(|(_, p)| p.storage == st && p.kind == GuestKind::Vm)
+                        && !s.has_content("images") => findings.push(err(
                     &subject,
                     format!(
                         "type {} with content [{}] cannot hold VM disks: {users} VMs ({requested} GiB) would be refused{}",

@@ -64,6 +64,7 @@ mod tests {
 
     fn spec() -> ValidSpec {
         ValidSpec {
+            kind: crate::deployer::guest::GuestKind::Vm,
             name: "web-01".into(),
             site: "site-1".into(),
             node: "ml110-01".into(),

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod guests;
 pub mod request;
 pub mod tasks;
 pub mod tls;

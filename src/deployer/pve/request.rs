@@ -18,7 +18,7 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
-    fn new(
+    pub(super) fn new(
         method: Method,
         template: &'static str,
         path_params: Vec<(&'static str, String)>,
@@ -31,7 +31,7 @@ impl<'a> Request<'a> {
         }
     }
 
-    fn with(mut self, params: Vec<(&'a str, String)>) -> Self {
+    pub(super) fn with(mut self, params: Vec<(&'a str, String)>) -> Self {
         self.params = params;
         self
     }
@@ -172,11 +172,11 @@ impl<'a> Request<'a> {
     }
 }
 
-fn node_param(node: &str) -> Vec<(&'static str, String)> {
+pub(super) fn node_param(node: &str) -> Vec<(&'static str, String)> {
     vec![("node", node.to_string())]
 }
 
-fn vm_params(node: &str, vmid: u32) -> Vec<(&'static str, String)> {
+pub(super) fn vm_params(node: &str, vmid: u32) -> Vec<(&'static str, String)> {
     vec![("node", node.to_string()), ("vmid", vmid.to_string())]
 }
 

@@ -51,6 +51,17 @@ async fn create_params(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> 
     w.deployer_journal().await?.expect_create_params(&rows)
 }
 
+#[then("the container was created with these parameters:")]
+async fn ct_create_params(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
+    let rows: Vec<Vec<String>> = rows(step)
+        .into_iter()
+        .map(|r| r.iter().map(|c| w.target_text(c)).collect())
+        .collect();
+    w.deployer_journal()
+        .await?
+        .expect_create_params_at("/nodes/*/lxc", &rows)
+}
+
 #[then("the create request used the VMID that nextid returned")]
 async fn vmid_from_nextid(w: &mut RolloutWorld) -> anyhow::Result<()> {
     let vmid = w.deployer_journal().await?.vmid_of_create_after_nextid()?;

@@ -40,6 +40,31 @@ fn manifest_with(
     Ok(())
 }
 
+#[given(expr = "a container manifest {vm} on node {node} at {site}")]
+fn ct_manifest(w: &mut RolloutWorld, name: VmName, node: NodeName, site: SiteName) {
+    w.manifests
+        .insert(name.to_string(), VmManifest::container(&name, &node, &site));
+}
+
+#[given(expr = "a container manifest {vm} on node {node} at {site} with:")]
+fn ct_manifest_with(
+    w: &mut RolloutWorld,
+    step: &Step,
+    name: VmName,
+    node: NodeName,
+    site: SiteName,
+) -> anyhow::Result<()> {
+    let mut m = VmManifest::container(&name, &node, &site);
+    for row in rows(step) {
+        let [k, v] = row.as_slice() else {
+            bail!("each row needs | field | value |, got {row:?}");
+        };
+        m.set(k, v).map_err(|e| anyhow!(e))?;
+    }
+    w.manifests.insert(name.into(), m);
+    Ok(())
+}
+
 #[given(
     expr = "a second deployer with its own state and a VM manifest {vm} on node {node} at {site}"
 )]
