@@ -32,6 +32,11 @@ pub enum Mutant {
     WrongIp,
     /// The manifest's `20Gi` resized as 20 GB (19073 MiB).
     DisksInGb,
+    /// Containers are made privileged (`unprivileged=0`): root in the container is root on
+    /// the node.
+    PrivilegedContainers,
+    /// A container's rootfs is left to PVE's default size (4 GiB), not the manifest's `disk`.
+    RootfsDefaultSize,
     // The cluster provisioner's (`src/cluster/`, seed 002), killed by `@lab` scenarios:
     /// S5 installs everything but the first-boot script: the node boots from its disk and
     /// nothing starts the service.
@@ -63,6 +68,8 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => "destroy-without-purge",
             Mutant::WrongIp => "wrong-ip",
             Mutant::DisksInGb => "disks-in-gb",
+            Mutant::PrivilegedContainers => "privileged-containers",
+            Mutant::RootfsDefaultSize => "rootfs-default-size",
             Mutant::SkipsFirstBootScript => "skips-first-boot-script",
             Mutant::CertsUnderWrongNames => "certs-under-wrong-names",
             Mutant::EtcdWithoutTls => "etcd-without-tls",
@@ -80,7 +87,7 @@ impl Mutant {
 }
 
 /// Every mutant.
-pub const ALL: [Mutant; 16] = [
+pub const ALL: [Mutant; 18] = [
     Mutant::NeverWaitsForTasks,
     Mutant::TokenAsCookie,
     Mutant::Qcow2OnLvmThin,
@@ -90,6 +97,8 @@ pub const ALL: [Mutant; 16] = [
     Mutant::DestroyWithoutPurge,
     Mutant::WrongIp,
     Mutant::DisksInGb,
+    Mutant::PrivilegedContainers,
+    Mutant::RootfsDefaultSize,
     Mutant::SkipsFirstBootScript,
     Mutant::CertsUnderWrongNames,
     Mutant::EtcdWithoutTls,

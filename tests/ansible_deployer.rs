@@ -10,6 +10,11 @@
 //! difference, so a finding about the playbook is asserted, and a fixed playbook forces the
 //! table to be updated.
 //!
+//! Then the example's `container-lifecycle.yml` drives one LXC container through its life with
+//! `community.proxmox.proxmox` against a fresh fake (create, a no-op re-create, start, read
+//! back with `proxmox_vm_info`, stop, remove): the playbook's own assertions, then the fake's
+//! journal and state, must agree.
+//!
 //! The venv (ansible, proxmoxer, requests from PyPI) is made under the target dir by the
 //! example's `setup-venv.sh`; when that cannot be done the test fails, it does not skip.
 //! `ANSIBLE_DEPLOYER_PARALLEL` sets the scenarios run at once (default 4).
@@ -303,6 +308,83 @@ fn check_differences() -> Result<(), String> {
     Ok(())
 }
 
+/// The LXC module's lifecycle playbook against a fresh fake; what it did, from the fake's side.
+async fn container_lifecycle(venv: &Path) -> Result<String, String> {
+    let fake = fake_proxmox::FakeProxmox::builder()
+        .auth_failure_delay(false)
+        .start()
+        .await
+        .map_err(|e| format!("starting the fake: {e}"))?;
+    let site = fake.site("site-1").ok_or("no site-1")?;
+    let vars = serde_json::json!({
+        "api_host": site.addr().ip().to_string(),
+        "api_port": site.addr().port(),
+        "api_user": "root@pam",
+        "api_token_id": "harness",
+        "api_token_secret": "3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a",
+        "node": "ml110-01",
+        "vmid": 4300,
+    });
+    let playbook = example_dir().join("container-lifecycle.yml");
+    let run = tokio::process::Command::new(venv.join("bin/ansible-playbook"))
+        .arg(&playbook)
+        .arg("-e")
+        .arg(vars.to_string())
+        .env("ANSIBLE_CONFIG", example_dir().join("ansible.cfg"))
+        .output()
+        .await
+        .map_err(|e| format!("running ansible-playbook: {e}"))?;
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    if !run.status.success() {
+        return Err(format!(
+            "{} exited {}:\n{out}",
+            playbook.display(),
+            run.status
+        ));
+    }
+    let journal = site
+        .control()
+        .journal()
+        .await
+        .map_err(|e| format!("the journal: {e}"))?;
+    let ok = |m: &str, p: &str| {
+        journal
+            .iter()
+            .filter(|e| e.method == m && e.path == p && e.status == 200)
+            .count()
+    };
+    let creates = ok("POST", "/nodes/ml110-01/lxc");
+    let starts = ok("POST", "/nodes/ml110-01/lxc/4300/status/start");
+    let deletes = ok("DELETE", "/nodes/ml110-01/lxc/4300");
+    if (creates, starts, deletes) != (1, 1, 1) {
+        return Err(format!(
+            "expected one create, start and delete of CT 4300, the journal has {creates}, {starts}, {deletes}:\n{out}"
+        ));
+    }
+    let state = site
+        .control()
+        .state()
+        .await
+        .map_err(|e| format!("the state: {e}"))?;
+    let left: Vec<serde_json::Value> = state["sites"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["cts"].as_array().cloned().unwrap_or_default())
+        .collect();
+    if !left.is_empty() {
+        return Err(format!("containers are left after state=absent: {left:?}"));
+    }
+    Ok(format!(
+        "community.proxmox.proxmox: container lifecycle passed ({} API requests)",
+        journal.len()
+    ))
+}
+
 #[tokio::main]
 async fn main() {
     let started = Instant::now();
@@ -325,6 +407,13 @@ async fn main() {
         }
     };
     let setup = started.elapsed();
+    match container_lifecycle(&venv).await {
+        Ok(line) => println!("{line}"),
+        Err(e) => {
+            eprintln!("ansible_deployer: the container lifecycle playbook failed: {e}");
+            std::process::exit(1);
+        }
+    }
     let parallel = std::env::var("ANSIBLE_DEPLOYER_PARALLEL")
         .ok()
         .and_then(|v| v.parse().ok())

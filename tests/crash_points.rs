@@ -1,4 +1,5 @@
-//! `cargo test --test crash_points`: every crash point of a 2-VM rollout over both sites — the
+//! `cargo test --test crash_points`: every crash point of a rollout of 2 VMs and a container over
+//! both sites — the
 //! deployer killed before the fake handles each request and before each answer reaches it, then
 //! resumed — must end with exactly one VM per manifest, configured, running, unlocked, no orphan
 //! volume, and a state file that agrees with the fake. Also shows that the exploration catches a
@@ -20,16 +21,17 @@ use crash::{Explorer, Verdict, forgets_recorded_vmid};
 use rollout::adapter::{Deployer, External};
 use rollout::manifest::VmManifest;
 
-fn two_vms() -> Vec<VmManifest> {
+fn the_guests() -> Vec<VmManifest> {
     vec![
         VmManifest::standard("nginx-proxy-vm", "ml110-01", "site-1"),
         VmManifest::standard("cloudflare-tunnel-vm", "r630-01", "site-2"),
+        VmManifest::container("cache-ct", "r630-01", "site-2"),
     ]
 }
 
 fn explorer(deployer: Option<Arc<dyn Deployer>>) -> Explorer {
     Explorer {
-        vms: two_vms(),
+        vms: the_guests(),
         concurrency: 2,
         parallel: 4,
         deployer,
@@ -45,7 +47,7 @@ async fn main() {
     let points = ex.learn().await.expect("learning the rollout's requests");
     assert!(
         points.len() >= 20 || std::env::var("HARNESS_CRASH_POINT").is_ok(),
-        "a 2-VM rollout sends far more than {} distinct requests",
+        "a rollout of three guests sends far more than {} distinct requests",
         points.len()
     );
     let report = Arc::clone(&ex)
@@ -75,7 +77,9 @@ async fn main() {
         let points = ex.learn().await.expect("learning the mutant's requests");
         let creates: Vec<_> = points
             .into_iter()
-            .filter(|p| p.method == "POST" && p.pattern.ends_with("/qemu"))
+            .filter(|p| {
+                p.method == "POST" && (p.pattern.ends_with("/qemu") || p.pattern.ends_with("/lxc"))
+            })
             .collect();
         let filtered = std::env::var("HARNESS_CRASH_POINT").is_ok();
         assert!(
@@ -107,7 +111,9 @@ async fn main() {
             .into_iter()
             .filter(|p| {
                 p.method == "POST"
-                    && (p.pattern.ends_with("/qemu") || p.pattern.ends_with("/status/start"))
+                    && (p.pattern.ends_with("/qemu")
+                        || p.pattern.ends_with("/lxc")
+                        || p.pattern.ends_with("/status/start"))
             })
             .collect();
         assert!(

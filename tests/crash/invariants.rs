@@ -59,8 +59,12 @@ pub async fn check(
                     m.name, vm.vmid, vm.status
                 ));
             }
-            let cfg = obs.vm_config(node, vm.vmid).await?;
-            problems.extend(config_problems(m, vm.vmid, &cfg));
+            let cfg = obs.guest_config(node, &vm.kind, vm.vmid).await?;
+            if m.kind == "ProxmoxContainer" {
+                problems.extend(ct_config_problems(m, vm.vmid, &vm.kind, &cfg));
+            } else {
+                problems.extend(config_problems(m, vm.vmid, &cfg));
+            }
         }
         problems.extend(orphan_volumes(w, node).await?);
     }
@@ -131,12 +135,50 @@ fn config_problems(m: &VmManifest, vmid: u32, cfg: &Value) -> Vec<String> {
     out
 }
 
+/// A container as its manifest asks: an `lxc` guest with its cores, memory, rootfs on the
+/// storage at the size, the NIC on the bridge, and no lock.
+fn ct_config_problems(m: &VmManifest, vmid: u32, kind: &str, cfg: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut expect = |what: &str, ok: bool, seen: String| {
+        if !ok {
+            out.push(format!("{} ({vmid}): {what}, config has {seen}", m.name));
+        }
+    };
+    expect("a container", kind == "lxc", kind.to_string());
+    let cores = config_str(cfg, "cores");
+    expect(&format!("cores = {}", m.cpu), cores == m.cpu, cores);
+    let memory = config_str(cfg, "memory");
+    let want_mib = quantity_bytes(&m.memory).map(|b| b / (1 << 20));
+    expect(
+        &format!("memory = {want_mib:?} MiB ({})", m.memory),
+        want_mib.is_some_and(|w| memory == w.to_string()),
+        memory,
+    );
+    let rootfs = config_str(cfg, "rootfs");
+    let want_gib = quantity_bytes(&m.disk).map(|b| b as f64 / f64::from(1u32 << 30));
+    expect(
+        &format!("rootfs on {} with {} ({want_gib:?} GiB)", m.storage, m.disk),
+        rootfs.starts_with(&format!("{}:", m.storage)) && disk_size_gib(&rootfs) == want_gib,
+        rootfs,
+    );
+    let net0 = config_str(cfg, "net0");
+    expect(
+        &format!("net0 on bridge {}", m.network),
+        net0.split(',')
+            .any(|p| p == format!("bridge={}", m.network)),
+        net0,
+    );
+    let lock = config_str(cfg, "lock");
+    expect("no lock", lock.is_empty(), format!("lock {lock}"));
+    out
+}
+
 /// Disk volumes on the node's storages that no VM's config references.
 async fn orphan_volumes(w: &mut RolloutWorld, node: &str) -> anyhow::Result<Vec<String>> {
     let obs = w.observer(node).await?;
     let mut referenced: BTreeSet<String> = BTreeSet::new();
     for vm in obs.vms().await?.into_iter().filter(|v| v.node == node) {
-        let cfg = obs.vm_config(node, vm.vmid).await?;
+        let cfg = obs.guest_config(node, &vm.kind, vm.vmid).await?;
         if let Some(o) = cfg.as_object() {
             for v in o.values().filter_map(Value::as_str) {
                 let file = v.split(',').next().unwrap_or_default();

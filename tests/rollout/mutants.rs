@@ -32,11 +32,13 @@ pub enum Mutant {
     DestroyWithoutPurge,
     WrongIp,
     DisksInGb,
+    PrivilegedContainers,
+    RootfsDefaultSize,
     IgnoresRecordedVmid,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::DoesNothing,
         Mutant::NeverWaitsForTasks,
         Mutant::TokenAsCookie,
@@ -49,6 +51,8 @@ impl Mutant {
         Mutant::DestroyWithoutPurge,
         Mutant::WrongIp,
         Mutant::DisksInGb,
+        Mutant::PrivilegedContainers,
+        Mutant::RootfsDefaultSize,
         Mutant::IgnoresRecordedVmid,
     ];
 
@@ -85,6 +89,10 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => "deletes VMs without purge=1",
             Mutant::WrongIp => "reports the guest agent's first IPv4 address, loopback included",
             Mutant::DisksInGb => "sizes disks in GB instead of GiB (20Gi becomes 19073 MiB)",
+            Mutant::PrivilegedContainers => "makes containers privileged (unprivileged=0)",
+            Mutant::RootfsDefaultSize => {
+                "leaves a container's rootfs at PVE's default 4 GiB, not the manifest's disk"
+            }
             Mutant::IgnoresRecordedVmid => {
                 "on resume, forgets the VMID it recorded before a create and matches by name only"
             }
@@ -103,6 +111,8 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => Some(Hook::DestroyWithoutPurge),
             Mutant::WrongIp => Some(Hook::WrongIp),
             Mutant::DisksInGb => Some(Hook::DisksInGb),
+            Mutant::PrivilegedContainers => Some(Hook::PrivilegedContainers),
+            Mutant::RootfsDefaultSize => Some(Hook::RootfsDefaultSize),
             Mutant::DoesNothing
             | Mutant::NeverRetries
             | Mutant::IgnoresOrder

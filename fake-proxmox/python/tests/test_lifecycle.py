@@ -61,3 +61,51 @@ def test_a_wrong_password_is_refused(fake_proxmox):
             pve.host, port=pve.port, user=pve.user, password="wrong", verify_ssl=pve.cert_path
         )
     assert [(e["path"], e["status"]) for e in pve.control.journal()] == [("/access/ticket", 401)]
+
+
+CTID = 4200
+TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
+
+
+@pytest.mark.parametrize("auth", ["token", "password"])
+def test_create_start_snapshot_stop_delete_a_container(fake_proxmox, auth):
+    pve = fake_proxmox
+    node = connect(pve, auth).nodes(NODE)
+    assert CTID not in [int(c["vmid"]) for c in node.lxc.get()]
+
+    st = wait_task(
+        node,
+        node.lxc.create(
+            vmid=CTID,
+            hostname=f"ct-{auth}",
+            ostemplate=TEMPLATE,
+            rootfs="local-lvm:4",
+            memory=256,
+            net0="name=eth0,bridge=vmbr0,ip=dhcp",
+            password="container-pw",
+        ),
+    )
+    assert (st["type"], st["exitstatus"]) == ("vzcreate", "OK"), st
+    ct = node.lxc(CTID)
+    config = ct.config.get()
+    assert config["hostname"] == f"ct-{auth}"
+    assert config["rootfs"] == f"local-lvm:vm-{CTID}-disk-0,size=4G"
+    assert config["unprivileged"] == 1
+
+    assert wait_task(node, ct.status.start.post())["type"] == "vzstart"
+    assert ct.status.current.get()["status"] == "running"
+    eth0 = [i for i in ct.interfaces.get() if i["name"] == "eth0"]
+    assert eth0 and eth0[0]["inet"].startswith("192.168.11."), eth0
+
+    snap = wait_task(node, ct.snapshot.post(snapname="before"))
+    assert (snap["type"], snap["exitstatus"]) == ("vzsnapshot", "OK"), snap
+    assert [s["name"] for s in ct.snapshot.get()] == ["before", "current"]
+
+    # A running container is not destroyed; stopped, it goes with its volume.
+    with pytest.raises(Exception, match="container is running"):
+        ct.delete()
+    assert wait_task(node, ct.status.stop.post())["type"] == "vzstop"
+    assert wait_task(node, ct.delete(purge=1))["exitstatus"] == "OK"
+    assert CTID not in [int(c["vmid"]) for c in node.lxc.get()]
+    volumes = [v["volid"] for v in node.storage("local-lvm").content.get()]
+    assert not [v for v in volumes if f"-{CTID}-" in v], volumes

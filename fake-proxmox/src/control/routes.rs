@@ -604,6 +604,16 @@ async fn state(State(ctx): State<SiteCtx>) -> Res {
                     "agent_ready": v.agent_ready_at.is_some_and(|t| t <= now),
                     "leases": v.leases,
                 })).collect::<Vec<_>>(),
+                "cts": s.cts.values().map(|c| json!({
+                    "vmid": c.vmid,
+                    "node": c.node,
+                    "power": c.power,
+                    "lock": c.lock,
+                    "config": c.config,
+                    "pending": c.pending.lines().into_iter().collect::<BTreeMap<_, _>>(),
+                    "snapshots": c.snapshots,
+                    "leases": c.leases,
+                })).collect::<Vec<_>>(),
                 "tasks": s.tasks.iter().map(|t| t.status_json()).collect::<Vec<_>>(),
             })
         })

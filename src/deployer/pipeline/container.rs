@@ -69,15 +69,26 @@ pub fn ct_create_params(
         },
         None => "ip=dhcp".to_string(),
     };
+    let rootfs = if crate::mutants::active(crate::mutants::Mutant::RootfsDefaultSize) {
+        // The storage only: PVE makes the rootfs at its default size.
+        ("storage", spec.storage.clone())
+    } else {
+        ("rootfs", format!("{}:{}", spec.storage, spec.disk_gib))
+    };
+    let unprivileged = if crate::mutants::active(crate::mutants::Mutant::PrivilegedContainers) {
+        "0"
+    } else {
+        "1"
+    };
     let mut p = vec![
         ("vmid", vmid.to_string()),
         ("hostname", spec.name.clone()),
         ("ostemplate", template.to_string()),
-        ("rootfs", format!("{}:{}", spec.storage, spec.disk_gib)),
+        rootfs,
         ("cores", spec.cores.to_string()),
         ("memory", spec.memory_mib.to_string()),
         ("net0", format!("name=eth0,bridge={},{ip}", spec.bridge)),
-        ("unprivileged", "1".to_string()),
+        ("unprivileged", unprivileged.to_string()),
     ];
     if !spec.ssh_keys.is_empty() {
         p.push(("ssh-public-keys", spec.ssh_keys.join("\n")));
