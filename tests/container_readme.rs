@@ -1,5 +1,6 @@
 //! The README's commands cannot rot: every fenced block marked `sh ci` runs here, verbatim, in
-//! order, with bash from the repository root, and must succeed. The built binaries
+//! order, with bash from the repository root, and must succeed — the README's first, then the
+//! book's (`docs/src/`, page by page in `SUMMARY.md`'s order). The built binaries
 //! (`fake-proxmox`, `provision-harness`) are put on `PATH` first, as `cargo install` would. The
 //! main-job command of "The two commands" (`cargo run --release -- rehearse`) runs as the debug
 //! build of the same binary, so CI does not build the workspace a second time in release mode.
@@ -52,7 +53,7 @@ fn bin_dir() -> PathBuf {
 }
 
 /// Runs `script` with bash (errexit, pipefail) and kills its background jobs when it ends.
-fn run_block(script: &str, line: usize) {
+fn run_block(script: &str, place: &str) {
     let path = format!(
         "{}:{}",
         bin_dir().display(),
@@ -75,21 +76,52 @@ fn run_block(script: &str, line: usize) {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("README block at line {line} did not finish within 15 min:\n{script}");
+            panic!("the block at {place} did not finish within 15 min:\n{script}");
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(
         status.success(),
-        "README block at line {line} failed ({status}):\n{script}"
+        "the block at {place} failed ({status}):\n{script}"
     );
+}
+
+/// The book's pages (paths below `docs/src/`) in the order `SUMMARY.md` lists them.
+fn book_pages() -> Vec<String> {
+    let summary = std::fs::read_to_string(repo().join("docs/src/SUMMARY.md")).unwrap();
+    let link = regex::Regex::new(r"\]\(([^)#]+\.md)\)").unwrap();
+    link.captures_iter(&summary)
+        .map(|c| c[1].to_owned())
+        .collect()
+}
+
+/// Every `sh ci` block to run, in order, each with where it is (`README.md:LINE`).
+fn all_ci_blocks() -> Vec<(String, String)> {
+    let mut files = vec!["README.md".to_owned()];
+    files.extend(book_pages().into_iter().map(|p| format!("docs/src/{p}")));
+    let mut out = Vec::new();
+    for file in files {
+        let text =
+            std::fs::read_to_string(repo().join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for (line, script) in ci_blocks(&text) {
+            out.push((format!("{file}:{line}"), script));
+        }
+    }
+    out
 }
 
 #[test]
 fn readme_blocks_marked_sh_ci_run() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let blocks = ci_blocks(&readme);
-    assert!(blocks.len() >= 2, "the README lost its `sh ci` blocks");
+    assert!(
+        !ci_blocks(&readme).is_empty(),
+        "the README lost its `sh ci` example"
+    );
+    let blocks = all_ci_blocks();
+    assert!(
+        blocks.len() >= 2,
+        "the README and the book lost their `sh ci` blocks"
+    );
     // A block may leave a container behind when it fails half-way; remove it however this ends.
     struct Cleanup;
     impl Drop for Cleanup {
@@ -102,9 +134,9 @@ fn readme_blocks_marked_sh_ci_run() {
         }
     }
     let _cleanup = Cleanup;
-    for (line, script) in &blocks {
-        eprintln!("README line {line}:\n{script}");
-        run_block(script, *line);
+    for (place, script) in &blocks {
+        eprintln!("{place}:\n{script}");
+        run_block(script, place);
     }
 }
 

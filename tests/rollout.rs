@@ -1,5 +1,5 @@
 //! `cargo test --test rollout [-- --tags @auth | --name REGEX]`: the rollout features.
-//! See README, section "features".
+//! See the book: docs/src/features.md.
 
 #[path = "rollout/mod.rs"]
 mod rollout;

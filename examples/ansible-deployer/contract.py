@@ -1,4 +1,4 @@
-"""The external-deployer contract around site.yml (see ../../README.md, HARNESS_DEPLOYER_CMD).
+"""The external-deployer contract around site.yml (see ../../docs/src/external-deployer.md, HARNESS_DEPLOYER_CMD).
 
     contract.py ACTION        ACTION: deploy | status | destroy | plan
 

@@ -3,7 +3,7 @@
 # shell over SSH, as a nixos-anywhere-style script would do it: it formats each node's whole
 # disk (no partition table, unlike the built-in provisioner), installs the cluster service, the
 # staged config, hosts mapping, certificates and first-boot script onto it, and leaves the rest
-# to the next boot. The contract (environment, exit code) is in the README's cluster section.
+# to the next boot. The contract (environment, exit code) is in docs/src/cluster.md ("Plugging in your own provisioner").
 set -eu
 
 for node in $LAB_NODES; do

@@ -1,7 +1,7 @@
 @lab
 Feature: A user's own provisioning command in place of the built-in provisioner
   The user's command gets the lab's node endpoints, SSH key and the staged configs (see the
-  README's cluster section for the contract) and must leave every node's disk ready for its
+  book's docs/src/cluster.md for the contract) and must leave every node's disk ready for its
   next boot; the harness then restarts the nodes and validates the cluster as usual.
 
   Scenario: The example shell provisioner brings the cluster up

@@ -1,7 +1,7 @@
 //! The pluggable provisioner: instead of [`provision`](super::provision), run the user's own
 //! command (their nixos-anywhere-style script) against the lab.
 //!
-//! Contract (also in the README's `cluster` section):
+//! Contract (also in docs/src/cluster.md, "Plugging in your own provisioner"):
 //! - The command runs with `sh -c "$LAB_PROVISIONER_CMD"` on the host, in the harness's working
 //!   directory (the workspace root under `cargo test`), after S1–S4 (nodes netbooted and reachable over SSH; TLS and node configs staged
 //!   and checked).

@@ -1,7 +1,7 @@
 //! `provision-harness cleanup --prefix P`: removes every VM whose name starts with `P` on every
 //! site of a provider config — what a test run against a shared cluster left behind when it was
-//! interrupted (the suite names every VM `<run prefix><scenario>-<name>`, see README
-//! "Targeting a real PVE test cluster").
+//! interrupted (the suite names every VM `<run prefix><scenario>-<name>`, see
+//! docs/src/real-pve.md, "Targeting a real PVE test cluster").
 //!
 //! The prefix is the only thing that selects a VM, so it must be specific: at least
 //! [`MIN_PREFIX_LEN`] characters, ending in `-` (a run's prefix, e.g. `ph-3fa9c1d2-`). A VM that

@@ -1,5 +1,5 @@
 #!/bin/sh
-# HARNESS_DEPLOYER_CMD adapter for the provision-harness CLI (see README "features").
+# HARNESS_DEPLOYER_CMD adapter for the provision-harness CLI (see docs/src/external-deployer.md).
 set -e
 action="$1"
 case "$action" in

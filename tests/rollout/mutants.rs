@@ -5,7 +5,7 @@
 //!
 //! To add one when a real bug slipped through: add a variant here (name, what it does, and how —
 //! a library hook, an option, or an input), run `cargo test --test harness_selftest`, and if it
-//! survives, write the scenario (or sharpen the step) that kills it. README: "Mutation score".
+//! survives, write the scenario (or sharpen the step) that kills it. Book: docs/src/mutation-score.md.
 
 use std::path::Path;
 

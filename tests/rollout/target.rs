@@ -33,7 +33,7 @@ pub const SEED_NOIMAGES_STORAGE: &str = "ceph-fs";
 /// The fixed rollout's storage for VM disks (examples/sankofa-fixed).
 pub const FIXED_IMAGES_STORAGE: &str = "ceph-rbd";
 
-/// A real PVE test cluster (see README, "Targeting a real PVE test cluster").
+/// A real PVE test cluster (see docs/src/real-pve.md, "Targeting a real PVE test cluster").
 #[derive(Debug, Clone)]
 pub struct RealPve {
     pub url: String,

@@ -48,7 +48,7 @@ fn the_routes_modelled_outside_the_subset_are_listed() {
     let dropped: Vec<_> = listed.difference(&outside).collect();
     assert!(
         added.is_empty() && dropped.is_empty(),
-        "update tests/api/modelled_outside_subset.txt (and README's route list): modelled but not listed {added:#?}; listed but not modelled {dropped:#?}"
+        "update tests/api/modelled_outside_subset.txt (and the route list in docs/src/fake-proxmox/api-coverage.md): modelled but not listed {added:#?}; listed but not modelled {dropped:#?}"
     );
 }
 

@@ -166,7 +166,7 @@ async fn purge(w: &mut RolloutWorld) -> anyhow::Result<()> {
 #[given(regex = r#"^the cloud image is placed for import as "([^"]+)" on every node$"#)]
 async fn image_for_import(w: &mut RolloutWorld, volid: String) -> anyhow::Result<()> {
     if w.is_real() {
-        // A real cluster must hold it already (README: targeting a real PVE).
+        // A real cluster must hold it already (docs/src/real-pve.md: targeting a real PVE).
         return Ok(());
     }
     let (storage, volname) = split_volid(&volid)?;

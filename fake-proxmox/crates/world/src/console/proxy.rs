@@ -1,7 +1,7 @@
 //! Console proxies: PVE starts a `vncproxy` task that listens on the node's next free port
 //! from 5900 and waits 10 s for the client (the websocket upgrade of `vncwebsocket`), failing
 //! with `connection timed out` when none comes. The fake models the task, the port and the
-//! tickets; nothing listens on the port (see README's deviations).
+//! tickets; nothing listens on the port (see docs/src/fake-proxmox/deviations.md).
 
 use serde_json::{Value, json};
 
