@@ -44,6 +44,13 @@ Feature: LXC containers beside the VMs (kind: ProxmoxContainer)
     When the deployer runs
     Then all 3 VMs are ready with VMIDs distinct on each site and an IP address
 
+  Scenario: the seed's rollout shape with containers deploys in phase order
+    Given the manifests of "examples/sankofa-containers"
+    When the deployer runs
+    Then all 5 VMs are ready with VMIDs distinct on each site and an IP address
+    And the VMs were created in the seed's phase order: critical, high, medium
+    And "redis-cache-ct" was created after "nginx-proxy-vm" was running
+
   Scenario: a re-run changes nothing, and destroy removes the containers with their volumes
     Given a container manifest "cache-1" on node "ml110-01" at "site-1"
     And the deployer has run once and every VM is ready

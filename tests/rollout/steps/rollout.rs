@@ -386,12 +386,20 @@ async fn all_ready(w: &mut RolloutWorld, n: usize) -> anyhow::Result<()> {
 }
 
 /// Successful creates in journal order: (seq, VM name).
+/// The successful creates of VMs (`name`) and containers (`hostname`), in journal order.
 async fn creates(w: &mut RolloutWorld) -> anyhow::Result<Vec<(u64, String)>> {
     let j = w.deployer_journal().await?;
-    Ok(j.matching("POST", "/nodes/*/qemu")
+    let vms = j
+        .matching("POST", "/nodes/*/qemu")
         .filter(|e| e.status == 200)
-        .filter_map(|e| e.params.get("name").map(|n| (e.seq, n.clone())))
-        .collect())
+        .filter_map(|e| e.params.get("name").map(|n| (e.seq, n.clone())));
+    let cts = j
+        .matching("POST", "/nodes/*/lxc")
+        .filter(|e| e.status == 200)
+        .filter_map(|e| e.params.get("hostname").map(|n| (e.seq, n.clone())));
+    let mut all: Vec<(u64, String)> = vms.chain(cts).collect();
+    all.sort();
+    Ok(all)
 }
 
 fn deployment_of(w: &RolloutWorld) -> anyhow::Result<BTreeMap<String, (String, Option<String>)>> {
@@ -476,6 +484,7 @@ async fn after_running(w: &mut RolloutWorld, later: String, first: String) -> an
     let j = w.deployer_journal().await?;
     let started = j
         .matching("POST", &format!("/nodes/*/qemu/{vmid}/status/start"))
+        .chain(j.matching("POST", &format!("/nodes/*/lxc/{vmid}/status/start")))
         .find(|e| e.status == 200)
         .map(|e| e.seq)
         .ok_or_else(|| anyhow!("{first} ({vmid}) was never started"))?;
