@@ -94,7 +94,7 @@
 // paths they always had: `fake_proxmox::exec::LabExecutor`, `fake_proxmox::schema::ApiSchema`, …
 pub use fake_proxmox_schema as schema;
 pub use fake_proxmox_schema::release as version;
-pub use fake_proxmox_world::{clock, exec, faults, request, rng_state, scenario, world};
+pub use fake_proxmox_world::{clock, exec, faults, guest, request, rng_state, scenario, world};
 
 // Families whose routes live here, each re-exporting its model from the world crate.
 pub mod access;

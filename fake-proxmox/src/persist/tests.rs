@@ -9,6 +9,7 @@ use super::*;
 use crate::clock::ClockMode;
 use crate::exec::{Simulated, SimulatedDisks};
 use crate::faults::FaultRule;
+use crate::lxc::model::Ct;
 use crate::qemu::model::Vm;
 use crate::world::work::{TaskPlan, Work};
 
@@ -35,6 +36,14 @@ fn busy_inner() -> Inner {
         100,
         Vm::stopped(100, &node, Default::default(), Some("create")),
     );
+    let mut ct_config = std::collections::BTreeMap::new();
+    ct_config.insert("hostname".to_string(), "cache-1".to_string());
+    ct_config.insert(
+        "rootfs".to_string(),
+        "local-lvm:vm-200-disk-0,size=8G".to_string(),
+    );
+    site.cts
+        .insert(200, Ct::stopped(200, &node, ct_config, None));
     let mut done = TaskPlan::new("qmstart", "99", &node, "root@pam", Work::Noop);
     done.line(0.1, "starting");
     site.start_task(done, now - 10.0);
@@ -84,6 +93,11 @@ fn what_a_state_holds_comes_back() {
     let back = reread(&encode(&inner));
     let site = &back.world.sites[0];
     assert_eq!(site.vms[&100].lock.as_deref(), Some("create"));
+    // A container keeps its kind, config and VMID (one space with the VMs).
+    let ct = &site.cts[&200];
+    assert_eq!(ct.core.kind, crate::guest::GuestKind::Lxc);
+    assert_eq!(ct.config["hostname"], "cache-1");
+    assert_eq!(site.vmids_from(100).collect::<Vec<_>>(), [100, 200]);
     assert_eq!(site.tasks.len(), 2);
     assert_eq!(site.tasks.running_count(), 1);
     assert_eq!(back.faults.list(), inner.faults.list());
