@@ -1,7 +1,7 @@
 //! The Python distribution (`fake-proxmox/python`): maturin builds the wheel (`bin` bindings:
 //! the `fake-proxmox` executable plus the pure-Python `fake_proxmox` package), a fresh venv
 //! installs it with pytest, proxmoxer and requests from PyPI, and pytest runs
-//! `python/tests` there: a VM's lifecycle through proxmoxer with token and password auth via
+//! `python/tests` there: a VM's and a container's lifecycle through proxmoxer with token and password auth via
 //! the `fake_proxmox` fixture (which only the wheel's `pytest11` entry point provides), faults
 //! through `pve.control`, the journal, resets between tests, the session fixture.
 //!
@@ -218,6 +218,8 @@ fn the_wheel_installs_into_a_fresh_venv_and_its_pytest_fixture_drives_proxmoxer(
     for name in [
         "test_create_start_stop_delete_a_vm[token] PASSED",
         "test_create_start_stop_delete_a_vm[password] PASSED",
+        "test_create_start_snapshot_stop_delete_a_container[token] PASSED",
+        "test_create_start_snapshot_stop_delete_a_container[password] PASSED",
         "test_an_injected_fault_fails_the_request_as_it_says_then_stops PASSED",
         "test_the_journal_shows_the_requests_in_order_with_secrets_redacted PASSED",
         "test_the_entry_point_plugin_resets_the_session_server_between_tests PASSED",
