@@ -13,14 +13,18 @@
 //! - Tag privileges (`assert_tag_permissions`) are not checked.
 
 mod apply;
+pub mod clone;
 pub mod create;
 pub mod lifecycle;
+pub mod migrate;
 pub mod model;
+pub mod move_volume;
 pub mod perms;
 pub mod power;
 pub mod snapshot;
 pub mod status;
 pub mod update;
+mod volumes;
 pub mod work;
 
 pub use model::Ct;
