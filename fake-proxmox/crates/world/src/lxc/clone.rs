@@ -248,6 +248,12 @@ impl Site {
             net.0.insert("hwaddr".into(), self.random_mac());
             config.insert(k, net.print());
         }
+        // The task makes them as `foreach_volume` walks a config: the rootfs first.
+        mounts.sort_by_key(|(k, _, _)| {
+            k.strip_prefix("mp")
+                .and_then(|n| n.parse::<u32>().ok())
+                .map_or(0, |n| n + 1)
+        });
         if let Some(t) = target
             && !shared_all
         {
