@@ -1,4 +1,5 @@
-//! Console, monitor and dbus-vmstate routes: parse, ask the model, render.
+//! Console, monitor and dbus-vmstate routes (consoles of VMs and containers): parse, ask the
+//! model, render.
 
 use serde_json::{Value, json};
 
@@ -18,6 +19,11 @@ pub fn routes() -> Vec<Route> {
             vncwebsocket,
         ),
         route("POST", "/nodes/{node}/qemu/{vmid}/spiceproxy", spiceproxy),
+        // pve-container's consoles: the same verbs, which tell the kinds apart by the path.
+        route("POST", "/nodes/{node}/lxc/{vmid}/vncproxy", vncproxy),
+        route("POST", "/nodes/{node}/lxc/{vmid}/termproxy", termproxy),
+        route("GET", "/nodes/{node}/lxc/{vmid}/vncwebsocket", vncwebsocket),
+        route("POST", "/nodes/{node}/lxc/{vmid}/spiceproxy", spiceproxy),
         route("PUT", "/nodes/{node}/qemu/{vmid}/sendkey", sendkey),
         route("POST", "/nodes/{node}/qemu/{vmid}/monitor", monitor_cmd),
         route(

@@ -1,106 +1,76 @@
-//! `/nodes/{node}/qemu/{vmid}/firewall/...`: the request to the model's verb, its answer
-//! as PVE renders it.
+//! `/nodes/{node}/{qemu,lxc}/{vmid}/firewall/...`: the request to the model's verb, its
+//! answer as PVE renders it. pve-firewall serves both families with one module
+//! (`PVE::API2::Firewall::VM` and `::CT` differ only in their rule environment), so the
+//! same handlers are registered under each family's path.
 
 use serde_json::Value;
 
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
-const FW: &str = "/nodes/{node}/qemu/{vmid}/firewall";
+/// The firewall routes of one guest family, under `$fw` (its `…/{vmid}/firewall` path).
+macro_rules! guest_firewall {
+    ($fw:literal) => {
+        vec![
+            route("GET", $fw, index),
+            route("GET", concat!($fw, "/options"), options_get),
+            route("PUT", concat!($fw, "/options"), |c| {
+                done(c.site.set_firewall_options(&c.req))
+            }),
+            route("GET", concat!($fw, "/rules"), rules_get),
+            route("POST", concat!($fw, "/rules"), |c| {
+                done(c.site.create_firewall_rule(&c.req))
+            }),
+            route("GET", concat!($fw, "/rules/{pos}"), |c| {
+                Ok(Reply::data(c.site.firewall_rule(&c.req)?))
+            }),
+            route("PUT", concat!($fw, "/rules/{pos}"), |c| {
+                done(c.site.update_firewall_rule(&c.req))
+            }),
+            route("DELETE", concat!($fw, "/rules/{pos}"), |c| {
+                done(c.site.delete_firewall_rule(&c.req))
+            }),
+            route("GET", concat!($fw, "/aliases"), aliases_get),
+            route("POST", concat!($fw, "/aliases"), |c| {
+                done(c.site.create_firewall_alias(&c.req))
+            }),
+            route("GET", concat!($fw, "/aliases/{name}"), alias_get),
+            route("PUT", concat!($fw, "/aliases/{name}"), |c| {
+                done(c.site.update_firewall_alias(&c.req))
+            }),
+            route("DELETE", concat!($fw, "/aliases/{name}"), |c| {
+                done(c.site.delete_firewall_alias(&c.req))
+            }),
+            route("GET", concat!($fw, "/ipset"), ipsets_get),
+            route("POST", concat!($fw, "/ipset"), |c| {
+                done(c.site.create_firewall_ipset(&c.req))
+            }),
+            route("GET", concat!($fw, "/ipset/{name}"), ipset_get),
+            route("POST", concat!($fw, "/ipset/{name}"), |c| {
+                done(c.site.add_firewall_ipset_entry(&c.req))
+            }),
+            route("DELETE", concat!($fw, "/ipset/{name}"), |c| {
+                done(c.site.delete_firewall_ipset(&c.req))
+            }),
+            route("GET", concat!($fw, "/ipset/{name}/{cidr}"), |c| {
+                Ok(Reply::data(c.site.firewall_ipset_entry(&c.req)?))
+            }),
+            route("PUT", concat!($fw, "/ipset/{name}/{cidr}"), |c| {
+                done(c.site.update_firewall_ipset_entry(&c.req))
+            }),
+            route("DELETE", concat!($fw, "/ipset/{name}/{cidr}"), |c| {
+                done(c.site.delete_firewall_ipset_entry(&c.req))
+            }),
+            route("GET", concat!($fw, "/refs"), refs_get),
+            route("GET", concat!($fw, "/log"), log),
+        ]
+    };
+}
 
 pub fn routes() -> Vec<Route> {
-    let r = |method: &'static str, path: &'static str, h| route(method, path, h);
-    vec![
-        r("GET", FW, index),
-        r("GET", "/nodes/{node}/qemu/{vmid}/firewall/options", |c| {
-            Ok(Reply::data(Value::Object(c.site.firewall_options(&c.req)?)))
-        }),
-        r("PUT", "/nodes/{node}/qemu/{vmid}/firewall/options", |c| {
-            done(c.site.set_firewall_options(&c.req))
-        }),
-        r("GET", "/nodes/{node}/qemu/{vmid}/firewall/rules", |c| {
-            Ok(Reply::data(Value::Array(c.site.firewall_rules(&c.req)?)))
-        }),
-        r("POST", "/nodes/{node}/qemu/{vmid}/firewall/rules", |c| {
-            done(c.site.create_firewall_rule(&c.req))
-        }),
-        r(
-            "GET",
-            "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
-            |c| Ok(Reply::data(c.site.firewall_rule(&c.req)?)),
-        ),
-        r(
-            "PUT",
-            "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
-            |c| done(c.site.update_firewall_rule(&c.req)),
-        ),
-        r(
-            "DELETE",
-            "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
-            |c| done(c.site.delete_firewall_rule(&c.req)),
-        ),
-        r("GET", "/nodes/{node}/qemu/{vmid}/firewall/aliases", |c| {
-            Ok(Reply::data(Value::Array(c.site.firewall_aliases(&c.req)?)))
-        }),
-        r("POST", "/nodes/{node}/qemu/{vmid}/firewall/aliases", |c| {
-            done(c.site.create_firewall_alias(&c.req))
-        }),
-        r(
-            "GET",
-            "/nodes/{node}/qemu/{vmid}/firewall/aliases/{name}",
-            |c| Ok(Reply::data(Value::Object(c.site.firewall_alias(&c.req)?))),
-        ),
-        r(
-            "PUT",
-            "/nodes/{node}/qemu/{vmid}/firewall/aliases/{name}",
-            |c| done(c.site.update_firewall_alias(&c.req)),
-        ),
-        r(
-            "DELETE",
-            "/nodes/{node}/qemu/{vmid}/firewall/aliases/{name}",
-            |c| done(c.site.delete_firewall_alias(&c.req)),
-        ),
-        r("GET", "/nodes/{node}/qemu/{vmid}/firewall/ipset", |c| {
-            Ok(Reply::data(Value::Array(c.site.firewall_ipsets(&c.req)?)))
-        }),
-        r("POST", "/nodes/{node}/qemu/{vmid}/firewall/ipset", |c| {
-            done(c.site.create_firewall_ipset(&c.req))
-        }),
-        r(
-            "GET",
-            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}",
-            |c| Ok(Reply::data(Value::Array(c.site.firewall_ipset(&c.req)?))),
-        ),
-        r(
-            "POST",
-            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}",
-            |c| done(c.site.add_firewall_ipset_entry(&c.req)),
-        ),
-        r(
-            "DELETE",
-            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}",
-            |c| done(c.site.delete_firewall_ipset(&c.req)),
-        ),
-        r(
-            "GET",
-            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}",
-            |c| Ok(Reply::data(c.site.firewall_ipset_entry(&c.req)?)),
-        ),
-        r(
-            "PUT",
-            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}",
-            |c| done(c.site.update_firewall_ipset_entry(&c.req)),
-        ),
-        r(
-            "DELETE",
-            "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}",
-            |c| done(c.site.delete_firewall_ipset_entry(&c.req)),
-        ),
-        r("GET", "/nodes/{node}/qemu/{vmid}/firewall/refs", |c| {
-            Ok(Reply::data(Value::Array(c.site.firewall_refs(&c.req)?)))
-        }),
-        r("GET", "/nodes/{node}/qemu/{vmid}/firewall/log", log),
-    ]
+    let mut v = guest_firewall!("/nodes/{node}/qemu/{vmid}/firewall");
+    v.extend(guest_firewall!("/nodes/{node}/lxc/{vmid}/firewall"));
+    v
 }
 
 /// The directory index (any user; PVE lists no `log` here).
@@ -113,6 +83,34 @@ fn index(_: &mut Ctx) -> Result<Reply, PveError> {
 
 fn done(r: Result<(), PveError>) -> Result<Reply, PveError> {
     r.map(|()| Reply::null())
+}
+
+fn options_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Object(c.site.firewall_options(&c.req)?)))
+}
+
+fn rules_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Array(c.site.firewall_rules(&c.req)?)))
+}
+
+fn aliases_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Array(c.site.firewall_aliases(&c.req)?)))
+}
+
+fn alias_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Object(c.site.firewall_alias(&c.req)?)))
+}
+
+fn ipsets_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Array(c.site.firewall_ipsets(&c.req)?)))
+}
+
+fn ipset_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Array(c.site.firewall_ipset(&c.req)?)))
+}
+
+fn refs_get(c: &mut Ctx) -> Result<Reply, PveError> {
+    Ok(Reply::data(Value::Array(c.site.firewall_refs(&c.req)?)))
 }
 
 fn log(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -82,6 +82,30 @@ pub fn routes() -> Vec<Route> {
                 Ok(Reply::null())
             },
         ),
+        route("POST", "/nodes/{node}/lxc/{vmid}/clone", |c| {
+            Ok(upid(c.site.clone_ct(&c.req)?))
+        }),
+        route("GET", "/nodes/{node}/lxc/{vmid}/migrate", |c| {
+            Ok(Reply::data(c.site.ct_migrate_precondition(&c.req)?))
+        }),
+        route("POST", "/nodes/{node}/lxc/{vmid}/migrate", |c| {
+            Ok(upid(c.site.migrate_ct(&c.req)?))
+        }),
+        route("POST", "/nodes/{node}/lxc/{vmid}/move_volume", |c| {
+            Ok(upid(c.site.move_volume_ct(&c.req)?))
+        }),
+        // The remote-migration verbs serve both kinds (the path tells which).
+        route("POST", "/nodes/{node}/lxc/{vmid}/remote_migrate", |c| {
+            Ok(upid(c.site.remote_migrate(&c.req)?))
+        }),
+        route("POST", "/nodes/{node}/lxc/{vmid}/mtunnel", |c| {
+            Ok(Reply::data(c.site.mtunnel(&c.req)?))
+        })
+        .served_locally(),
+        route("GET", "/nodes/{node}/lxc/{vmid}/mtunnelwebsocket", |c| {
+            Ok(Reply::data(c.site.mtunnel_websocket(&c.req)?))
+        })
+        .served_locally(),
     ]
 }
 

@@ -1,15 +1,20 @@
-//! `GET …/qemu/{vmid}/rrd|rrddata` and `GET …/storage/{storage}/rrd|rrddata`.
+//! `GET …/qemu/{vmid}/rrd|rrddata`, `GET …/lxc/{vmid}/rrd|rrddata` (pve-container's `rrd`
+//! and `rrddata` read the same `pve-vm-9.0/{vmid}` file as qemu-server's) and
+//! `GET …/storage/{storage}/rrd|rrddata`.
 
 use serde_json::json;
 
-use super::series::{storage_rows, timeframe, vm_rows};
+use super::series::{Figures, guest_rows, storage_rows, timeframe};
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
+use fake_proxmox_world::guest::GuestKind;
 
 pub fn routes() -> Vec<Route> {
     vec![
-        route("GET", "/nodes/{node}/qemu/{vmid}/rrddata", vm_rrddata),
-        route("GET", "/nodes/{node}/qemu/{vmid}/rrd", vm_rrd),
+        route("GET", "/nodes/{node}/qemu/{vmid}/rrddata", guest_rrddata),
+        route("GET", "/nodes/{node}/qemu/{vmid}/rrd", guest_rrd),
+        route("GET", "/nodes/{node}/lxc/{vmid}/rrddata", guest_rrddata),
+        route("GET", "/nodes/{node}/lxc/{vmid}/rrd", guest_rrd),
         route(
             "GET",
             "/nodes/{node}/storage/{storage}/rrddata",
@@ -31,25 +36,38 @@ fn is_max(c: &Ctx) -> bool {
     c.req.p.str("cf").as_deref() == Some("MAX")
 }
 
-/// When the VM was made: the start of its `qmcreate`/`qmclone`/`qmrestore` task (a clone's
-/// task carries the source VMID, so only create and restore name it); `None` when no task
-/// made it here (a scenario's VM, or one whose tasks rotated out).
+/// When the guest was made: the start of its `qmcreate`/`qmrestore` (`vzcreate`/
+/// `vzrestore`) task (a clone's task carries the source VMID, so only create and restore
+/// name it); `None` when no task made it here (a scenario's guest, or one whose tasks
+/// rotated out).
 fn created_at(c: &Ctx, vmid: u32) -> Option<f64> {
     let id = vmid.to_string();
+    let made = match c.req.guest_kind() {
+        GuestKind::Qemu => ["qmcreate", "qmrestore"],
+        GuestKind::Lxc => ["vzcreate", "vzrestore"],
+    };
     c.site
         .tasks
         .iter()
-        .find(|t| matches!(t.ttype.as_str(), "qmcreate" | "qmrestore") && t.id == id)
+        .find(|t| made.contains(&t.ttype.as_str()) && t.id == id)
         .map(|t| t.start)
 }
 
-fn vm_rrddata(c: &mut Ctx) -> Result<Reply, PveError> {
+/// The figures of the path's guest: a VM on a `qemu` path, a container on an `lxc` one.
+fn figures(c: &Ctx, node: &str, vmid: u32) -> Result<Figures, PveError> {
+    Ok(match c.req.guest_kind() {
+        GuestKind::Qemu => Figures::of_vm(c.site.vm_on(node, vmid)?, c.req.now, c.site.version),
+        GuestKind::Lxc => Figures::of_ct(c.site.ct_on(node, vmid)?, c.site.node_cpus(node)),
+    })
+}
+
+fn guest_rrddata(c: &mut Ctx) -> Result<Reply, PveError> {
     let (node, vmid) = (c.node()?, c.req.p.vmid()?);
     c.require(&format!("/vms/{vmid}"), "VM.Audit")?;
     let (reso, count) = frame(c)?;
     let born = created_at(c, vmid);
-    let vm = c.site.vm_on(&node, vmid)?;
-    let rows = vm_rows(vm, born, c.req.now, reso, count, is_max(c), c.site.version);
+    let f = figures(c, &node, vmid)?;
+    let rows = guest_rows(&f, born, c.req.now, reso, count, is_max(c), c.site.version);
     Ok(Reply::data(json!(rows)))
 }
 
@@ -98,10 +116,10 @@ fn graph(c: &Ctx, file: &str, sources: &[&str]) -> Result<Reply, PveError> {
     ))
 }
 
-fn vm_rrd(c: &mut Ctx) -> Result<Reply, PveError> {
+fn guest_rrd(c: &mut Ctx) -> Result<Reply, PveError> {
     let (node, vmid) = (c.node()?, c.req.p.vmid()?);
     c.require(&format!("/vms/{vmid}"), "VM.Audit")?;
-    c.site.vm_on(&node, vmid)?;
+    figures(c, &node, vmid)?;
     graph(c, &format!("pve-vm-9.0/{vmid}"), VM_SOURCES)
 }
 

@@ -35,6 +35,8 @@ fn is_public(method: &str, path: &str) -> bool {
 
 struct Prepared {
     handler: crate::route::Handler,
+    /// The route's schema path (the handler may serve several families' paths).
+    template: &'static str,
     params: crate::wire::Params,
     who: Identity,
     via_ticket: bool,
@@ -359,6 +361,7 @@ fn prepare(
     Ok((
         Prepared {
             handler: route.handler,
+            template: route.template,
             params,
             who,
             via_ticket,
@@ -491,6 +494,7 @@ fn run(inner: &mut Inner, site_name: &str, p: Prepared) -> Result<Reply, PveErro
         req: crate::request::Request {
             who: p.who,
             via_ticket: p.via_ticket,
+            template: p.template,
             p: p.params,
             now,
         },

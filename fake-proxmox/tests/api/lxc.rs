@@ -6,15 +6,21 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const NODE: &str = "ml110-01";
-const TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
+pub(crate) const NODE: &str = "ml110-01";
+pub(crate) const TEMPLATE: &str = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst";
 
-fn ct(path: &str) -> String {
+pub(crate) fn ct(path: &str) -> String {
     format!("/nodes/{NODE}/lxc{path}")
 }
 
 /// Start a task-answering request and wait for its task; the task's status.
-async fn task(f: &Fake, api: &Api, method: &str, path: &str, form: &[(&str, &str)]) -> Value {
+pub(crate) async fn task(
+    f: &Fake,
+    api: &Api,
+    method: &str,
+    path: &str,
+    form: &[(&str, &str)],
+) -> Value {
     let r = api.send(method, path, form).await;
     assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
     let upid = r.data().as_str().expect("a UPID").to_string();
@@ -22,13 +28,13 @@ async fn task(f: &Fake, api: &Api, method: &str, path: &str, form: &[(&str, &str
     wait_task(f, api, NODE, &upid).await
 }
 
-async fn create_ct(f: &Fake, api: &Api, form: &[(&str, &str)]) -> Value {
+pub(crate) async fn create_ct(f: &Fake, api: &Api, form: &[(&str, &str)]) -> Value {
     let mut all = vec![("ostemplate", TEMPLATE)];
     all.extend_from_slice(form);
     task(f, api, "POST", &ct(""), &all).await
 }
 
-fn volumes_of(content: &Value, vmid: u64) -> Vec<String> {
+pub(crate) fn volumes_of(content: &Value, vmid: u64) -> Vec<String> {
     content
         .as_array()
         .unwrap()

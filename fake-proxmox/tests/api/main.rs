@@ -16,6 +16,8 @@ mod coverage;
 mod exec;
 mod firewall;
 mod lxc;
+mod lxc_guest;
+mod lxc_ops;
 mod migrate;
 mod move_disk;
 mod network;

@@ -2,12 +2,16 @@
 //! parameters, and the site's clock. Routes hand it to a model verb whole.
 
 use crate::access::model::Identity;
+use crate::guest::GuestKind;
 use crate::wire::{Params, PveError};
 
 pub struct Request {
     pub who: Identity,
     /// Authenticated with a ticket (not an API token): some PVE rules allow more then.
     pub via_ticket: bool,
+    /// The schema path the request matched (`/nodes/{node}/lxc/{vmid}/rrd`): one handler may
+    /// serve the same method of several families.
+    pub template: &'static str,
     /// Path captures and form/query parameters, checked against the schema.
     pub p: Params,
     pub now: f64,
@@ -20,6 +24,16 @@ impl Request {
 
     pub fn vmid(&self) -> Result<u32, PveError> {
         self.p.vmid()
+    }
+
+    /// The guest kind the path names: its family's (`/nodes/{node}/lxc/…` is a container's,
+    /// any other a VM's).
+    pub fn guest_kind(&self) -> GuestKind {
+        if self.template.starts_with("/nodes/{node}/lxc/") {
+            GuestKind::Lxc
+        } else {
+            GuestKind::Qemu
+        }
     }
 
     /// The user a task started by this request runs as (`user@realm!token`).

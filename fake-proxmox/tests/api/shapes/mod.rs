@@ -221,6 +221,28 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
             )
             .await;
         assert_eq!(pending.status, 200, "{}", pending.body);
+        // Its firewall: a rule, an alias, an ipset with an entry.
+        let fw = format!("{ct}/200/firewall");
+        for (path, form) in [
+            (
+                format!("{fw}/rules"),
+                vec![
+                    ("type", "in"),
+                    ("action", "ACCEPT"),
+                    ("dport", "22"),
+                    ("proto", "tcp"),
+                ],
+            ),
+            (
+                format!("{fw}/aliases"),
+                vec![("name", "gateway"), ("cidr", "192.168.11.1")],
+            ),
+            (format!("{fw}/ipset"), vec![("name", "admins")]),
+            (format!("{fw}/ipset/admins"), vec![("cidr", "10.0.0.0/24")]),
+        ] {
+            let r = api.post(&path, &form).await;
+            assert_eq!(r.status, 200, "{path}: {}", r.body);
+        }
     }
 
     // Backups to prune and an appliance to import.
@@ -257,6 +279,34 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
     let text = |k: &str| tunnel.data()[k].as_str().unwrap_or_default().to_string();
     let (tunnel_socket, tunnel_ticket) = (text("socket"), text("ticket"));
 
+    // The same for a container (9.1): its console and a container tunnel.
+    let (mut ct_vnc, mut ct_tunnel) = (Vec::new(), Vec::new());
+    if version == PveVersion::V9_1 {
+        let console = api
+            .post(
+                &format!("/nodes/{NODE}/lxc/200/vncproxy"),
+                &[("websocket", "1")],
+            )
+            .await;
+        assert_eq!(console.status, 200, "{}", console.body);
+        ct_vnc = vec![
+            ("port", console.data()["port"].to_string()),
+            (
+                "vncticket",
+                console.data()["ticket"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+        ];
+        let tunnel = api
+            .post(&format!("/nodes/{NODE}/lxc/250/mtunnel"), &[])
+            .await;
+        assert_eq!(tunnel.status, 200, "{}", tunnel.body);
+        let text = |k: &str| tunnel.data()[k].as_str().unwrap_or_default().to_string();
+        ct_tunnel = vec![("socket", text("socket")), ("ticket", text("ticket"))];
+    }
+
     let vars = Vars {
         upid,
         pid,
@@ -264,6 +314,8 @@ async fn populated(version: PveVersion) -> (Fake, Api, Vars) {
         vnc_ticket,
         tunnel_socket,
         tunnel_ticket,
+        ct_vnc,
+        ct_tunnel,
     };
     (f, api, vars)
 }
@@ -275,6 +327,9 @@ struct Vars {
     vnc_ticket: String,
     tunnel_socket: String,
     tunnel_ticket: String,
+    /// `vncwebsocket`'s and `mtunnelwebsocket`'s queries for a container (9.1 only).
+    ct_vnc: Vec<(&'static str, String)>,
+    ct_tunnel: Vec<(&'static str, String)>,
 }
 
 /// One GET: the template it exercises, the concrete path, the query.
@@ -323,6 +378,36 @@ fn calls(v: &Vars) -> Vec<Call> {
         (
             "/nodes/{node}/lxc/{vmid}/status/current",
             ct("/200/status/current"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/migrate",
+            ct("/200/migrate"),
+            vec![],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/rrd",
+            ct("/200/rrd"),
+            vec![("timeframe", "day".into()), ("ds", "cpu".into())],
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/rrddata",
+            ct("/200/rrddata"),
+            q("timeframe", "hour"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/vncwebsocket",
+            ct("/200/vncwebsocket"),
+            v.ct_vnc.clone(),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/mtunnelwebsocket",
+            ct("/250/mtunnelwebsocket"),
+            v.ct_tunnel.clone(),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall",
+            ct("/200/firewall"),
             vec![],
         ),
         ("/access", "/access".to_string(), vec![]),
@@ -540,6 +625,49 @@ fn calls(v: &Vars) -> Vec<Call> {
             "/nodes/{node}/qemu/{vmid}/firewall/log",
             format!("{fw}/log"),
         ),
+    ] {
+        c.push((template, path, vec![]));
+    }
+    // The container's firewall: the same handlers, its own file.
+    let fw = ct("/200/firewall");
+    for (template, path) in [
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/options",
+            format!("{fw}/options"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/rules",
+            format!("{fw}/rules"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/rules/{pos}",
+            format!("{fw}/rules/0"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/aliases",
+            format!("{fw}/aliases"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/aliases/{name}",
+            format!("{fw}/aliases/gateway"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/ipset",
+            format!("{fw}/ipset"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/ipset/{name}",
+            format!("{fw}/ipset/admins"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/ipset/{name}/{cidr}",
+            format!("{fw}/ipset/admins/10.0.0.0/24"),
+        ),
+        (
+            "/nodes/{node}/lxc/{vmid}/firewall/refs",
+            format!("{fw}/refs"),
+        ),
+        ("/nodes/{node}/lxc/{vmid}/firewall/log", format!("{fw}/log")),
     ] {
         c.push((template, path, vec![]));
     }

@@ -1,5 +1,6 @@
-//! A VM's consoles and monitor: `vncproxy`, `termproxy`, `vncwebsocket`, `spiceproxy`,
-//! `sendkey`, `monitor` (QEMU's human monitor) and `dbus-vmstate`.
+//! A guest's consoles (a VM's and a container's: `vncproxy`, `termproxy`, `vncwebsocket`,
+//! `spiceproxy`) and a VM's monitor: `sendkey`, `monitor` (QEMU's human monitor) and
+//! `dbus-vmstate`.
 
 pub mod monitor;
 pub mod proxy;

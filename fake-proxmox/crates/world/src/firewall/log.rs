@@ -92,7 +92,7 @@ impl Site {
     pub fn firewall_log(&self, req: &Request) -> Result<LogPage, PveError> {
         let (node, vmid) = (req.node()?, req.vmid()?);
         self.require(&req.who, &format!("/vms/{vmid}"), "VM.Console")?;
-        self.firewall_vm(&node, vmid)?;
+        self.firewall_guest(req, &node, vmid)?;
         let prefix = format!("{vmid} ");
         let lines: Vec<&str> = self
             .firewall

@@ -1,15 +1,18 @@
-//! The VM firewall (pve-firewall): options, rules, aliases, ipsets, references and the log
-//! of `/nodes/{node}/qemu/{vmid}/firewall`. A VM's firewall is its `<vmid>.fw` file, kept
-//! with the VM (`Vm::firewall`): destroyed with it, copied by a clone. Every verb reads the
-//! file, decides as PVE does and writes it back (`conf`), so PVE's normalisations on the way
-//! hold here too. Rules are checked as `verify_rule` checks them (`rule`, `addr`,
-//! `formats`, `macros`); what they name must exist, in the VM's file or in the site's
-//! `cluster.fw` (`model::ClusterFirewall`).
+//! The guest firewall (pve-firewall): options, rules, aliases, ipsets, references and the
+//! log of `/nodes/{node}/qemu/{vmid}/firewall` and `/nodes/{node}/lxc/{vmid}/firewall` (the
+//! same module in PVE: `PVE::API2::Firewall::VM` and `::CT` differ only in the rule
+//! environment, which checks the same). A guest's firewall is its `<vmid>.fw` file, kept
+//! with the guest (`GuestCore::firewall`, whatever the kind): destroyed with it, copied by
+//! a clone. Every verb reads the file, decides as PVE does and writes it back (`conf`), so
+//! PVE's normalisations on the way hold here too. Rules are checked as `verify_rule` checks
+//! them (`rule`, `addr`, `formats`, `macros`); what they name must exist, in the guest's
+//! file or in the site's `cluster.fw` (`model::ClusterFirewall`).
 //!
 //! # Deviations from real PVE
-//! - PVE reads `/etc/pve/firewall/<vmid>.fw` whether or not the VM exists (an empty
-//!   firewall); here a VMID without a VM answers as for its missing config (500). Like PVE,
-//!   any node of the path will do.
+//! - PVE reads `/etc/pve/firewall/<vmid>.fw` whether or not the guest exists (an empty
+//!   firewall); here a VMID without a guest of either kind answers as for the path
+//!   family's missing config (500). Like PVE, any node of the path will do, and a VM's file
+//!   is reached through the container path too (the file is the VMID's).
 //! - The cluster-level firewall routes are not modelled: `cluster.fw` is what the scenario's
 //!   `cluster_firewall` says (nothing by default) and only its aliases, ipsets and group
 //!   names are read. SDN ipsets do not exist.

@@ -1,5 +1,6 @@
-//! The VM firewall verbs (pve-firewall's `API2/Firewall/{VM,Rules}.pm`): each one loads
-//! the VM's `<vmid>.fw` and the cluster's `cluster.fw`, decides as PVE does, and saves the
+//! The guest firewall verbs (pve-firewall's `API2/Firewall/{VM,Rules}.pm`, whose
+//! `PVE::API2::Firewall::CT` is the same code with rule environment `ct`): each one loads
+//! the guest's `<vmid>.fw` and the cluster's `cluster.fw`, decides as PVE does, and saves the
 //! file back. The aliases and ipsets verbs are in `sets`; the config grammar in `conf`.
 
 use serde_json::{Map, Value};
@@ -7,7 +8,7 @@ use sha1::{Digest, Sha1};
 
 use super::conf::{Alias, FwConf, IpsetEntry};
 use super::rule::{INTEGER_FIELDS, PROPERTIES, Refusal, Rule, Scope};
-use crate::qemu::model::Vm;
+use crate::guest::GuestCore;
 use crate::request::Request;
 use crate::wire::PveError;
 use crate::world::Site;
@@ -174,7 +175,7 @@ impl Site {
         FwConf::parse_cluster(&self.firewall.cluster_fw)
     }
 
-    /// The privilege on `/vms/{vmid}`, then the VM's firewall config (and the cluster's).
+    /// The privilege on `/vms/{vmid}`, then the guest's firewall config (and the cluster's).
     pub(crate) fn load_firewall(
         &self,
         req: &Request,
@@ -182,25 +183,32 @@ impl Site {
     ) -> Result<(FwConf, FwConf), PveError> {
         let (node, vmid) = (req.node()?, req.vmid()?);
         self.require(&req.who, &format!("/vms/{vmid}"), privilege)?;
-        let vm = self.firewall_vm(&node, vmid)?;
+        let guest = self.firewall_guest(req, &node, vmid)?;
         let cluster = self.cluster_firewall();
-        let conf = FwConf::parse_guest(&vm.firewall, &cluster);
+        let conf = FwConf::parse_guest(&guest.firewall, &cluster);
         Ok((cluster, conf))
     }
 
-    /// The VM whose `<vmid>.fw` the request is about. The file is cluster-wide, so any node
-    /// of the path will do, as in PVE (which also answers for a VMID without a VM).
-    pub(crate) fn firewall_vm(&self, node: &str, vmid: u32) -> Result<&Vm, PveError> {
-        self.vms
-            .get(&vmid)
-            .ok_or_else(|| PveError::no_vm_config(node, vmid))
+    /// The guest whose `<vmid>.fw` the request is about, of either kind: the file is named
+    /// by the VMID alone (`load_vmfw_conf`), so a VM's is reached through the container
+    /// family's path too, and any node of the path will do, as in PVE (which also answers
+    /// for a VMID without a guest). Without a guest: the path family's missing config.
+    pub(crate) fn firewall_guest(
+        &self,
+        req: &Request,
+        node: &str,
+        vmid: u32,
+    ) -> Result<&GuestCore, PveError> {
+        self.guest(vmid)
+            .map(|g| g.core())
+            .ok_or_else(|| crate::world::guests::no_config(req.guest_kind(), node, vmid))
     }
 
     /// `save_vmfw_conf`
     pub(crate) fn save_firewall(&mut self, req: &Request, conf: &FwConf) -> Result<(), PveError> {
         let vmid = req.vmid()?;
-        if let Some(vm) = self.vms.get_mut(&vmid) {
-            vm.firewall = conf.format();
+        if let Some(guest) = self.guest_core_mut(vmid) {
+            guest.firewall = conf.format();
         }
         Ok(())
     }

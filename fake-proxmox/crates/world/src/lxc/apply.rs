@@ -68,6 +68,25 @@ impl Site {
                 self.finish_delsnapshot_ct(*vmid, snapname);
                 Ok(Vec::new())
             }
+            CtWork::Clone { .. } => self.finish_clone_ct(node, work, now),
+            CtWork::Migrate {
+                vmid,
+                target,
+                storages,
+                restart,
+            } => self.finish_migrate_ct(node, *vmid, target, storages, *restart, now),
+            CtWork::MoveVolume {
+                vmid,
+                key,
+                storage,
+                delete,
+            } => self.finish_move_volume_ct(node, *vmid, key, storage, *delete, now),
+            CtWork::ReassignVolume {
+                vmid,
+                key,
+                target,
+                target_key,
+            } => self.finish_reassign_volume_ct(node, *vmid, key, *target, target_key),
             CtWork::SnapshotRollback {
                 vmid,
                 snapname,
@@ -84,7 +103,7 @@ impl Site {
 
     /// Undo what a failed or killed container task left: a create's locked config goes, a
     /// lock the task took is released.
-    pub(crate) fn rollback_ct_work(&mut self, work: &CtWork) {
+    pub(crate) fn rollback_ct_work(&mut self, work: &CtWork, now: f64) {
         match work {
             CtWork::Create { vmid, .. }
                 if self
@@ -107,6 +126,28 @@ impl Site {
             }
             CtWork::SnapshotDelete { vmid, .. } | CtWork::SnapshotRollback { vmid, .. } => {
                 if let Some(ct) = self.cts.get_mut(vmid) {
+                    ct.lock = None;
+                }
+            }
+            CtWork::Clone { src, newid, .. } => {
+                if self
+                    .cts
+                    .get(newid)
+                    .is_some_and(|c| c.lock.as_deref() == Some("create"))
+                {
+                    self.cts.remove(newid);
+                }
+                if let Some(ct) = self.cts.get_mut(src)
+                    && ct.lock.as_deref() == Some("disk")
+                {
+                    ct.lock = None;
+                }
+            }
+            CtWork::Migrate { vmid, restart, .. } => self.abort_migrate_ct(*vmid, *restart, now),
+            CtWork::MoveVolume { vmid, .. } => {
+                if let Some(ct) = self.cts.get_mut(vmid)
+                    && ct.lock.as_deref() == Some("disk")
+                {
                     ct.lock = None;
                 }
             }

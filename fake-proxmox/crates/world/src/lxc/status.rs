@@ -8,9 +8,23 @@ use super::model::{Ct, NetConf, is_net_key};
 use crate::world::Site;
 
 /// Memory a running container's processes use: a steady share of its limit.
-fn used_memory(ct: &Ct) -> u64 {
+pub(crate) fn used_memory(ct: &Ct) -> u64 {
     (ct.memory_bytes() / 8).max(24 << 20)
 }
+
+/// What a running container's root filesystem holds: a tenth of it, at most 600 MiB.
+pub(crate) fn disk_used(ct: &Ct) -> u64 {
+    (ct.rootfs_size() / 10).min(600 << 20)
+}
+
+/// The share of a CPU a running container's processes use.
+pub(crate) const RUNNING_CPU: f64 = 0.002;
+/// Bytes per second a running container's NICs receive and send, all together.
+pub(crate) const NET_IN_PER_S: u64 = 180;
+pub(crate) const NET_OUT_PER_S: u64 = 60;
+/// Bytes per second a running container writes; it reads 48 MiB as it starts.
+pub(crate) const DISK_WRITE_PER_S: u64 = 4096;
+const DISK_READ_AT_START: u64 = 48 << 20;
 
 impl Ct {
     /// The `vmstatus` row: what `GET /nodes/{node}/lxc` lists and `status/current` extends.
@@ -30,18 +44,18 @@ impl Ct {
             "status": if running { "running" } else { "stopped" },
             "name": self.hostname().replace(char::is_whitespace, ""),
             "cpus": if cpus.fract() == 0.0 { json!(cpus as u64) } else { json!(cpus) },
-            "cpu": if running { json!(0.002) } else { json!(0) },
+            "cpu": if running { json!(RUNNING_CPU) } else { json!(0) },
             "maxmem": self.memory_bytes(),
             "mem": if running { used_memory(self) } else { 0 },
             "maxswap": self.swap_bytes(),
             "swap": 0,
             "maxdisk": self.rootfs_size(),
-            "disk": if running { (self.rootfs_size() / 10).min(600 << 20) } else { 0 },
+            "disk": if running { disk_used(self) } else { 0 },
             "uptime": uptime,
-            "netin": if running { uptime * 180 } else { 0 },
-            "netout": if running { uptime * 60 } else { 0 },
-            "diskread": if running { 48 << 20 } else { 0 },
-            "diskwrite": if running { uptime * 4096 } else { 0 },
+            "netin": if running { uptime * NET_IN_PER_S } else { 0 },
+            "netout": if running { uptime * NET_OUT_PER_S } else { 0 },
+            "diskread": if running { DISK_READ_AT_START } else { 0 },
+            "diskwrite": if running { uptime * DISK_WRITE_PER_S } else { 0 },
         });
         if let Some(p) = self.pid.filter(|_| running) {
             d["pid"] = json!(p);

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::model::MountPoint;
+use crate::qemu::storage_map::StorageMap;
 
 /// A mount point the task allocates: `STORAGE:SIZE_GB` in the request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -85,5 +86,42 @@ pub enum CtWork {
         vmid: u32,
         snapname: String,
         start: bool,
+    },
+    /// `vzclone`: the new container's mount points made from the source's (or its
+    /// snapshot's), then its `create` lock and the source's `disk` lock released.
+    Clone {
+        src: u32,
+        newid: u32,
+        snapname: Option<String>,
+        /// `storage=`: where full copies go (else the source volume's storage).
+        storage: Option<String>,
+        /// The mount points to make, in order, each a full copy (`true`) or linked.
+        mounts: Vec<(String, bool)>,
+        pool: Option<String>,
+        /// `target=`: the node the new config moves to at the end.
+        target: Option<String>,
+    },
+    /// `vzmigrate` (offline or in restart mode): volumes and config to `target`.
+    Migrate {
+        vmid: u32,
+        target: String,
+        storages: StorageMap,
+        /// Restart mode with a running container: it stopped first, it starts there.
+        restart: bool,
+    },
+    /// `move_volume` to a storage: a copy of `key`'s volume on `storage`, the old one kept
+    /// as `unusedN` or freed.
+    MoveVolume {
+        vmid: u32,
+        key: String,
+        storage: String,
+        delete: bool,
+    },
+    /// `move_volume` to another container of the node: the volume renamed for it.
+    ReassignVolume {
+        vmid: u32,
+        key: String,
+        target: u32,
+        target_key: String,
     },
 }

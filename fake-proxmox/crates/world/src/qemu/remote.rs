@@ -1,6 +1,9 @@
 //! Migration to another cluster (`POST …/remote_migrate`) and the endpoints the receiving
 //! cluster offers for it (`POST …/mtunnel`, `GET …/mtunnelwebsocket`), after qemu-server's
-//! `API2/Qemu.pm` (`remote_migrate_vm`, `mtunnel`, `mtunnelwebsocket`).
+//! `API2/Qemu.pm` (`remote_migrate_vm`, `mtunnel`, `mtunnelwebsocket`) and, for containers
+//! (the path's family decides), pve-container's `API2/LXC.pm` (the same three: a `vzmtunnel`
+//! task on `/run/pve/ct-<vmid>.mtunnel`, storages checked for `rootdir`, a running container
+//! refused without `online` or `restart` before the endpoint is asked anything).
 //!
 //! The fake opens no connection to a remote endpoint: where PVE's API client would first
 //! reach it, the call fails as a connection that cannot be made fails (see
@@ -17,6 +20,8 @@ use super::model::{Power, Vm, prop, split_props};
 use super::op::{VmOp, unlocked};
 use super::storage_map::parse_idmap;
 use crate::console::tickets;
+use crate::guest::GuestKind;
+use crate::lxc::Ct;
 use crate::request::Request;
 use crate::schema::formats::split_list;
 use crate::wire::PveError;
@@ -64,8 +69,11 @@ pub fn connect_failure(host: &str, port: u16) -> String {
 
 /// The tunnel's socket, and the path its tickets are bound to (`"/socket/$socket"`,
 /// normalised as `assemble_tunnel_ticket` does).
-fn tunnel_socket(vmid: u32) -> String {
-    format!("/run/qemu-server/{vmid}.mtunnel")
+fn tunnel_socket(kind: GuestKind, vmid: u32) -> String {
+    match kind {
+        GuestKind::Qemu => format!("/run/qemu-server/{vmid}.mtunnel"),
+        GuestKind::Lxc => format!("/run/pve/ct-{vmid}.mtunnel"),
+    }
 }
 
 /// `normalize_path` of the ticket path: `None` (PVE: "invalid ticket path") for characters
@@ -87,6 +95,9 @@ impl Site {
     /// which fails. Without a `fingerprint` that call (the endpoint's certificate info) comes
     /// right after the VM's lock is checked; with one, after the storage and bridge maps.
     pub fn remote_migrate(&self, req: &Request) -> Result<String, PveError> {
+        if req.guest_kind() == GuestKind::Lxc {
+            return self.remote_migrate_ct(req);
+        }
         let op = VmOp::of(req)?;
         // The declared permission check comes before the handler loads the config.
         op.require(self, &["VM.Migrate"])?;
@@ -101,6 +112,39 @@ impl Site {
             return Err(PveError::die("can't migrate running VM without --online\n"));
         }
         check_custom_cpu(vm)?;
+        self.remote_maps(req)?;
+        // `$api_client->get("/cluster/status")`, to learn the endpoint's node name.
+        Err(unreachable())
+    }
+
+    /// pve-container's `remote_migrate_vm`: the container unlocked, not running unless
+    /// `online` or `restart`, then the endpoint's certificate info (without a fingerprint),
+    /// the maps, and the endpoint's `/cluster/status`.
+    fn remote_migrate_ct(&self, req: &Request) -> Result<String, PveError> {
+        let (node, vmid) = (req.node()?, req.vmid()?);
+        self.require(&req.who, &format!("/vms/{vmid}"), "VM.Migrate")?;
+        self.check_cfs_quorum()?;
+        let ct = self.ct_on(&node, vmid)?;
+        if let Some(l) = &ct.lock {
+            return Err(PveError::die(format!("CT is locked ({l})\n")));
+        }
+        if ct.is_running() && !req.p.flag("online") && !req.p.flag("restart") {
+            return Err(PveError::die(
+                "can't migrate running container without --online or --restart\n",
+            ));
+        }
+        let remote = Remote::parse(&req.p.req_str("target-endpoint")?);
+        let unreachable = || PveError::die(connect_failure(&remote.host, remote.port));
+        if remote.fingerprint.is_none() {
+            return Err(unreachable());
+        }
+        self.remote_maps(req)?;
+        Err(unreachable())
+    }
+
+    /// `target-storage` and `target-bridge` as `parse_idmap` reads them; an identity
+    /// storage map is refused.
+    fn remote_maps(&self, req: &Request) -> Result<(), PveError> {
         let storages = parse_idmap(&req.p.req_str("target-storage")?).map_err(|e| {
             PveError::param(
                 "target-storage",
@@ -115,8 +159,7 @@ impl Site {
                 "remote migration requires explicit storage mapping!\n",
             ));
         }
-        // `$api_client->get("/cluster/status")`, to learn the endpoint's node name.
-        Err(unreachable())
+        Ok(())
     }
 
     /// `POST …/mtunnel`: `VM.Allocate` on the VM and `Sys.Incoming` on `/`; the node must be
@@ -145,25 +188,40 @@ impl Site {
             }
         }
         self.check_cfs_quorum()?;
+        let kind = req.guest_kind();
         if let Some(existing) = self.guest(vmid) {
+            let core = existing.core();
             return Err(PveError::param(
                 "vmid",
                 format!(
-                    "unable to create empty VM config - VM {vmid} already exists on node '{}'\n",
-                    existing.core().node
+                    "unable to create empty {} config - {} {vmid} already exists on node '{}'\n",
+                    kind.label(),
+                    core.kind.label(),
+                    core.node
                 ),
             ));
         }
-        self.vms.insert(
-            vmid,
-            Vm::stopped(vmid, &node, Default::default(), Some("create")),
-        );
+        let (ttype, socket) = match kind {
+            GuestKind::Qemu => {
+                self.vms.insert(
+                    vmid,
+                    Vm::stopped(vmid, &node, Default::default(), Some("create")),
+                );
+                ("qmtunnel", tunnel_socket(kind, vmid))
+            }
+            GuestKind::Lxc => {
+                self.cts.insert(
+                    vmid,
+                    Ct::stopped(vmid, &node, Default::default(), Some("create")),
+                );
+                ("vzmtunnel", tunnel_socket(kind, vmid))
+            }
+        };
         let user = req.task_user();
-        let socket = tunnel_socket(vmid);
         let path = ticket_path(&socket).unwrap_or_default();
         let ticket = tickets::assemble(&self.access, "PVETUNNEL", &user, &path, None, req.now);
         let mut plan = crate::world::work::TaskPlan::new(
-            "qmtunnel",
+            ttype,
             vmid.to_string(),
             &node,
             &user,
@@ -188,7 +246,10 @@ impl Site {
     pub fn mtunnel_websocket(&self, req: &Request) -> Result<Value, PveError> {
         let node = self.tunnel_node(req)?;
         let vmid = req.vmid()?;
-        self.vm_on(&node, vmid)?;
+        match req.guest_kind() {
+            GuestKind::Qemu => self.vm_on(&node, vmid).map(|_| ())?,
+            GuestKind::Lxc => self.ct_on(&node, vmid).map(|_| ())?,
+        }
         let socket = req.p.req_str("socket")?;
         let ticket = req.p.req_str("ticket")?;
         let Some(path) = ticket_path(&socket) else {
@@ -227,8 +288,8 @@ impl Site {
     }
 
     /// `$check_storage_access_migrate`: enabled on the node, `Datastore.AllocateSpace`, and
-    /// content `images`.
-    fn check_storage_access_migrate(
+    /// content `images` (`rootdir` for a container's path).
+    pub(crate) fn check_storage_access_migrate(
         &self,
         req: &Request,
         sid: &str,
@@ -250,12 +311,13 @@ impl Site {
             &format!("/storage/{sid}"),
             "Datastore.AllocateSpace",
         )?;
-        if !sto
-            .content
-            .contains(&crate::storage::model::Content::Images)
-        {
+        let (content, refusal) = match req.guest_kind() {
+            GuestKind::Qemu => (crate::storage::model::Content::Images, "vm images"),
+            GuestKind::Lxc => (crate::storage::model::Content::Rootdir, "CT rootdirs"),
+        };
+        if !sto.content.contains(&content) {
             return Err(PveError::die(format!(
-                "storage '{sid}' does not support vm images\n"
+                "storage '{sid}' does not support {refusal}\n"
             )));
         }
         Ok(())
@@ -264,12 +326,14 @@ impl Site {
     /// A `qmtunnel` task that ended without a client (or was stopped): the placeholder
     /// config goes (`destroy_vm`), unless something else took the VM over meanwhile.
     pub(crate) fn abort_mtunnel(&mut self, vmid: u32) {
-        if self
-            .vms
-            .get(&vmid)
-            .is_some_and(|v| v.lock.as_deref() == Some("create") && v.config.is_empty())
-        {
+        let placeholder = |g: &crate::guest::GuestCore| {
+            g.lock.as_deref() == Some("create") && g.config.is_empty()
+        };
+        if self.vms.get(&vmid).is_some_and(|v| placeholder(v)) {
             self.vms.remove(&vmid);
+        }
+        if self.cts.get(&vmid).is_some_and(|c| placeholder(c)) {
+            self.cts.remove(&vmid);
         }
     }
 }

@@ -179,9 +179,9 @@ impl Site {
     }
 
     /// Undo what starting the task did (a create's placeholder config, a clone's target).
-    pub(crate) fn rollback_work(&mut self, work: &Work) {
+    pub(crate) fn rollback_work(&mut self, work: &Work, now: f64) {
         match work {
-            Work::Ct(w) => self.rollback_ct_work(w),
+            Work::Ct(w) => self.rollback_ct_work(w, now),
             Work::CreateVm { vmid, .. }
                 if self
                     .vms

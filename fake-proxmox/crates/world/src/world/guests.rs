@@ -2,7 +2,8 @@
 //! set of guests per node. VMs and containers each have their map; every verb that goes
 //! through these (nextid, "already exists", node load and memory, DHCP leases) counts both.
 
-use crate::guest::Guest;
+use crate::guest::{Guest, GuestCore, GuestKind};
+use crate::wire::PveError;
 use crate::world::Site;
 
 impl Site {
@@ -11,6 +12,14 @@ impl Site {
         match self.vms.get(&vmid) {
             Some(vm) => Some(vm as &dyn Guest),
             None => self.cts.get(&vmid).map(|ct| ct as &dyn Guest),
+        }
+    }
+
+    /// The record of guest `vmid`, whatever its kind, to change it.
+    pub fn guest_core_mut(&mut self, vmid: u32) -> Option<&mut GuestCore> {
+        match self.vms.get_mut(&vmid) {
+            Some(vm) => Some(&mut vm.core),
+            None => self.cts.get_mut(&vmid).map(|ct| &mut ct.core),
         }
     }
 
@@ -33,4 +42,13 @@ impl Site {
             (None, _) => cts.next(),
         })
     }
+}
+
+/// PVE's error for a guest config that is not where a path of `kind`'s family looks
+/// (`load_config`: `Configuration file 'nodes/pve1/lxc/100.conf' does not exist`).
+pub fn no_config(kind: GuestKind, node: &str, vmid: u32) -> PveError {
+    PveError::die(format!(
+        "Configuration file 'nodes/{node}/{}/{vmid}.conf' does not exist",
+        kind.config_dir()
+    ))
 }

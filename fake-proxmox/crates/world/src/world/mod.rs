@@ -3,7 +3,7 @@
 //! The world builds itself from a scenario (`build`).
 
 pub mod build;
-mod guests;
+pub mod guests;
 pub mod task_requests;
 mod tasks;
 pub mod work;

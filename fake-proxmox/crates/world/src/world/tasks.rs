@@ -87,7 +87,7 @@ impl Site {
         let user = task.user.clone();
         let result = match planned {
             Some(e) => {
-                self.rollback_work(&work);
+                self.rollback_work(&work, end);
                 Err(e)
             }
             None => self.apply_work(&node, &user, &work, end),
@@ -152,7 +152,7 @@ impl Site {
             return true;
         }
         let work = task.work.clone();
-        self.rollback_work(&work);
+        self.rollback_work(&work, now);
         self.tasks.update(seq, |t| {
             t.timeline.retain(|(at, _)| *at <= now);
             t.end = now;
