@@ -10,6 +10,12 @@
 //! `BENCH_CLIENT_THREADS` (default 1).
 //! Besides throughput and latency it prints the CPU time the server and the client spent per
 //! request, which stays meaningful when other work shares the machine.
+//!
+//! The reference: the same client against a bare axum handler that answers every
+//! `…/status/current` with one fixed body of the fake's size, served the same way (axum-server,
+//! the same TLS configuration and acceptor, a process of its own: this bench binary run again
+//! with `BENCH_BARE_SERVE`). `…_vs_bare` is the fake's throughput over the bare handler's, in
+//! turns of the same length in the same run: what a request costs beyond routing and rendering.
 
 use std::io::{BufRead, BufReader as StdBufReader};
 use std::path::Path;
@@ -447,6 +453,9 @@ async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Re
             report(&format!("{proto}_status_current_c{clients}"), &o, "req/s");
         }
     }
+    if selected("status_current") && !std::env::var("BENCH_BARE").is_ok_and(|v| v == "off") {
+        bare_reference(&t, pid, proto, tls, secs).await?;
+    }
     println!("{proto}_peak_rss_1000_vms: {:.1} MB", peak_rss_mb(pid)?);
     // Creates last: they add VMs, and the GETs above are measured at exactly 1,000 VMs.
     if selected("create_poll") {
@@ -463,7 +472,164 @@ async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Re
     Ok(())
 }
 
+/// The fake's `status/current` against a bare axum handler answering a body of the same size,
+/// turn by turn (fake, bare, fake, bare, fake, bare): the ratio of the medians.
+async fn bare_reference(
+    fake: &Target,
+    fake_pid: u32,
+    proto: &str,
+    tls: bool,
+    secs: Duration,
+) -> Result<()> {
+    let mut probe = Conn::open(fake).await?;
+    let path = format!(
+        "/nodes/{}/qemu/{FIRST_VMID}/status/current",
+        node_of(FIRST_VMID)
+    );
+    let (status, body) = probe.request("GET", &path, None).await?;
+    if status != 200 {
+        bail!("status/current answered {status}");
+    }
+    let dir = tempfile::tempdir()?;
+    let body_file = dir.path().join("body.json");
+    std::fs::write(&body_file, &body)?;
+    let bare = start_bare(dir.path(), &body_file, tls)?;
+    let bare_pid = bare.child.id();
+    let next = Arc::new(AtomicU32::new(0));
+    for clients in [1usize, 64] {
+        let (mut f, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let o = run(
+                fake,
+                fake_pid,
+                Op::StatusCurrent,
+                clients,
+                secs,
+                next.clone(),
+            )
+            .await?;
+            f.push(o.ops as f64 / o.elapsed.as_secs_f64());
+            let o = run(
+                &bare.target,
+                bare_pid,
+                Op::StatusCurrent,
+                clients,
+                secs,
+                next.clone(),
+            )
+            .await?;
+            b.push(o.ops as f64 / o.elapsed.as_secs_f64());
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (fm, bm) = (median(&mut f), median(&mut b));
+        println!(
+            "{proto}_bare_status_current_c{clients}_throughput: {bm:.0} req/s ({} B body)",
+            body.len()
+        );
+        println!("{proto}_status_current_c{clients}_turns: {fm:.0} req/s (median of 3)");
+        println!("{proto}_status_current_c{clients}_vs_bare: {:.2}", fm / bm);
+    }
+    Ok(())
+}
+
+/// This bench binary as the bare server (`BENCH_BARE_SERVE=http|https`, the body's file in
+/// `BENCH_BARE_BODY`, the certificate written to `BENCH_BARE_DIR`).
+fn start_bare(dir: &Path, body: &Path, tls: bool) -> Result<Server> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .env("BENCH_BARE_SERVE", if tls { "https" } else { "http" })
+        .env("BENCH_BARE_BODY", body)
+        .env("BENCH_BARE_DIR", dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting the bare server")?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut line = String::new();
+    StdBufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("bare addr=")
+        .ok_or_else(|| anyhow!("no ready line from the bare server: {line:?}"))?
+        .parse()?;
+    let tls_cfg = if tls {
+        let cert = CertificateDer::from_pem_file(dir.join("cert.pem"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert)?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Some((Arc::new(cfg), ServerName::try_from("localhost")?.to_owned()))
+    } else {
+        None
+    };
+    Ok(Server {
+        child,
+        target: Target { addr, tls: tls_cfg },
+    })
+}
+
+/// The bare server: one axum route answering the fixed body, served as the fake serves
+/// (axum-server, the fake's TLS server configuration, the no-delay acceptor, a multi-thread
+/// runtime with the default worker count).
+fn serve_bare(mode: &str) -> Result<()> {
+    use axum::routing::get;
+    let body: bytes::Bytes = std::fs::read(std::env::var("BENCH_BARE_BODY")?)?.into();
+    let dir = std::path::PathBuf::from(std::env::var("BENCH_BARE_DIR")?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let app = axum::Router::new().route(
+            "/api2/json/nodes/{node}/qemu/{vmid}/status/current",
+            get(move || {
+                let body = body.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/json;charset=UTF-8",
+                        )],
+                        body,
+                    )
+                }
+            }),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let acceptor = axum_server::accept::NoDelayAcceptor::new();
+        let svc = app.into_make_service();
+        if mode == "https" {
+            let cert = fake_proxmox::server::tls::make_cert(&[])?;
+            std::fs::write(dir.join("cert.pem"), &cert.cert_pem)?;
+            let cfg = fake_proxmox::server::tls::server_config(&cert)?;
+            let cfg = axum_server::tls_rustls::RustlsConfig::from_config(cfg);
+            println!("bare addr={addr}");
+            axum_server::from_tcp_rustls(listener, cfg)?
+                .map(|tls| tls.acceptor(acceptor))
+                .serve(svc)
+                .await?;
+        } else {
+            println!("bare addr={addr}");
+            axum_server::from_tcp(listener)?
+                .acceptor(acceptor)
+                .serve(svc)
+                .await?;
+        }
+        anyhow::Ok(())
+    })
+}
+
 fn main() -> Result<()> {
+    if let Ok(mode) = std::env::var("BENCH_BARE_SERVE") {
+        return serve_bare(&mode);
+    }
     let secs = Duration::from_secs_f64(
         std::env::var("BENCH_SECS")
             .ok()
