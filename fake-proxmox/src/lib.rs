@@ -124,7 +124,7 @@ pub mod validate;
 pub mod wire;
 
 pub use clock::ClockMode;
-pub use control::{ControlClient, ControlError};
+pub use control::{ControlClient, ControlError, ControlToken};
 pub use faults::FaultRule;
 pub use journal::{AuthKind, JournalEntry};
 pub use scenario::{Scenario, ScenarioError};

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use fake_proxmox::exec::FileDisks;
 use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::scenario::Backend;
-use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
+use fake_proxmox::{ClockMode, ControlToken, FakeProxmox, Scenario};
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +67,17 @@ enum Cmd {
         /// (unless it asked for another limit).
         #[arg(long, value_name = "SECS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
         tenant_idle_timeout: u64,
+        /// Require `Authorization: Bearer TOKEN` on every `/_fake/…` request (but
+        /// `/_fake/health`); `auto` makes a random one and prints it on the ready lines
+        /// (`control_token=…`). Without it the control plane is open to anyone who reaches
+        /// the port (the ready lines say `control=open`).
+        #[arg(
+            long,
+            env = "FAKE_PROXMOX_CONTROL_TOKEN",
+            value_name = "TOKEN|auto",
+            hide_env_values = true
+        )]
+        control_token: Option<String>,
     },
     /// Scenario utilities.
     Scenario {
@@ -133,7 +144,19 @@ async fn main() -> anyhow::Result<()> {
             memory_cap_mib,
             max_tenants,
             tenant_idle_timeout,
+            control_token,
         } => {
+            let (control_token, print_token) = match control_token.as_deref() {
+                None => (None, false),
+                Some("auto") => (Some(ControlToken::generate()), true),
+                Some(t) => (
+                    Some(
+                        ControlToken::new(t)
+                            .map_err(|e| anyhow::anyhow!("--control-token: {e}"))?,
+                    ),
+                    false,
+                ),
+            };
             let sc = match scenario {
                 Some(p) => Scenario::from_yaml_file(&p)
                     .with_context(|| format!("loading {}", p.display()))?,
@@ -169,10 +192,18 @@ async fn main() -> anyhow::Result<()> {
             if let Some(d) = state_dir {
                 b = b.state_dir(d);
             }
+            if let Some(t) = &control_token {
+                b = b.control_token(t.clone());
+            }
             let fake = b.start().await?;
+            let control = match (&control_token, print_token) {
+                (None, _) => "control=open".to_string(),
+                (Some(t), true) => format!("control=token control_token={}", t.as_str()),
+                (Some(_), false) => "control=token".to_string(),
+            };
             for s in fake.sites() {
                 println!(
-                    "ready site={} url={} fingerprint={}",
+                    "ready site={} url={} fingerprint={} {control}",
                     s.name(),
                     s.url(),
                     s.fingerprint()

@@ -19,7 +19,7 @@ use axum::routing::any;
 use axum_server::accept::NoDelayAcceptor;
 
 use crate::clock::ClockMode;
-use crate::control::ControlClient;
+use crate::control::{ControlClient, ControlToken};
 use crate::exec::lab::backend::LabOptions;
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
 use crate::scenario::{Backend, Scenario};
@@ -31,7 +31,7 @@ use state::{Shared, SharedRef, SiteCtx};
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
 /// else through PVE's request pipeline. It manages no tenants (`/_fake/tenants` answers 403).
 pub fn app(shared: SharedRef, site: &str) -> Router {
-    app_with(shared, site, None, None, None)
+    app_with(shared, site, None, None, None, None)
 }
 
 /// [`app`] of a host server (it manages `tenants`) or of a tenant (every request stamps its
@@ -42,14 +42,19 @@ fn app_with(
     tenants: TenantsState,
     activity: Option<Arc<Activity>>,
     ca_pem: Option<Arc<str>>,
+    control_token: Option<ControlToken>,
 ) -> Router {
     let ctx = SiteCtx {
         shared,
         site: site.to_string(),
         ca_pem,
     };
-    let control =
-        crate::control::router().merge(crate::tenants::routes::router().with_state(tenants));
+    let control = crate::control::router()
+        .merge(crate::tenants::routes::router().with_state(tenants))
+        .layer(axum::middleware::from_fn_with_state(
+            control_token,
+            crate::control::auth::require,
+        ));
     let router = Router::new()
         .nest("/_fake", control)
         .fallback(any(dispatch::api_handler))
@@ -126,6 +131,8 @@ pub struct Builder {
     tenant_limits: Option<TenantLimits>,
     /// `Some`: this server is a tenant, and this is its activity.
     tenant: Option<Arc<Activity>>,
+    /// `Some`: every `/_fake/…` request must carry it (`Authorization: Bearer …`).
+    control_token: Option<ControlToken>,
 }
 
 impl Default for Builder {
@@ -145,6 +152,7 @@ impl Default for Builder {
             cert: None,
             tenant_limits: Some(TenantLimits::default()),
             tenant: None,
+            control_token: None,
         }
     }
 }
@@ -198,6 +206,13 @@ impl Builder {
     pub fn disks(mut self, disks: Arc<dyn Disks>) -> Self {
         self.disks = disks;
         self.explicit_runners = true;
+        self
+    }
+
+    /// Require `Authorization: Bearer TOKEN` on every `/_fake/…` request (but
+    /// `/_fake/health`); without it the control plane is open to anyone who reaches the port.
+    pub fn control_token(mut self, token: ControlToken) -> Self {
+        self.control_token = Some(token);
         self
     }
 
@@ -366,6 +381,7 @@ impl Builder {
                 tenants.clone(),
                 self.tenant.clone(),
                 Some(Arc::from(cert.cert_pem.as_str())),
+                self.control_token.clone(),
             );
             let svc = router.into_make_service();
             let task = if let Some(cfg) = &server_config {
@@ -399,6 +415,7 @@ impl Builder {
                 fingerprint: cert.fingerprint.clone(),
                 cert_pem: cert.cert_pem.clone(),
                 tls: self.tls,
+                control_token: self.control_token.clone(),
                 handle,
             });
         }
@@ -429,6 +446,7 @@ pub struct SiteHandle {
     fingerprint: String,
     cert_pem: String,
     tls: bool,
+    control_token: Option<ControlToken>,
     handle: axum_server::Handle<SocketAddr>,
 }
 
@@ -449,10 +467,18 @@ impl SiteHandle {
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
     }
-    /// A typed client for this listener's control plane.
+    /// The token this listener's control plane requires, if any.
+    pub fn control_token(&self) -> Option<&ControlToken> {
+        self.control_token.as_ref()
+    }
+    /// A typed client for this listener's control plane (with its token, if it needs one).
     pub fn control(&self) -> ControlClient {
         let pem = self.tls.then(|| self.cert_pem.clone());
-        ControlClient::new(&self.url, pem.as_deref())
+        let c = ControlClient::new(&self.url, pem.as_deref());
+        match &self.control_token {
+            Some(t) => c.with_token(t.as_str()),
+            None => c,
+        }
     }
 }
 
