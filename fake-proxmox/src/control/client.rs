@@ -395,8 +395,9 @@ impl ControlClient {
 }
 
 impl TenantSite {
-    /// A typed client for this tenant site's own control plane (its world only).
+    /// A typed client for this tenant site's own control plane (its world only), with the
+    /// tenant's control token.
     pub fn control(&self) -> ControlClient {
-        ControlClient::new(&self.url, self.cert_pem.as_deref())
+        ControlClient::new(&self.url, self.cert_pem.as_deref()).with_token(&self.control_token)
     }
 }

@@ -29,6 +29,7 @@ pub(super) fn spawner(t: Template) -> Spawn {
             .clock(spec.clock);
         b.tenant = Some(spec.activity);
         b.tenant_limits = None;
+        b.control_token = Some(spec.control_token.clone());
         if spec.certificate == CertChoice::Shared {
             b.cert = Some(t.cert.clone());
         }
@@ -57,6 +58,7 @@ pub(super) fn spawner(t: Template) -> Spawn {
                     cert_pem: h.tls.then(|| h.cert_pem.clone()),
                     users,
                     tokens,
+                    control_token: spec.control_token.as_str().to_string(),
                 }
             })
             .collect();

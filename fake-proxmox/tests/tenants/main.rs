@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod memory;
+mod tokens;
 
 use std::time::{Duration, Instant};
 
