@@ -69,13 +69,16 @@ pub fn redact(params: &mut BTreeMap<String, String>) {
     }
 }
 
-/// Bounded so a long benchmark or rehearsal cannot grow the process without limit.
-const MAX_ENTRIES: usize = 20_000;
+/// Bounded so a long benchmark or rehearsal cannot grow the process without limit: the
+/// default of `--max-journal`.
+pub const MAX_ENTRIES: usize = 20_000;
 
 #[derive(Clone, Debug, Default)]
 pub struct Journal {
     entries: VecDeque<JournalEntry>,
     next_seq: u64,
+    /// Entries kept, a ring (`None`: [`MAX_ENTRIES`]).
+    max: Option<usize>,
 }
 
 impl Journal {
@@ -83,10 +86,19 @@ impl Journal {
         self.next_seq += 1;
         e.seq = self.next_seq;
         redact(&mut e.params);
-        if self.entries.len() >= MAX_ENTRIES {
+        let max = self.max.unwrap_or(MAX_ENTRIES).max(1);
+        while self.entries.len() >= max {
             self.entries.pop_front();
         }
         self.entries.push_back(e);
+    }
+
+    /// Keep at most `n` entries (at least one), dropping the oldest: a ring.
+    pub fn set_max(&mut self, n: usize) {
+        self.max = Some(n.max(1));
+        while self.entries.len() > n.max(1) {
+            self.entries.pop_front();
+        }
     }
 
     pub fn entries(&self) -> Vec<JournalEntry> {

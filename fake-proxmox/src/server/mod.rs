@@ -2,6 +2,7 @@
 
 pub mod dispatch;
 pub mod http;
+pub mod limits;
 pub mod state;
 mod tenant_host;
 pub mod tls;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::any;
 // API clients wait for each answer before the next request: Nagle's algorithm only adds delay.
-use axum_server::accept::NoDelayAcceptor;
+use limits::{Connections, CountingAcceptor, Limits};
 
 use crate::clock::ClockMode;
 use crate::control::{ControlClient, ControlToken};
@@ -31,7 +32,7 @@ use state::{Shared, SharedRef, SiteCtx};
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
 /// else through PVE's request pipeline. It manages no tenants (`/_fake/tenants` answers 403).
 pub fn app(shared: SharedRef, site: &str) -> Router {
-    app_with(shared, site, None, None, None, None)
+    app_with(shared, site, None, None, None, None, Limits::default())
 }
 
 /// [`app`] of a host server (it manages `tenants`) or of a tenant (every request stamps its
@@ -43,6 +44,7 @@ fn app_with(
     activity: Option<Arc<Activity>>,
     ca_pem: Option<Arc<str>>,
     control_token: Option<ControlToken>,
+    limits: Limits,
 ) -> Router {
     let ctx = SiteCtx {
         shared,
@@ -51,6 +53,7 @@ fn app_with(
     };
     let control = crate::control::router()
         .merge(crate::tenants::routes::router().with_state(tenants))
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body))
         .layer(axum::middleware::from_fn_with_state(
             control_token,
             crate::control::auth::require,
@@ -59,6 +62,11 @@ fn app_with(
         .nest("/_fake", control)
         .fallback(any(dispatch::api_handler))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), durable))
+        .layer(axum::middleware::from_fn_with_state(
+            limits.max_body,
+            limits::body_limit,
+        ))
+        .layer(axum::middleware::from_fn(limits::connection_limit))
         .with_state(ctx);
     match activity {
         Some(a) => router.layer(axum::middleware::from_fn_with_state(a, active)),
@@ -133,6 +141,8 @@ pub struct Builder {
     tenant: Option<Arc<Activity>>,
     /// `Some`: every `/_fake/…` request must carry it (`Authorization: Bearer …`).
     control_token: Option<ControlToken>,
+    /// What the world (and each tenant's) may take.
+    limits: Limits,
 }
 
 impl Default for Builder {
@@ -153,6 +163,7 @@ impl Default for Builder {
             tenant_limits: Some(TenantLimits::default()),
             tenant: None,
             control_token: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -213,6 +224,13 @@ impl Builder {
     /// `/_fake/health`); without it the control plane is open to anyone who reaches the port.
     pub fn control_token(mut self, token: ControlToken) -> Self {
         self.control_token = Some(token);
+        self
+    }
+
+    /// What this server's world and each of its tenants' may take: body size, guests,
+    /// tasks and journal entries kept, a tenant's open connections (see `server::limits`).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -319,6 +337,12 @@ impl Builder {
     /// [`Builder::start`], from within a tokio runtime (nothing in it waits).
     fn start_now(mut self) -> Result<FakeProxmox, crate::Error> {
         let shared = self.shared()?;
+        shared.inner.lock().set_limits(self.limits);
+        // A tenant's listeners count their connections together.
+        let conns = self
+            .tenant
+            .is_some()
+            .then(|| Connections::new(self.limits.max_connections));
         for s in self.listen.keys() {
             if !self.scenario.sites.iter().any(|x| &x.name == s) {
                 return Err(crate::Error::Config(format!(
@@ -364,6 +388,7 @@ impl Builder {
                 auth_failure_delay: self.auth_failure_delay,
                 bind_ip,
                 cert: cert.clone(),
+                limits: self.limits,
             });
             Tenants::new(spawn, self.scenario.clone(), self.clock, limits)
         });
@@ -382,13 +407,14 @@ impl Builder {
                 self.tenant.clone(),
                 Some(Arc::from(cert.cert_pem.as_str())),
                 self.control_token.clone(),
+                self.limits,
             );
             let svc = router.into_make_service();
             let task = if let Some(cfg) = &server_config {
                 let cfg = axum_server::tls_rustls::RustlsConfig::from_config(cfg.clone());
                 let server = axum_server::from_tcp_rustls(listener, cfg)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
-                    .map(|tls| tls.acceptor(NoDelayAcceptor::new()))
+                    .map(|tls| tls.acceptor(CountingAcceptor::new(conns.clone())))
                     .handle(handle.clone());
                 tokio::spawn(async move {
                     if let Err(e) = server.serve(svc).await {
@@ -398,7 +424,7 @@ impl Builder {
             } else {
                 let server = axum_server::from_tcp(listener)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
-                    .acceptor(NoDelayAcceptor::new())
+                    .acceptor(CountingAcceptor::new(conns.clone()))
                     .handle(handle.clone());
                 tokio::spawn(async move {
                     if let Err(e) = server.serve(svc).await {

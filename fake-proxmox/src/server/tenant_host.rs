@@ -18,6 +18,7 @@ pub(super) struct Template {
     pub auth_failure_delay: bool,
     pub bind_ip: IpAddr,
     pub cert: Arc<Cert>,
+    pub limits: super::limits::Limits,
 }
 
 pub(super) fn spawner(t: Template) -> Spawn {
@@ -30,6 +31,7 @@ pub(super) fn spawner(t: Template) -> Spawn {
         b.tenant = Some(spec.activity);
         b.tenant_limits = None;
         b.control_token = Some(spec.control_token.clone());
+        b.limits = t.limits;
         if spec.certificate == CertChoice::Shared {
             b.cert = Some(t.cert.clone());
         }

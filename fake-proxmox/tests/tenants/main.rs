@@ -5,6 +5,7 @@
 //! process grow.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod limits;
 mod memory;
 mod tokens;
 

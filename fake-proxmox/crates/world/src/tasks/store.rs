@@ -147,6 +147,28 @@ impl<W> TaskStore<W> {
         }
     }
 
+    /// Forget the oldest finished tasks until at most `max` are kept (running tasks are
+    /// never forgotten, so more may stay while they run); how many were forgotten.
+    pub fn trim(&mut self, max: usize) -> usize {
+        if self.by_seq.len() <= max {
+            return 0;
+        }
+        let excess = self.by_seq.len() - max;
+        let gone: Vec<u64> = self
+            .by_seq
+            .iter()
+            .filter(|(_, t)| !t.running())
+            .take(excess)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in &gone {
+            if let Some(t) = self.by_seq.remove(s) {
+                self.by_upid.remove(&t.upid);
+            }
+        }
+        gone.len()
+    }
+
     pub fn get(&self, upid: &str) -> Option<&Task<W>> {
         self.by_seq.get(self.by_upid.get(upid)?)
     }
