@@ -114,6 +114,44 @@ impl Journal {
 mod tests {
     use super::*;
 
+    fn entry(path: &str) -> JournalEntry {
+        JournalEntry {
+            seq: 0,
+            time: 0.0,
+            site: "site-1".into(),
+            method: "GET".into(),
+            path: path.into(),
+            params: BTreeMap::new(),
+            auth: AuthKind::None,
+            status: 200,
+            status_text: "OK".into(),
+            node: None,
+            received_at: 0.0,
+            duration_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_full_journal_drops_its_oldest_entries() {
+        let mut j = Journal::default();
+        for p in ["/a", "/b", "/c"] {
+            j.record(entry(p));
+        }
+        j.set_max(2);
+        let paths: Vec<String> = j.entries().into_iter().map(|e| e.path).collect();
+        assert_eq!(paths, ["/b", "/c"]);
+        j.record(entry("/d"));
+        let seqs: Vec<u64> = j.entries().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [3, 4]);
+        j.clear();
+        j.record(entry("/e"));
+        assert_eq!(
+            j.entries()[0].seq,
+            5,
+            "a clear keeps the numbering and the limit"
+        );
+    }
+
     #[test]
     fn secrets_are_redacted() {
         let mut j = Journal::default();

@@ -244,6 +244,26 @@ mod tests {
     }
 
     #[test]
+    fn trim_forgets_the_oldest_finished_tasks_and_keeps_running_ones() {
+        let mut s = TaskStore::default();
+        for (i, upid) in ["a", "b", "c", "d"].iter().enumerate() {
+            s.push(task(upid, 1.0 + i as f64));
+        }
+        // "a" runs on; "b", "c" and "d" are finished.
+        for seq in 1..4 {
+            finish(&mut s, seq);
+        }
+        assert_eq!(s.trim(2), 2);
+        let kept: Vec<&str> = s.iter().map(|t| t.upid.as_str()).collect();
+        assert_eq!(kept, ["a", "d"]);
+        assert!(s.get("b").is_none() && s.get("d").is_some());
+        assert_eq!(s.trim(2), 0);
+        // Only running tasks: nothing to forget, more than the limit stay.
+        assert_eq!(s.trim(0), 1);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
     fn due_tasks_come_in_end_order_then_start_order() {
         let mut s = TaskStore::default();
         s.push(task("a", 5.0));
