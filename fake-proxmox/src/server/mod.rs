@@ -32,7 +32,8 @@ use state::{Shared, SharedRef, SiteCtx};
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
 /// else through PVE's request pipeline. It manages no tenants (`/_fake/tenants` answers 403).
 pub fn app(shared: SharedRef, site: &str) -> Router {
-    app_with(shared, site, None, None, None, None, Limits::default())
+    let limits = shared.inner.lock().limits;
+    app_with(shared, site, None, None, None, None, limits)
 }
 
 /// [`app`] of a host server (it manages `tenants`) or of a tenant (every request stamps its
@@ -53,6 +54,8 @@ fn app_with(
     };
     let control = crate::control::router()
         .merge(crate::tenants::routes::router().with_state(tenants))
+        // Behind the token too: an unknown `/_fake/…` path says nothing to a stranger.
+        .fallback(control_not_found)
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body))
         .layer(axum::middleware::from_fn_with_state(
             control_token,
@@ -72,6 +75,16 @@ fn app_with(
         Some(a) => router.layer(axum::middleware::from_fn_with_state(a, active)),
         None => router,
     }
+}
+
+async fn control_not_found(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let msg = format!("no control route '/_fake{}'", uri.path());
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({"error": msg})),
+    )
+        .into_response()
 }
 
 /// A tenant's listeners: every request keeps the tenant from being reaped while it runs.
