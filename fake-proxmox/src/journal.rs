@@ -69,13 +69,16 @@ pub fn redact(params: &mut BTreeMap<String, String>) {
     }
 }
 
-/// Bounded so a long benchmark or rehearsal cannot grow the process without limit.
-const MAX_ENTRIES: usize = 20_000;
+/// Bounded so a long benchmark or rehearsal cannot grow the process without limit: the
+/// default of `--max-journal`.
+pub const MAX_ENTRIES: usize = 20_000;
 
 #[derive(Clone, Debug, Default)]
 pub struct Journal {
     entries: VecDeque<JournalEntry>,
     next_seq: u64,
+    /// Entries kept, a ring (`None`: [`MAX_ENTRIES`]).
+    max: Option<usize>,
 }
 
 impl Journal {
@@ -83,10 +86,19 @@ impl Journal {
         self.next_seq += 1;
         e.seq = self.next_seq;
         redact(&mut e.params);
-        if self.entries.len() >= MAX_ENTRIES {
+        let max = self.max.unwrap_or(MAX_ENTRIES).max(1);
+        while self.entries.len() >= max {
             self.entries.pop_front();
         }
         self.entries.push_back(e);
+    }
+
+    /// Keep at most `n` entries (at least one), dropping the oldest: a ring.
+    pub fn set_max(&mut self, n: usize) {
+        self.max = Some(n.max(1));
+        while self.entries.len() > n.max(1) {
+            self.entries.pop_front();
+        }
     }
 
     pub fn entries(&self) -> Vec<JournalEntry> {
@@ -101,6 +113,44 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(path: &str) -> JournalEntry {
+        JournalEntry {
+            seq: 0,
+            time: 0.0,
+            site: "site-1".into(),
+            method: "GET".into(),
+            path: path.into(),
+            params: BTreeMap::new(),
+            auth: AuthKind::None,
+            status: 200,
+            status_text: "OK".into(),
+            node: None,
+            received_at: 0.0,
+            duration_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_full_journal_drops_its_oldest_entries() {
+        let mut j = Journal::default();
+        for p in ["/a", "/b", "/c"] {
+            j.record(entry(p));
+        }
+        j.set_max(2);
+        let paths: Vec<String> = j.entries().into_iter().map(|e| e.path).collect();
+        assert_eq!(paths, ["/b", "/c"]);
+        j.record(entry("/d"));
+        let seqs: Vec<u64> = j.entries().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [3, 4]);
+        j.clear();
+        j.record(entry("/e"));
+        assert_eq!(
+            j.entries()[0].seq,
+            5,
+            "a clear keeps the numbering and the limit"
+        );
+    }
 
     #[test]
     fn secrets_are_redacted() {

@@ -124,10 +124,11 @@ pub mod validate;
 pub mod wire;
 
 pub use clock::ClockMode;
-pub use control::{ControlClient, ControlError};
+pub use control::{ControlClient, ControlError, ControlToken};
 pub use faults::FaultRule;
 pub use journal::{AuthKind, JournalEntry};
 pub use scenario::{Scenario, ScenarioError};
+pub use server::limits::Limits;
 pub use server::{Builder, FakeProxmox, SiteHandle, app};
 pub use tenants::{CertChoice, TenantInfo, TenantRequest, TenantSite};
 pub use version::PveVersion;

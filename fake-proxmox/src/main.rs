@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use fake_proxmox::exec::FileDisks;
 use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::scenario::Backend;
-use fake_proxmox::{ClockMode, FakeProxmox, Scenario};
+use fake_proxmox::{ClockMode, ControlToken, FakeProxmox, Limits, Scenario};
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +67,35 @@ enum Cmd {
         /// (unless it asked for another limit).
         #[arg(long, value_name = "SECS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
         tenant_idle_timeout: u64,
+        /// Require `Authorization: Bearer TOKEN` on every `/_fake/…` request (but
+        /// `/_fake/health`); `auto` makes a random one and prints it on the ready lines
+        /// (`control_token=…`). Without it the control plane is open to anyone who reaches
+        /// the port (the ready lines say `control=open`).
+        #[arg(
+            long,
+            env = "FAKE_PROXMOX_CONTROL_TOKEN",
+            value_name = "TOKEN|auto",
+            hide_env_values = true
+        )]
+        control_token: Option<String>,
+        /// Bytes of one request body, API (uploads) and control plane (state imports);
+        /// more get 413. Real PVE's 512 KiB for a non-upload body applies below it.
+        #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_body)]
+        max_body: usize,
+        /// Guests (VMs and containers) of one world: the server's own, and each tenant's;
+        /// a create or clone past it is refused with a message naming this flag.
+        #[arg(long, value_name = "N", default_value_t = Limits::default().max_guests)]
+        max_guests: usize,
+        /// Tasks kept per site of one world; past it the oldest finished ones are forgotten.
+        #[arg(long, value_name = "N", default_value_t = Limits::default().max_tasks, value_parser = at_least_one)]
+        max_tasks: usize,
+        /// Journal entries kept per world; past it the oldest are dropped (a ring).
+        #[arg(long, value_name = "N", default_value_t = Limits::default().max_journal, value_parser = at_least_one)]
+        max_journal: usize,
+        /// Connections open at once on one tenant's listeners; one more is answered 503 and
+        /// closed (the server's own listeners are not limited).
+        #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections, value_parser = at_least_one)]
+        max_tenant_connections: usize,
     },
     /// Scenario utilities.
     Scenario {
@@ -81,6 +110,13 @@ enum ScenarioCmd {
     Dump,
     /// Check a scenario file.
     Check { file: PathBuf },
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a whole number of at least 1")),
+    }
 }
 
 fn parse_backend(s: &str) -> Result<Backend, String> {
@@ -133,7 +169,24 @@ async fn main() -> anyhow::Result<()> {
             memory_cap_mib,
             max_tenants,
             tenant_idle_timeout,
+            control_token,
+            max_body,
+            max_guests,
+            max_tasks,
+            max_journal,
+            max_tenant_connections,
         } => {
+            let (control_token, print_token) = match control_token.as_deref() {
+                None => (None, false),
+                Some("auto") => (Some(ControlToken::generate()), true),
+                Some(t) => (
+                    Some(
+                        ControlToken::new(t)
+                            .map_err(|e| anyhow::anyhow!("--control-token: {e}"))?,
+                    ),
+                    false,
+                ),
+            };
             let sc = match scenario {
                 Some(p) => Scenario::from_yaml_file(&p)
                     .with_context(|| format!("loading {}", p.display()))?,
@@ -148,6 +201,13 @@ async fn main() -> anyhow::Result<()> {
                 .lab_options(LabOptions {
                     memory_cap_mib,
                     ..LabOptions::default()
+                })
+                .limits(Limits {
+                    max_body,
+                    max_guests,
+                    max_tasks,
+                    max_journal,
+                    max_connections: max_tenant_connections,
                 })
                 .max_tenants(max_tenants)
                 .tenant_idle_timeout(std::time::Duration::from_secs(tenant_idle_timeout));
@@ -169,10 +229,18 @@ async fn main() -> anyhow::Result<()> {
             if let Some(d) = state_dir {
                 b = b.state_dir(d);
             }
+            if let Some(t) = &control_token {
+                b = b.control_token(t.clone());
+            }
             let fake = b.start().await?;
+            let control = match (&control_token, print_token) {
+                (None, _) => "control=open".to_string(),
+                (Some(t), true) => format!("control=token control_token={}", t.as_str()),
+                (Some(_), false) => "control=token".to_string(),
+            };
             for s in fake.sites() {
                 println!(
-                    "ready site={} url={} fingerprint={}",
+                    "ready site={} url={} fingerprint={} {control}",
                     s.name(),
                     s.url(),
                     s.fingerprint()

@@ -77,6 +77,8 @@ pub struct FakeProxmoxImage {
     ports: Vec<ContainerPort>,
     ready: Vec<String>,
     cmd: Vec<String>,
+    /// Passed as `FAKE_PROXMOX_CONTROL_TOKEN` (not on the command line).
+    control_token: Option<String>,
 }
 
 impl Default for FakeProxmoxImage {
@@ -94,6 +96,7 @@ impl Default for FakeProxmoxImage {
             ports: Vec::new(),
             ready: Vec::new(),
             cmd: Vec::new(),
+            control_token: None,
         };
         me.refresh();
         me
@@ -150,6 +153,14 @@ impl FakeProxmoxImage {
     /// The credentials handed back with the endpoints (default: the seed scenario's).
     pub fn credentials(mut self, c: Credentials) -> Self {
         self.credentials = c;
+        self
+    }
+
+    /// Require this token on the control plane (`--control-token`, passed through the
+    /// environment so it stays off the command line); `"auto"` lets the server make one,
+    /// read back from its readiness line. Every [`SiteEndpoint::control`] carries it.
+    pub fn control_token(mut self, token: impl Into<String>) -> Self {
+        self.control_token = Some(token.into());
         self
     }
 
@@ -216,6 +227,14 @@ impl Image for FakeProxmoxImage {
         self.cmd.iter().map(String::as_str)
     }
 
+    fn env_vars(
+        &self,
+    ) -> impl IntoIterator<Item = (impl Into<Cow<'_, str>>, impl Into<Cow<'_, str>>)> {
+        self.control_token
+            .iter()
+            .map(|t| ("FAKE_PROXMOX_CONTROL_TOKEN", t.as_str()))
+    }
+
     fn expose_ports(&self) -> &[ContainerPort] {
         &self.ports
     }
@@ -236,6 +255,8 @@ pub struct SiteEndpoint {
     /// The self-signed certificate (valid for `127.0.0.1` and `localhost`).
     pub cert_pem: String,
     pub credentials: Credentials,
+    /// The control plane's token, when the server requires one.
+    pub control_token: Option<String>,
 }
 
 impl SiteEndpoint {
@@ -247,7 +268,11 @@ impl SiteEndpoint {
     /// A client for the fake's `/_fake` control plane, trusting the site's certificate.
     pub fn control(&self) -> ControlClient {
         let pem = (!self.cert_pem.is_empty()).then_some(self.cert_pem.as_str());
-        ControlClient::new(&self.url, pem)
+        let c = ControlClient::new(&self.url, pem);
+        match &self.control_token {
+            Some(t) => c.with_token(t.clone()),
+            None => c,
+        }
     }
 }
 
@@ -327,6 +352,10 @@ pub async fn endpoints(
             fingerprint: line.fingerprint.clone(),
             cert_pem: cert_pem.clone(),
             credentials: image.credentials.clone(),
+            control_token: match image.control_token.as_deref() {
+                Some("auto") => line.control_token.clone(),
+                other => other.map(str::to_string),
+            },
         });
     }
     Ok(out)
@@ -339,6 +368,10 @@ pub struct ReadyLine {
     /// The URL as the server sees itself (inside a container: its bind address).
     pub url: String,
     pub fingerprint: String,
+    /// `control=open` or `control=token`: whether the control plane needs a token.
+    pub control_open: bool,
+    /// The token, printed only when the server made it (`--control-token auto`).
+    pub control_token: Option<String>,
 }
 
 /// Every readiness line in a server's output, in order; other lines are ignored.
@@ -350,11 +383,15 @@ pub fn parse_ready_lines(output: &str) -> Vec<ReadyLine> {
             let mut site = None;
             let mut url = None;
             let mut fingerprint = String::new();
+            let mut control_open = true;
+            let mut control_token = None;
             for kv in rest.split_whitespace() {
                 match kv.split_once('=') {
                     Some(("site", v)) => site = Some(v.to_string()),
                     Some(("url", v)) => url = Some(v.to_string()),
                     Some(("fingerprint", v)) => fingerprint = v.to_string(),
+                    Some(("control", v)) => control_open = v != "token",
+                    Some(("control_token", v)) => control_token = Some(v.to_string()),
                     _ => {}
                 }
             }
@@ -362,6 +399,8 @@ pub fn parse_ready_lines(output: &str) -> Vec<ReadyLine> {
                 site: site?,
                 url: url?,
                 fingerprint,
+                control_open,
+                control_token,
             })
         })
         .collect()
@@ -418,6 +457,32 @@ mod tests {
         assert_eq!(r[0].fingerprint, "AB:CD");
         assert_eq!(r[1].url, "http://0.0.0.0:8007");
         assert_eq!(r[1].fingerprint, "");
+        assert!(r[0].control_open);
+        let r = parse_ready_lines(
+            "ready site=s url=https://x fingerprint=AB control=token control_token=abc\nready site=t url=https://y fingerprint=AB control=token\n",
+        );
+        assert!(!r[0].control_open);
+        assert_eq!(r[0].control_token.as_deref(), Some("abc"));
+        assert!(!r[1].control_open);
+        assert_eq!(r[1].control_token, None);
+    }
+
+    #[test]
+    fn the_control_token_goes_through_the_environment() {
+        let i = FakeProxmoxImage::default().control_token("s3cret");
+        assert!(!i.args().iter().any(|a| a.contains("s3cret")));
+        let env: Vec<(String, String)> = i
+            .env_vars()
+            .into_iter()
+            .map(|(k, v)| (k.into().into_owned(), v.into().into_owned()))
+            .collect();
+        assert_eq!(
+            env,
+            [(
+                "FAKE_PROXMOX_CONTROL_TOKEN".to_string(),
+                "s3cret".to_string()
+            )]
+        );
     }
 
     #[test]

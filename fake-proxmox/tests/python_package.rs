@@ -225,6 +225,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_its_pytest_fixture_drives_proxmoxer(
         "test_the_entry_point_plugin_resets_the_session_server_between_tests PASSED",
         "test_a_server_that_cannot_start_raises_with_its_stderr PASSED",
         "test_a_tenant_is_a_world_of_its_own_until_deleted PASSED",
+        "test_a_control_token_guards_the_control_plane_and_pve_control_carries_it PASSED",
     ] {
         assert!(
             output.contains(name),

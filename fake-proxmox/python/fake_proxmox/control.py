@@ -52,11 +52,20 @@ def clock_arg(clock: ClockSpec) -> str:
 
 class ControlClient:
     """``base_url`` is a site URL (``https://127.0.0.1:PORT``); ``cert_path`` the fake's
-    ``cert.pem`` to trust (``None`` for plain HTTP)."""
+    ``cert.pem`` to trust (``None`` for plain HTTP); ``token`` the control plane's token
+    (the server's ``--control-token``, or a tenant's ``control_token``), sent as
+    ``Authorization: Bearer …``; ``None`` for an open control plane."""
 
-    def __init__(self, base_url: str, cert_path: Optional[str] = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        base_url: str,
+        cert_path: Optional[str] = None,
+        timeout: float = 30.0,
+        token: Optional[str] = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.token = token
         self._ssl: Optional[ssl.SSLContext] = None
         if cert_path is not None:
             ctx = ssl.create_default_context(cafile=os.fspath(cert_path))
@@ -79,6 +88,8 @@ class ControlClient:
             url += "?" + urllib.parse.urlencode(query)
         data = None
         headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         if raw is not None:
             data = raw.encode()
             headers["Content-Type"] = "application/yaml"
@@ -236,7 +247,8 @@ class ControlClient:
         """A fresh world of its own (sites on their own ports, own state, journal, faults
         and clock) from ``scenario`` (YAML; default: the server's). ``certificate`` is
         ``"shared"`` (the server's, the default) or ``"own"``. Answers the tenant: ``id``,
-        and per site in ``sites`` its ``url``, ``port``, ``fingerprint``, ``users``,
+        ``control_token`` (its control plane's own token: see :meth:`tenant_control`), and
+        per site in ``sites`` its ``url``, ``port``, ``fingerprint``, ``users``,
         ``tokens``."""
         body: Dict[str, Any] = {}
         if scenario is not None:
@@ -250,6 +262,21 @@ class ControlClient:
         if clock is not None:
             body["clock"] = clock_json(clock)
         return self._call("POST", "/tenants", body=body)
+
+    def tenant_control(
+        self, tenant: Dict[str, Any], site: Optional[str] = None, cert_path: Optional[str] = None
+    ) -> "ControlClient":
+        """A client of ``tenant``'s own control plane (its first site unless ``site`` names
+        one), with the tenant's token. ``cert_path``: the certificate to trust (default: this
+        client's, right for a tenant with the server's shared certificate)."""
+        sites = tenant["sites"]
+        s = next((x for x in sites if x["name"] == site), None) if site else sites[0]
+        if s is None:
+            raise ValueError(f"tenant {tenant['id']} has no site {site!r}")
+        ctl = ControlClient(s["url"], cert_path, self.timeout, tenant.get("control_token"))
+        if cert_path is None:
+            ctl._ssl = self._ssl
+        return ctl
 
     def tenants(self) -> List[Dict[str, Any]]:
         return self._call("GET", "/tenants")

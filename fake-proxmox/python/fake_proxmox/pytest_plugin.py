@@ -15,7 +15,9 @@ enough):
 
 ini options (``pytest.ini``/``pyproject.toml``): ``fake_proxmox_scenario`` (a YAML path;
 default the embedded scenario) and ``fake_proxmox_clock`` (default ``real``) for the
-session's server.
+session's server; ``fake_proxmox_control_token`` requires a token on its control plane
+(``auto``: a random one; default ``$FAKE_PROXMOX_CONTROL_TOKEN``, else open); the fixture's
+``control`` carries it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "fake_proxmox_clock",
         "clock of the session's fake-proxmox: real, scaled:N or stepped",
         default="real",
+    )
+    parser.addini(
+        "fake_proxmox_control_token",
+        "control-plane token of the session's fake-proxmox (auto: a random one; "
+        "default: $FAKE_PROXMOX_CONTROL_TOKEN, else open)",
+        default="",
     )
 
 
@@ -61,7 +69,10 @@ def fake_proxmox_session(pytestconfig: pytest.Config) -> Iterator[Server]:
     scenario = pytestconfig.getini("fake_proxmox_scenario") or None
     if scenario is not None:
         scenario = str(pytestconfig.rootpath / scenario)
-    with server(scenario=scenario, clock=pytestconfig.getini("fake_proxmox_clock")) as pve:
+    token = pytestconfig.getini("fake_proxmox_control_token") or None
+    with server(
+        scenario=scenario, clock=pytestconfig.getini("fake_proxmox_clock"), control_token=token
+    ) as pve:
         yield pve
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import yaml
 from .control import ClockSpec, ControlClient, ControlError, clock_arg
 
 ENV_BIN = "FAKE_PROXMOX_BIN"
+ENV_CONTROL_TOKEN = "FAKE_PROXMOX_CONTROL_TOKEN"
 EXE = "fake-proxmox" + (".exe" if os.name == "nt" else "")
 
 Scenario = Union[None, str, "os.PathLike[str]", Dict[str, Any]]
@@ -96,6 +98,7 @@ class Server:
         startup_timeout: float = 60.0,
         executable: Optional[str] = None,
         extra_args: Optional[List[str]] = None,
+        control_token: Optional[str] = None,
     ):
         self.clock = clock_arg(clock)
         self._scenario = scenario
@@ -104,6 +107,12 @@ class Server:
         self._auth_failure_delay = auth_failure_delay
         self._startup_timeout = startup_timeout
         self._extra_args = list(extra_args or [])
+        if control_token is None:
+            control_token = os.environ.get(ENV_CONTROL_TOKEN) or None
+        if control_token == "auto":
+            control_token = secrets.token_hex(32)
+        #: The control plane's token (``None``: open, as without ``--control-token``).
+        self.control_token: Optional[str] = control_token
         self.executable = executable or find_executable()
         self._proc: Optional[subprocess.Popen] = None
         self._dir: Optional[str] = None
@@ -136,9 +145,14 @@ class Server:
         cmd += self._extra_args
         self._stdout_path = work / "stdout.log"
         self._stderr_path = work / "stderr.log"
+        # The token goes through the environment: it stays out of `ps`.
+        env = {k: v for k, v in os.environ.items() if k != ENV_CONTROL_TOKEN}
+        if self.control_token is not None:
+            env[ENV_CONTROL_TOKEN] = self.control_token
         with open(self._stdout_path, "wb") as out, open(self._stderr_path, "wb") as err:
             self._proc = subprocess.Popen(
                 cmd,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -157,7 +171,7 @@ class Server:
         self.port = self.sites[self.site].port
         self.fingerprint = (state_dir / "fingerprint").read_text().strip()
         self.cert_path = None if self._plain_http else str(state_dir / "cert.pem")
-        self.control = ControlClient(url, self.cert_path)
+        self.control = ControlClient(url, self.cert_path, token=self.control_token)
         self._initial_scenario = self.control.scenario()
 
     def _scenario_file(self, work: Path):
@@ -283,7 +297,9 @@ def server(
     ``scenario``: a YAML file's path, a dict in the scenario's shape, or None for the embedded
     default. ``clock``: ``"real"``, ``"scaled:N"``, ``N`` or ``"stepped"``. Other options:
     ``site``, ``plain_http``, ``auth_failure_delay`` (default off), ``startup_timeout``,
-    ``executable``, ``extra_args``.
+    ``executable``, ``extra_args``, ``control_token`` (require this token on the control
+    plane; ``"auto"`` makes a random one; default ``$FAKE_PROXMOX_CONTROL_TOKEN``, else
+    open; ``pve.control`` carries it).
     """
     srv = Server(scenario=scenario, clock=clock, **options)
     srv.start()

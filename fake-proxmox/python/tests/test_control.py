@@ -107,3 +107,30 @@ def test_snapshot_and_restore_bring_back_the_world(fake_proxmox):
     assert VMID in [int(v["vmid"]) for v in node.qemu.get()]
     pve.control.restore(snap)
     assert VMID not in [int(v["vmid"]) for v in node.qemu.get()]
+
+
+def test_a_control_token_guards_the_control_plane_and_pve_control_carries_it(monkeypatch):
+    import fake_proxmox
+    from fake_proxmox.control import ControlClient, ControlError
+
+    monkeypatch.delenv("FAKE_PROXMOX_CONTROL_TOKEN", raising=False)
+    with fake_proxmox.server(control_token="auto") as pve:
+        assert pve.control_token and len(pve.control_token) == 64
+        assert pve.control.journal() == []
+        bare = ControlClient(pve.url, pve.cert_path)
+        with pytest.raises(ControlError) as refused:
+            bare.journal()
+        assert refused.value.status == 401
+        assert "Bearer" in refused.value.message
+        with pytest.raises(ControlError) as wrong:
+            ControlClient(pve.url, pve.cert_path, token="nope").reset()
+        assert wrong.value.status == 401
+        assert "wrong control token" in wrong.value.message
+
+    # From the environment (a CI secret), as the fixture's server takes it too.
+    monkeypatch.setenv("FAKE_PROXMOX_CONTROL_TOKEN", "from-the-env")
+    with fake_proxmox.server() as pve:
+        assert pve.control_token == "from-the-env"
+        pve.control.reset()
+        with pytest.raises(ControlError):
+            ControlClient(pve.url, pve.cert_path).reset()

@@ -35,7 +35,8 @@ def test_a_tenant_is_a_world_of_its_own_until_deleted(fake_proxmox):
     assert pve.control.tenant(tenant["id"])["name"] == "ci-job-7"
 
     # The tenant's own control plane reaches its own world only, and makes no tenants.
-    own = ControlClient(site["url"], cert_path=pve.cert_path)
+    own = ControlClient(site["url"], cert_path=pve.cert_path, token=tenant["control_token"])
+    assert own.token == pve.control.tenant_control(tenant, "site-1").token
     assert any(v["vmid"] == 4300 for s in own.state()["sites"] for v in s["vms"])
     with pytest.raises(ControlError) as refused:
         own.create_tenant()

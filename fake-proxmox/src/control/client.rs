@@ -24,6 +24,8 @@ pub enum ControlError {
 pub struct ControlClient {
     base: String,
     http: reqwest::Client,
+    /// Sent as `Authorization: Bearer …` on every request.
+    token: Option<String>,
 }
 
 impl ControlClient {
@@ -38,6 +40,21 @@ impl ControlClient {
         ControlClient {
             base: base_url.trim_end_matches('/').to_string(),
             http: b.build().unwrap_or_default(),
+            token: None,
+        }
+    }
+
+    /// The same client, sending `Authorization: Bearer TOKEN` on every request (a server
+    /// started with `--control-token`, or a tenant's `control_token`).
+    pub fn with_token(mut self, token: impl Into<String>) -> ControlClient {
+        self.token = Some(token.into());
+        self
+    }
+
+    fn authed(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
         }
     }
 
@@ -49,7 +66,7 @@ impl ControlClient {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, ControlError> {
-        let resp = Self::checked(req.send().await?).await?;
+        let resp = Self::checked(self.authed(req).send().await?).await?;
         Ok(resp.json().await?)
     }
 
@@ -331,7 +348,10 @@ impl ControlClient {
 
     /// The whole state as one file (`GET /_fake/state/export`): what a state dir holds.
     pub async fn export_state(&self) -> Result<Vec<u8>, ControlError> {
-        let resp = self.http.get(self.url("/state/export")).send().await?;
+        let resp = self
+            .authed(self.http.get(self.url("/state/export")))
+            .send()
+            .await?;
         let resp = Self::checked(resp).await?;
         Ok(resp.bytes().await?.to_vec())
     }
@@ -375,8 +395,9 @@ impl ControlClient {
 }
 
 impl TenantSite {
-    /// A typed client for this tenant site's own control plane (its world only).
+    /// A typed client for this tenant site's own control plane (its world only), with the
+    /// tenant's control token.
     pub fn control(&self) -> ControlClient {
-        ControlClient::new(&self.url, self.cert_pem.as_deref())
+        ControlClient::new(&self.url, self.cert_pem.as_deref()).with_token(&self.control_token)
     }
 }

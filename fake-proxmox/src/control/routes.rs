@@ -59,12 +59,8 @@ pub fn router() -> Router<SiteCtx> {
         .route("/journal", get(journal).delete(journal_clear))
         .route("/state", get(state))
         .route("/state/export", get(super::state_file::export))
-        .route(
-            "/state/import",
-            post(super::state_file::import).layer(axum::extract::DefaultBodyLimit::max(
-                super::state_file::IMPORT_LIMIT,
-            )),
-        )
+        // Bodies are bounded by the server's `--max-body` (`server::limits`).
+        .route("/state/import", post(super::state_file::import))
 }
 
 type Res = Result<Response, Response>;

@@ -11,9 +11,6 @@ use serde_json::json;
 use crate::server::state::SiteCtx;
 use crate::world::Runners;
 
-/// The largest state file an import takes (the task history of a busy world is large).
-pub const IMPORT_LIMIT: usize = 1 << 30;
-
 fn refuse(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(json!({"error": msg.into()}))).into_response()
 }

@@ -231,6 +231,7 @@ pub fn restored_inner(state: State, default: Runners, other: Option<(Backend, Ru
         snapshots: BTreeMap::new(),
         next_snapshot: 1,
         dirty: 0,
+        limits: crate::server::limits::Limits::default(),
     };
     state.install(&mut inner, default, other);
     inner

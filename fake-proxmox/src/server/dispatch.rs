@@ -354,6 +354,11 @@ fn prepare(
     {
         return Err(refused);
     }
+    if let Some(refused) =
+        crate::server::limits::guest_refusal(&inner.world, &inner.limits, method, route.template)
+    {
+        return Err(refused);
+    }
     let hit = inner.faults.check(site_name, method, rel, node.as_deref());
     if hit.stop_clock {
         inner.clock.set_mode(crate::clock::ClockMode::Stepped);

@@ -2,6 +2,7 @@
 
 pub mod dispatch;
 pub mod http;
+pub mod limits;
 pub mod state;
 mod tenant_host;
 pub mod tls;
@@ -16,10 +17,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::any;
 // API clients wait for each answer before the next request: Nagle's algorithm only adds delay.
-use axum_server::accept::NoDelayAcceptor;
+use limits::{Connections, CountingAcceptor, Limits};
 
 use crate::clock::ClockMode;
-use crate::control::ControlClient;
+use crate::control::{ControlClient, ControlToken};
 use crate::exec::lab::backend::LabOptions;
 use crate::exec::{Disks, Executor, Simulated, SimulatedDisks};
 use crate::scenario::{Backend, Scenario};
@@ -31,7 +32,8 @@ use state::{Shared, SharedRef, SiteCtx};
 /// The axum app of one site's listener: the control plane under `/_fake`, everything
 /// else through PVE's request pipeline. It manages no tenants (`/_fake/tenants` answers 403).
 pub fn app(shared: SharedRef, site: &str) -> Router {
-    app_with(shared, site, None, None, None)
+    let limits = shared.inner.lock().limits;
+    app_with(shared, site, None, None, None, None, limits)
 }
 
 /// [`app`] of a host server (it manages `tenants`) or of a tenant (every request stamps its
@@ -42,23 +44,47 @@ fn app_with(
     tenants: TenantsState,
     activity: Option<Arc<Activity>>,
     ca_pem: Option<Arc<str>>,
+    control_token: Option<ControlToken>,
+    limits: Limits,
 ) -> Router {
     let ctx = SiteCtx {
         shared,
         site: site.to_string(),
         ca_pem,
     };
-    let control =
-        crate::control::router().merge(crate::tenants::routes::router().with_state(tenants));
+    let control = crate::control::router()
+        .merge(crate::tenants::routes::router().with_state(tenants))
+        // Behind the token too: an unknown `/_fake/…` path says nothing to a stranger.
+        .fallback(control_not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            control_token,
+            crate::control::auth::require,
+        ));
     let router = Router::new()
         .nest("/_fake", control)
         .fallback(any(dispatch::api_handler))
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), durable))
+        .layer(axum::middleware::from_fn_with_state(
+            limits.max_body,
+            limits::body_limit,
+        ))
+        .layer(axum::middleware::from_fn(limits::connection_limit))
         .with_state(ctx);
     match activity {
         Some(a) => router.layer(axum::middleware::from_fn_with_state(a, active)),
         None => router,
     }
+}
+
+async fn control_not_found(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let msg = format!("no control route '/_fake{}'", uri.path());
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({"error": msg})),
+    )
+        .into_response()
 }
 
 /// A tenant's listeners: every request keeps the tenant from being reaped while it runs.
@@ -126,6 +152,10 @@ pub struct Builder {
     tenant_limits: Option<TenantLimits>,
     /// `Some`: this server is a tenant, and this is its activity.
     tenant: Option<Arc<Activity>>,
+    /// `Some`: every `/_fake/…` request must carry it (`Authorization: Bearer …`).
+    control_token: Option<ControlToken>,
+    /// What the world (and each tenant's) may take.
+    limits: Limits,
 }
 
 impl Default for Builder {
@@ -145,6 +175,8 @@ impl Default for Builder {
             cert: None,
             tenant_limits: Some(TenantLimits::default()),
             tenant: None,
+            control_token: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -198,6 +230,20 @@ impl Builder {
     pub fn disks(mut self, disks: Arc<dyn Disks>) -> Self {
         self.disks = disks;
         self.explicit_runners = true;
+        self
+    }
+
+    /// Require `Authorization: Bearer TOKEN` on every `/_fake/…` request (but
+    /// `/_fake/health`); without it the control plane is open to anyone who reaches the port.
+    pub fn control_token(mut self, token: ControlToken) -> Self {
+        self.control_token = Some(token);
+        self
+    }
+
+    /// What this server's world and each of its tenants' may take: body size, guests,
+    /// tasks and journal entries kept, a tenant's open connections (see `server::limits`).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -304,6 +350,12 @@ impl Builder {
     /// [`Builder::start`], from within a tokio runtime (nothing in it waits).
     fn start_now(mut self) -> Result<FakeProxmox, crate::Error> {
         let shared = self.shared()?;
+        shared.inner.lock().set_limits(self.limits);
+        // A tenant's listeners count their connections together.
+        let conns = self
+            .tenant
+            .is_some()
+            .then(|| Connections::new(self.limits.max_connections));
         for s in self.listen.keys() {
             if !self.scenario.sites.iter().any(|x| &x.name == s) {
                 return Err(crate::Error::Config(format!(
@@ -349,6 +401,7 @@ impl Builder {
                 auth_failure_delay: self.auth_failure_delay,
                 bind_ip,
                 cert: cert.clone(),
+                limits: self.limits,
             });
             Tenants::new(spawn, self.scenario.clone(), self.clock, limits)
         });
@@ -366,13 +419,15 @@ impl Builder {
                 tenants.clone(),
                 self.tenant.clone(),
                 Some(Arc::from(cert.cert_pem.as_str())),
+                self.control_token.clone(),
+                self.limits,
             );
             let svc = router.into_make_service();
             let task = if let Some(cfg) = &server_config {
                 let cfg = axum_server::tls_rustls::RustlsConfig::from_config(cfg.clone());
                 let server = axum_server::from_tcp_rustls(listener, cfg)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
-                    .map(|tls| tls.acceptor(NoDelayAcceptor::new()))
+                    .map(|tls| tls.acceptor(CountingAcceptor::new(conns.clone())))
                     .handle(handle.clone());
                 tokio::spawn(async move {
                     if let Err(e) = server.serve(svc).await {
@@ -382,7 +437,7 @@ impl Builder {
             } else {
                 let server = axum_server::from_tcp(listener)
                     .map_err(|e| crate::Error::Bind { addr, source: e })?
-                    .acceptor(NoDelayAcceptor::new())
+                    .acceptor(CountingAcceptor::new(conns.clone()))
                     .handle(handle.clone());
                 tokio::spawn(async move {
                     if let Err(e) = server.serve(svc).await {
@@ -399,6 +454,7 @@ impl Builder {
                 fingerprint: cert.fingerprint.clone(),
                 cert_pem: cert.cert_pem.clone(),
                 tls: self.tls,
+                control_token: self.control_token.clone(),
                 handle,
             });
         }
@@ -429,6 +485,7 @@ pub struct SiteHandle {
     fingerprint: String,
     cert_pem: String,
     tls: bool,
+    control_token: Option<ControlToken>,
     handle: axum_server::Handle<SocketAddr>,
 }
 
@@ -449,10 +506,18 @@ impl SiteHandle {
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
     }
-    /// A typed client for this listener's control plane.
+    /// The token this listener's control plane requires, if any.
+    pub fn control_token(&self) -> Option<&ControlToken> {
+        self.control_token.as_ref()
+    }
+    /// A typed client for this listener's control plane (with its token, if it needs one).
     pub fn control(&self) -> ControlClient {
         let pem = self.tls.then(|| self.cert_pem.clone());
-        ControlClient::new(&self.url, pem.as_deref())
+        let c = ControlClient::new(&self.url, pem.as_deref());
+        match &self.control_token {
+            Some(t) => c.with_token(t.as_str()),
+            None => c,
+        }
     }
 }
 

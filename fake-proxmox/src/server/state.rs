@@ -21,6 +21,8 @@ pub struct Inner {
     /// Counts the changes to the state, for the state file (`persist::writer`): requests
     /// that may change it bump it, and so does completing tasks.
     pub dirty: u64,
+    /// What this world may take (`server::limits`).
+    pub limits: crate::server::limits::Limits,
 }
 
 impl Inner {
@@ -41,6 +43,22 @@ impl Inner {
             snapshots: BTreeMap::new(),
             next_snapshot: 1,
             dirty: 0,
+            limits: crate::server::limits::Limits::default(),
+        }
+    }
+
+    /// Apply `limits` (the journal and task lists shrink to them at once).
+    pub fn set_limits(&mut self, limits: crate::server::limits::Limits) {
+        self.limits = limits;
+        self.journal.set_max(limits.max_journal);
+        self.trim_tasks();
+    }
+
+    /// Forget the oldest finished tasks of every site past `max_tasks`.
+    fn trim_tasks(&mut self) {
+        let max = self.limits.max_tasks;
+        for s in &mut self.world.sites {
+            s.tasks.trim(max);
         }
     }
 
@@ -58,6 +76,7 @@ impl Inner {
         if running(&self.world) != before {
             self.dirty += 1;
         }
+        self.trim_tasks();
         now
     }
 }

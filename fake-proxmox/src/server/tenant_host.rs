@@ -18,6 +18,7 @@ pub(super) struct Template {
     pub auth_failure_delay: bool,
     pub bind_ip: IpAddr,
     pub cert: Arc<Cert>,
+    pub limits: super::limits::Limits,
 }
 
 pub(super) fn spawner(t: Template) -> Spawn {
@@ -29,6 +30,8 @@ pub(super) fn spawner(t: Template) -> Spawn {
             .clock(spec.clock);
         b.tenant = Some(spec.activity);
         b.tenant_limits = None;
+        b.control_token = Some(spec.control_token.clone());
+        b.limits = t.limits;
         if spec.certificate == CertChoice::Shared {
             b.cert = Some(t.cert.clone());
         }
@@ -57,6 +60,7 @@ pub(super) fn spawner(t: Template) -> Spawn {
                     cert_pem: h.tls.then(|| h.cert_pem.clone()),
                     users,
                     tokens,
+                    control_token: spec.control_token.as_str().to_string(),
                 }
             })
             .collect();

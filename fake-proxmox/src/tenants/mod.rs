@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use rand::Rng;
 
 use crate::clock::ClockMode;
+use crate::control::ControlToken;
 use crate::scenario::{Backend, Scenario};
 pub use model::{
     CertChoice, TenantError, TenantInfo, TenantRequest, TenantSite, TenantToken, TenantUser,
@@ -113,6 +114,8 @@ pub struct WorldSpec {
     pub clock: ClockMode,
     /// Every request on the world's listeners stamps it.
     pub activity: Arc<Activity>,
+    /// The token its control plane requires: its own, never the server's.
+    pub control_token: ControlToken,
 }
 
 /// A tenant's running world, as the server started it.
@@ -144,6 +147,7 @@ struct Entry {
     idle_timeout: Duration,
     created_unix: f64,
     activity: Arc<Activity>,
+    control_token: ControlToken,
     sites: Vec<TenantSite>,
     world: Box<dyn TenantWorld>,
 }
@@ -157,6 +161,7 @@ impl Entry {
             idle_timeout_secs: self.idle_timeout.as_secs(),
             created: self.created_unix,
             last_active: self.created_unix + self.activity.last().as_secs_f64(),
+            control_token: self.control_token.as_str().to_string(),
             sites: self.sites.clone(),
         }
     }
@@ -246,6 +251,7 @@ impl Tenants {
             certificate: req.certificate.unwrap_or_default(),
             clock: req.clock.unwrap_or(self.default_clock),
             activity: Arc::new(Activity::new(Instant::now())),
+            control_token: ControlToken::generate(),
         };
         Ok((spec, idle))
     }
@@ -267,6 +273,7 @@ impl Tenants {
         }
         let certificate = spec.certificate;
         let activity = spec.activity.clone();
+        let control_token = spec.control_token.clone();
         let started = (self.spawn)(spec);
         let mut reg = self.reg.lock();
         reg.starting -= 1;
@@ -286,6 +293,7 @@ impl Tenants {
             idle_timeout,
             created_unix: unix_now(),
             activity,
+            control_token,
             sites: world.sites(),
             world,
         };

@@ -72,6 +72,9 @@ pub struct TenantInfo {
     pub created: f64,
     /// UNIX seconds of the last request on any of its listeners (`created` before one).
     pub last_active: f64,
+    /// The token of the tenant's control plane (`Authorization: Bearer …` on its
+    /// listeners' `/_fake/…`): made for it at creation, good for its listeners only.
+    pub control_token: String,
     pub sites: Vec<TenantSite>,
 }
 
@@ -93,6 +96,9 @@ pub struct TenantSite {
     pub cert_pem: Option<String>,
     pub users: Vec<TenantUser>,
     pub tokens: Vec<TenantToken>,
+    /// The tenant's control token (the same on all its sites), so that a site alone is
+    /// enough to drive its control plane.
+    pub control_token: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

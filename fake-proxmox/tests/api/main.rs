@@ -12,6 +12,7 @@ mod auth;
 mod cloudinit;
 mod console;
 mod control;
+mod control_token;
 mod coverage;
 mod exec;
 mod firewall;

@@ -5,7 +5,9 @@
 //! process grow.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod limits;
 mod memory;
+mod tokens;
 
 use std::time::{Duration, Instant};
 

@@ -147,6 +147,28 @@ impl<W> TaskStore<W> {
         }
     }
 
+    /// Forget the oldest finished tasks until at most `max` are kept (running tasks are
+    /// never forgotten, so more may stay while they run); how many were forgotten.
+    pub fn trim(&mut self, max: usize) -> usize {
+        if self.by_seq.len() <= max {
+            return 0;
+        }
+        let excess = self.by_seq.len() - max;
+        let gone: Vec<u64> = self
+            .by_seq
+            .iter()
+            .filter(|(_, t)| !t.running())
+            .take(excess)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in &gone {
+            if let Some(t) = self.by_seq.remove(s) {
+                self.by_upid.remove(&t.upid);
+            }
+        }
+        gone.len()
+    }
+
     pub fn get(&self, upid: &str) -> Option<&Task<W>> {
         self.by_seq.get(self.by_upid.get(upid)?)
     }
@@ -219,6 +241,26 @@ mod tests {
 
     fn finish(s: &mut TaskStore<()>, seq: u64) {
         s.update(seq, |t| t.exitstatus = Some("OK".into())).unwrap();
+    }
+
+    #[test]
+    fn trim_forgets_the_oldest_finished_tasks_and_keeps_running_ones() {
+        let mut s = TaskStore::default();
+        for (i, upid) in ["a", "b", "c", "d"].iter().enumerate() {
+            s.push(task(upid, 1.0 + i as f64));
+        }
+        // "a" runs on; "b", "c" and "d" are finished.
+        for seq in 1..4 {
+            finish(&mut s, seq);
+        }
+        assert_eq!(s.trim(2), 2);
+        let kept: Vec<&str> = s.iter().map(|t| t.upid.as_str()).collect();
+        assert_eq!(kept, ["a", "d"]);
+        assert!(s.get("b").is_none() && s.get("d").is_some());
+        assert_eq!(s.trim(2), 0);
+        // Only running tasks: nothing to forget, more than the limit stay.
+        assert_eq!(s.trim(0), 1);
+        assert_eq!(s.len(), 1);
     }
 
     #[test]
