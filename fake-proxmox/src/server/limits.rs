@@ -44,7 +44,8 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_body: 256 * 1024 * 1024,
-            max_guests: 1000,
+            // Room for the 10,000-VM rehearsal and more; a bound on a shared server's memory.
+            max_guests: 100_000,
             max_tasks: crate::tasks::store::MAX_TASKS,
             max_journal: crate::journal::MAX_ENTRIES,
             max_connections: 256,
@@ -95,7 +96,7 @@ pub fn guest_refusal(
     if !creates {
         return None;
     }
-    let guests: usize = world.sites.iter().map(|s| s.vms.len()).sum();
+    let guests: usize = world.sites.iter().map(|s| s.vms.len() + s.cts.len()).sum();
     (guests >= limits.max_guests).then(|| {
         PveError::new(
             500,

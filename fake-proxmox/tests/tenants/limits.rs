@@ -87,7 +87,19 @@ async fn a_create_past_max_guests_is_refused_and_other_tenants_go_on() {
     let b = tenant(&host).await;
     let api = Api::of(site1(&a));
     api.create_vm(100).await;
-    api.create_vm(101).await;
+    // A container counts as a guest like a VM.
+    let ct = [
+        ("vmid", "101"),
+        (
+            "ostemplate",
+            "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+        ),
+        ("storage", "local-lvm"),
+    ];
+    let (status, body) = api
+        .call(reqwest::Method::POST, &format!("/nodes/{NODE}/lxc"), &ct)
+        .await;
+    assert_eq!(status, 200, "{body}");
     let form = [("vmid", "102"), ("memory", "512")];
     let (status, body) = api
         .call(reqwest::Method::POST, &format!("/nodes/{NODE}/qemu"), &form)
