@@ -13,6 +13,13 @@ use crate::wire::{PveError, Reply, b};
 
 pub fn routes() -> Vec<Route> {
     vec![
+        // The appliance index and its downloads (`pveam`): templates onto a storage.
+        route("GET", "/nodes/{node}/aplinfo", |c| {
+            Ok(Reply::data(c.site.aplinfo(&c.req)?))
+        }),
+        route("POST", "/nodes/{node}/aplinfo", |c| {
+            Ok(Reply::data(json!(c.site.apl_download(&c.req)?)))
+        }),
         route("GET", "/nodes/{node}/storage", list),
         route("GET", "/nodes/{node}/storage/{storage}", index),
         route("GET", "/nodes/{node}/storage/{storage}/status", status),

@@ -203,10 +203,14 @@ async fn migration_lists_the_nodes_and_moves_a_stopped_container() {
     let r = api
         .post(&ct("/250/migrate"), &[("target", "ml110-03")])
         .await;
-    let done = wait_task(&f, &api, NODE, &upid_of(&r)).await;
-    assert_eq!(
-        done["exitstatus"],
-        "migration aborted (duration 00:00:00): storage 'local-lvm' is not available on node 'ml110-03'"
+    let upid = upid_of(&r);
+    let done = wait_task(&f, &api, NODE, &upid).await;
+    assert_eq!(done["exitstatus"], "migration aborted");
+    let log = task_log(&api, NODE, &upid).await;
+    assert!(
+        log.iter().any(|l| l
+            == "ERROR: migration aborted (duration 00:00:00): storage 'local-lvm' is not available on node 'ml110-03'"),
+        "{log:#?}"
     );
     assert!(
         api.get(&ct("/250/config"))
@@ -274,10 +278,14 @@ async fn a_running_container_migrates_only_in_restart_mode() {
             &[("target", "ml110-02"), ("online", "1")],
         )
         .await;
-    let done = wait_task(&f, &api, NODE, &upid_of(&r)).await;
-    assert_eq!(
-        done["exitstatus"],
-        "migration aborted (duration 00:00:00): lxc live migration is currently not implemented"
+    let upid = upid_of(&r);
+    let done = wait_task(&f, &api, NODE, &upid).await;
+    assert_eq!(done["exitstatus"], "migration aborted");
+    let log = task_log(&api, NODE, &upid).await;
+    assert!(
+        log.iter().any(|l| l
+            == "ERROR: migration aborted (duration 00:00:00): lxc live migration is currently not implemented"),
+        "{log:#?}"
     );
     let st = api.get(&ct("/251/status/current")).await;
     assert_eq!(st.data()["status"], "running");

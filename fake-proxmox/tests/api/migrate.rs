@@ -177,10 +177,15 @@ async fn an_unreachable_target_fails_the_task_and_leaves_the_vm() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let st = wait_task(&f, &api, "ml110-01", r.data().as_str().unwrap()).await;
-    assert_eq!(
-        st["exitstatus"],
-        "migration aborted (duration 00:00:03): Can't connect to destination address using public key"
+    let upid = r.data().as_str().unwrap().to_string();
+    let st = wait_task(&f, &api, "ml110-01", &upid).await;
+    // The task dies with `migration aborted`; the cause is in its log (AbstractMigrate).
+    assert_eq!(st["exitstatus"], "migration aborted");
+    let log = task_log(&api, "ml110-01", &upid).await;
+    assert!(
+        log.iter().any(|l| l
+            == "ERROR: migration aborted (duration 00:00:03): Can't connect to destination address using public key"),
+        "{log:#?}"
     );
     let cfg = api.get("/nodes/ml110-01/qemu/182/config").await;
     assert_eq!(cfg.status, 200);

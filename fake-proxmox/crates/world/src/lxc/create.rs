@@ -16,7 +16,7 @@ use crate::world::Site;
 use crate::world::work::{TaskPlan, Work};
 
 /// Parameters of create that are not config options.
-const CREATE_CONTROL: &[&str] = &[
+pub(super) const CREATE_CONTROL: &[&str] = &[
     "node",
     "vmid",
     "ostemplate",
@@ -38,7 +38,7 @@ const GIB: u64 = 1 << 30;
 
 /// The OS a template's file name names (`PVE::LXC::Setup` detects it from the rootfs; the
 /// appliance templates are named after it).
-fn ostype_of(template: &str) -> &'static str {
+pub(super) fn ostype_of(template: &str) -> &'static str {
     let file = template.rsplit('/').next().unwrap_or(template);
     for os in [
         "debian",
@@ -70,9 +70,7 @@ impl Site {
         let node = req.node()?;
         let vmid = req.vmid()?;
         if p.flag("restore") {
-            return Err(PveError::die(
-                "fake-proxmox: restoring a container from a backup is not simulated",
-            ));
+            return self.restore_ct(req);
         }
         let unprivileged = p.bool("unprivileged").unwrap_or(true);
         if !unprivileged {
@@ -327,7 +325,12 @@ impl Site {
     }
 
     /// `$check_and_activate_storage`: enabled, holds `rootdir`, and the caller may allocate.
-    fn check_rootdir_storage(&self, req: &Request, node: &str, sid: &str) -> Result<(), PveError> {
+    pub(super) fn check_rootdir_storage(
+        &self,
+        req: &Request,
+        node: &str,
+        sid: &str,
+    ) -> Result<(), PveError> {
         let s = self
             .node(node)
             .and_then(|n| n.storages.get(sid))
@@ -350,7 +353,7 @@ impl Site {
 
     /// The log lines and checks of one new volume (`alloc_disk`: a raw image formatted
     /// ext4, or a subvolume where the size is 0 on a directory storage or always on ZFS).
-    fn lay_out_ct_volume(
+    pub(super) fn lay_out_ct_volume(
         &self,
         node: &str,
         vmid: u32,
@@ -395,7 +398,7 @@ impl Site {
 }
 
 /// `PVE::Tools::validate_ssh_public_keys`: every non-empty, non-comment line is a key.
-fn check_ssh_keys(keys: &str) -> Result<(), PveError> {
+pub(super) fn check_ssh_keys(keys: &str) -> Result<(), PveError> {
     for line in keys.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
             continue;

@@ -3,7 +3,8 @@
 //! `src/PVE/LXC/Migrate.pm` (`prepare`, `phase1`, `final_cleanup`). There is no live
 //! migration: a running container moves only in restart mode (`restart=1`: shut down,
 //! moved, started on the target). The checks of the API come before the `vzmigrate` task;
-//! those of `prepare` and `phase1` fail the task (`migration aborted (duration …): …`).
+//! those of `prepare` and `phase1` fail the task: `migration aborted`, the cause logged as
+//! `ERROR: migration aborted (duration …): …` (pve-guest-common `AbstractMigrate::migrate`).
 
 use serde_json::{Value, json};
 
@@ -115,7 +116,8 @@ impl Site {
                 if stopped {
                     task.line(at, "start container on source node");
                 }
-                task.planned_error = Some(msg);
+                // AbstractMigrate dies with `migration aborted`: the cause is in the log.
+                task.planned_error = Some("migration aborted".into());
                 task.duration = at;
             }
             None => {

@@ -50,6 +50,7 @@ pub mod model;
 pub mod move_volume;
 pub mod perms;
 pub mod power;
+pub mod restore;
 pub mod snapshot;
 pub mod status;
 pub mod update;

@@ -209,14 +209,16 @@ impl Site {
         if !reachable {
             at += 3.0;
             task.duration = at;
-            task.planned_error = Some(format!(
-                "migration aborted (duration {}): Can't connect to destination address using public key",
-                duration_text(at)
-            ));
+            // AbstractMigrate logs the cause and dies with `migration aborted`: the task's
+            // exit status is that, the cause is in its log.
             task.line(
                 at,
-                format!("ERROR: {}", task.planned_error.clone().unwrap_or_default()),
+                format!(
+                    "ERROR: migration aborted (duration {}): Can't connect to destination address using public key",
+                    duration_text(at)
+                ),
             );
+            task.planned_error = Some("migration aborted".into());
         } else if online && !local.is_empty() && !p.flag("with-local-disks") {
             task.duration = at;
             let e = format!(
@@ -224,7 +226,7 @@ impl Site {
                 duration_text(at)
             );
             task.line(at, format!("ERROR: {e}"));
-            task.planned_error = Some(e);
+            task.planned_error = Some("migration aborted".into());
         } else {
             for d in &local {
                 let how = if is_unused_key(&d.key) {

@@ -74,6 +74,10 @@ pub struct SiteSpec {
         skip_serializing_if = "crate::agent::guest_os::GuestSetup::is_empty"
     )]
     pub guest: crate::agent::guest_os::GuestSetup,
+    /// The appliance index (`GET /nodes/{node}/aplinfo`); absent: a few of the templates PVE
+    /// offers (`storage::appliance::builtin_index`), `[]`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appliances: Option<Vec<crate::storage::appliance::Appliance>>,
 }
 
 /// What runs a site's VMs (see `exec`).
@@ -259,6 +263,11 @@ pub struct VolumeSpec {
     /// A protected backup.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub protected: bool,
+    /// A container backup's `etc/vzdump/pct.conf` (the config file's text): what a restore
+    /// (`POST /nodes/{node}/lxc` with `restore=1`) recovers. A backup without one is an
+    /// archive that holds no configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
 }
 
 impl Scenario {

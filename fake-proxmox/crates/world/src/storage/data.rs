@@ -44,7 +44,9 @@ impl Site {
 
     /// Drop a volume's record and its data; the record, if there was one.
     pub fn remove_volume(&mut self, node: &str, sid: &str, volname: &str) -> Option<Volume> {
-        let old = self.storage_mut(node, sid)?.volumes.remove(volname)?;
+        let sto = self.storage_mut(node, sid)?;
+        sto.archive_configs.remove(volname);
+        let old = sto.volumes.remove(volname)?;
         if let Err(e) = self.disks_on(node).free(Vol::new(node, sid, volname)) {
             tracing::warn!("freeing {sid}:{volname} on {node}: {e}");
         }

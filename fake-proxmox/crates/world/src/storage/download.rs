@@ -272,7 +272,15 @@ pub(crate) fn content_dir(
 }
 
 /// The task log wget writes, and the end: finished, or the storage filling up part-way.
-fn lay_out(plan: &mut TaskPlan, url: &str, path: &str, size: u64, secs: f64, avail: u64, now: f64) {
+pub(crate) fn lay_out(
+    plan: &mut TaskPlan,
+    url: &str,
+    path: &str,
+    size: u64,
+    secs: f64,
+    avail: u64,
+    now: f64,
+) {
     plan.line(0.0, format!("downloading {url} to {path}"));
     plan.line(0.2, format!("--{}--  {url}", iso_time(now)));
     plan.line(

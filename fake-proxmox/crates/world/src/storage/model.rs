@@ -24,6 +24,10 @@ pub struct Storage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prune_backups: Option<String>,
     pub volumes: Volumes,
+    /// The guest config inside each backup archive that has one, by volume name (what a
+    /// restore recovers, `recover_config`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub archive_configs: std::collections::BTreeMap<String, String>,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -283,6 +287,7 @@ mod tests {
             full: false,
             prune_backups: None,
             volumes: Volumes::default(),
+            archive_configs: Default::default(),
         }
     }
 

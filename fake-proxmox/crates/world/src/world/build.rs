@@ -178,6 +178,10 @@ impl Site {
                 log: spec.firewall_log.clone(),
             },
             guest: spec.guest.clone(),
+            appliances: spec
+                .appliances
+                .clone()
+                .unwrap_or_else(crate::storage::appliance::builtin_index),
         }
     }
 
@@ -300,6 +304,14 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
         full: false,
         prune_backups: s.prune_backups.clone(),
         volumes,
+        archive_configs: s
+            .volumes
+            .iter()
+            .filter(|v| {
+                parse_volname(s.kind, &v.volname).is_some_and(|(t, _, _)| t == Content::Backup)
+            })
+            .filter_map(|v| Some((v.volname.clone(), v.config.clone()?)))
+            .collect(),
     }
 }
 

@@ -115,6 +115,9 @@ pub struct Site {
     pub firewall: crate::firewall::cluster::ClusterFirewall,
     /// What every simulated guest starts with (the scenario's `guest:`).
     pub guest: crate::agent::guest_os::GuestSetup,
+    /// The appliance index `aplinfo` lists (absent in state files written before it).
+    #[serde(default)]
+    pub appliances: Vec<crate::storage::appliance::Appliance>,
 }
 
 impl Site {
