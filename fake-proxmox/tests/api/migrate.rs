@@ -127,13 +127,14 @@ async fn a_running_vm_moves_live_only_when_asked_and_with_its_local_disks() {
     let r = api
         .post(path, &[("target", "ml110-02"), ("online", "1")])
         .await;
-    let failed = wait_task(&f, &api, "ml110-01", r.data().as_str().unwrap()).await;
+    let upid = r.data().as_str().unwrap().to_string();
+    let failed = wait_task(&f, &api, "ml110-01", &upid).await;
+    assert_eq!(failed["exitstatus"], "migration aborted", "{failed}");
+    let log = task_log(&api, "ml110-01", &upid).await;
     assert!(
-        failed["exitstatus"]
-            .as_str()
-            .unwrap()
-            .ends_with("can't live migrate attached local disks without with-local-disks option"),
-        "{failed}"
+        log.iter().any(|l| l.starts_with("ERROR: migration aborted (duration ")
+            && l.ends_with("can't live migrate attached local disks without with-local-disks option")),
+        "{log:#?}"
     );
     // Still where it was, unlocked, running.
     let cur = api.get("/nodes/ml110-01/qemu/181/status/current").await;
