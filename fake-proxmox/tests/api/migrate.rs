@@ -132,8 +132,11 @@ async fn a_running_vm_moves_live_only_when_asked_and_with_its_local_disks() {
     assert_eq!(failed["exitstatus"], "migration aborted", "{failed}");
     let log = task_log(&api, "ml110-01", &upid).await;
     assert!(
-        log.iter().any(|l| l.starts_with("ERROR: migration aborted (duration ")
-            && l.ends_with("can't live migrate attached local disks without with-local-disks option")),
+        log.iter()
+            .any(|l| l.starts_with("ERROR: migration aborted (duration ")
+                && l.ends_with(
+                    "can't live migrate attached local disks without with-local-disks option"
+                )),
         "{log:#?}"
     );
     // Still where it was, unlocked, running.
