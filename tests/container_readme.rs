@@ -154,7 +154,7 @@ fn the_main_job_command_is_in_the_readme_and_runs() {
     );
     let script = std::fs::read_to_string(repo().join("scripts/test")).unwrap();
     assert!(
-        script.contains("exec cargo test --workspace"),
+        script.contains("run) cargo test --workspace \"${cargo_args[@]}\""),
         "scripts/test no longer runs every test"
     );
     let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
