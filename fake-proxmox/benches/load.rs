@@ -376,15 +376,7 @@ fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
         .ok_or_else(|| anyhow!("bad url {url}"))?
         .parse()?;
     let tls_cfg = if tls {
-        let cert = CertificateDer::from_pem_file(state.join("cert.pem"))?;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert)?;
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Some((Arc::new(cfg), ServerName::try_from("localhost")?.to_owned()))
+        Some(client_tls(&state.join("cert.pem"))?)
     } else {
         None
     };
@@ -392,6 +384,19 @@ fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
         child,
         target: Target { addr, tls: tls_cfg },
     })
+}
+
+/// A TLS client that trusts only the server certificate at `cert`, for `localhost`.
+fn client_tls(cert: &Path) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>)> {
+    let cert = CertificateDer::from_pem_file(cert)?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert)?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok((Arc::new(cfg), ServerName::try_from("localhost")?.to_owned()))
 }
 
 fn peak_rss_mb(pid: u32) -> Result<f64> {
@@ -556,15 +561,7 @@ fn start_bare(dir: &Path, body: &Path, tls: bool) -> Result<Server> {
         .ok_or_else(|| anyhow!("no ready line from the bare server: {line:?}"))?
         .parse()?;
     let tls_cfg = if tls {
-        let cert = CertificateDer::from_pem_file(dir.join("cert.pem"))?;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert)?;
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Some((Arc::new(cfg), ServerName::try_from("localhost")?.to_owned()))
+        Some(client_tls(&dir.join("cert.pem"))?)
     } else {
         None
     };

@@ -107,23 +107,11 @@ impl Pipeline<'_> {
         let spec = job.spec;
         let node = spec.node.as_str();
         self.step(job, Step::Image);
-        let mut views = Vec::new();
-        for s in storages.iter().filter(|s| s.has_content("vztmpl")) {
-            let key = format!("{node}/{}", s.storage);
-            let content = self
-                .read(
-                    reuse,
-                    &self.site.recent.content,
-                    &key,
-                    self.client().storage_content(node, &s.storage),
-                )
-                .await
-                .map_err(|e| self.err(job, &e))?;
-            views.push(StorageView {
-                info: s.clone(),
-                content: content.as_ref().clone(),
-            });
-        }
+        let templates = storages
+            .iter()
+            .filter(|s| s.has_content("vztmpl"))
+            .collect();
+        let views = self.storage_views(job, templates, reuse).await?;
         let template = resolve_template(spec, node, &views)?;
         self.record(job, |r| {
             r.set_condition(Condition::new(

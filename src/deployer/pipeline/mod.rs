@@ -348,23 +348,9 @@ impl Pipeline<'_> {
         let spec = job.spec;
         let node = spec.node.as_str();
         self.step(job, Step::Image);
-        let mut views = Vec::new();
-        for s in image::storages_to_list(&spec.image, storages) {
-            let key = format!("{node}/{}", s.storage);
-            let content = self
-                .read(
-                    reuse,
-                    &self.site.recent.content,
-                    &key,
-                    self.client().storage_content(node, &s.storage),
-                )
-                .await
-                .map_err(|e| self.err(job, &e))?;
-            views.push(StorageView {
-                info: s.clone(),
-                content: content.as_ref().clone(),
-            });
-        }
+        let views = self
+            .storage_views(job, image::storages_to_list(&spec.image, storages), reuse)
+            .await?;
         let resolved = image::resolve(&spec.image, node, &views, self.site.version_pair())?;
         let snippet = find_user_snippet(&views, &spec.name);
         self.record(job, |r| {
@@ -396,6 +382,34 @@ impl Pipeline<'_> {
             )
         };
         self.create_guest(job, &resolved.volid, params).await
+    }
+
+    /// The content of each storage of `list` on the job's node (a recent read when `reuse`).
+    pub(super) async fn storage_views(
+        &self,
+        job: &VmJob<'_>,
+        list: Vec<&StorageInfo>,
+        reuse: bool,
+    ) -> Result<Vec<StorageView>, StepError> {
+        let node = job.spec.node.as_str();
+        let mut views = Vec::new();
+        for s in list {
+            let key = format!("{node}/{}", s.storage);
+            let content = self
+                .read(
+                    reuse,
+                    &self.site.recent.content,
+                    &key,
+                    self.client().storage_content(node, &s.storage),
+                )
+                .await
+                .map_err(|e| self.err(job, &e))?;
+            views.push(StorageView {
+                info: s.clone(),
+                content: content.as_ref().clone(),
+            });
+        }
+        Ok(views)
     }
 
     /// The create call with a fresh VMID (`nextid`), recorded before the call so a run killed

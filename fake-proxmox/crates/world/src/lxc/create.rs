@@ -63,22 +63,35 @@ pub(super) fn ostype_of(template: &str) -> &'static str {
     "unmanaged"
 }
 
+/// The config options of a create or restore request, a bare mount point size turned into
+/// `STORAGE:SIZE` on the default storage; `unusedN` dropped (PVE warns: no unused volume on
+/// create or restore).
+pub(super) fn create_options(req: &Request, storage: &str) -> Vec<(String, String)> {
+    let p = &req.p;
+    p.keys()
+        .filter(|k| !CREATE_CONTROL.contains(&k.as_str()) && !is_unused_key(k))
+        .filter_map(|k| {
+            let v = p.str(k)?;
+            let v = if is_mp_key(k) && v.parse::<f64>().is_ok() {
+                format!("{storage}:{v}")
+            } else {
+                v
+            };
+            Some((k.clone(), v))
+        })
+        .collect()
+}
+
 impl Site {
-    /// `POST /nodes/{node}/lxc`
-    pub fn create_ct(&mut self, req: &Request) -> Result<String, PveError> {
+    /// What create and restore check alike, in PVE's order: the VMID unused
+    /// (`check_vmid_unused`, before anything is locked), the SSH keys, the pool, and
+    /// `VM.Allocate` on the guest or its pool. The pool asked for.
+    pub(super) fn ct_create_access(
+        &self,
+        req: &Request,
+        vmid: u32,
+    ) -> Result<Option<String>, PveError> {
         let p = &req.p;
-        let node = req.node()?;
-        let vmid = req.vmid()?;
-        if p.flag("restore") {
-            return self.restore_ct(req);
-        }
-        let unprivileged = p.bool("unprivileged").unwrap_or(true);
-        if !unprivileged {
-            self.require(&req.who, "/", "Sys.Modify")?;
-        }
-        if p.flag("ha-managed") {
-            self.require(&req.who, "/", "Sys.Console")?;
-        }
         // `check_vmid_unused`, before anything is locked.
         if let Some(existing) = self.guest(vmid) {
             let core = existing.core();
@@ -105,27 +118,29 @@ impl Site {
         if !on_vm && !on_pool {
             return Err(PveError::perm(None));
         }
+        Ok(pool)
+    }
+
+    /// `POST /nodes/{node}/lxc`
+    pub fn create_ct(&mut self, req: &Request) -> Result<String, PveError> {
+        let p = &req.p;
+        let node = req.node()?;
+        let vmid = req.vmid()?;
+        if p.flag("restore") {
+            return self.restore_ct(req);
+        }
+        let unprivileged = p.bool("unprivileged").unwrap_or(true);
+        if !unprivileged {
+            self.require(&req.who, "/", "Sys.Modify")?;
+        }
+        if p.flag("ha-managed") {
+            self.require(&req.who, "/", "Sys.Console")?;
+        }
+        let pool = self.ct_create_access(req, vmid)?;
         let ostemplate = p.req_str("ostemplate")?;
         let storage = p.str("storage").unwrap_or_else(|| "local".into());
 
-        // The options, with a bare size turned into `STORAGE:SIZE` on the default storage.
-        let mut options: Vec<(String, String)> = Vec::new();
-        for k in p.keys() {
-            if CREATE_CONTROL.contains(&k.as_str()) {
-                continue;
-            }
-            let Some(v) = p.str(k) else { continue };
-            if is_unused_key(k) {
-                // PVE warns and drops it: no unused volume on create.
-                continue;
-            }
-            let v = if is_mp_key(k) && v.parse::<f64>().is_ok() {
-                format!("{storage}:{v}")
-            } else {
-                v
-            };
-            options.push((k.clone(), v));
-        }
+        let mut options = create_options(req, &storage);
         self.check_ct_modify_config_perm(
             req,
             &ConfigChange {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::create::{CREATE_CONTROL, check_ssh_keys, ostype_of};
+use super::create::{create_options, ostype_of};
 use super::model::{Ct, MountPoint, MountType, NetConf, is_mp_key, is_net_key, is_unused_key};
 use super::perms::ConfigChange;
 use super::work::{CtWork, NewVolume};
@@ -44,47 +44,11 @@ impl Site {
                 "fake-proxmox: overwriting an existing container by a restore is not simulated",
             ));
         }
-        if let Some(existing) = self.guest(vmid) {
-            let core = existing.core();
-            return Err(PveError::die(format!(
-                "{} {vmid} already exists on node '{}'",
-                core.kind.label(),
-                core.node
-            )));
-        }
-        if let Some(keys) = p.str("ssh-public-keys") {
-            check_ssh_keys(&keys)?;
-        }
-        let pool = p.str("pool");
-        if let Some(pool) = &pool {
-            self.check_pool_exists(pool)?;
-        }
-        let on_vm = self
-            .access
-            .has(&req.who, &format!("/vms/{vmid}"), "VM.Allocate");
-        let on_pool = pool.as_ref().is_some_and(|pool| {
-            self.access
-                .has(&req.who, &format!("/pool/{pool}"), "VM.Allocate")
-        });
-        if !on_vm && !on_pool {
-            return Err(PveError::perm(None));
-        }
+        let pool = self.ct_create_access(req, vmid)?;
         let archive = p.req_str("ostemplate")?;
         let storage = p.str("storage").unwrap_or_else(|| "local".into());
         let unprivileged = p.bool("unprivileged");
-        let mut options: Vec<(String, String)> = Vec::new();
-        for k in p.keys() {
-            if CREATE_CONTROL.contains(&k.as_str()) || is_unused_key(k) {
-                continue;
-            }
-            let Some(v) = p.str(k) else { continue };
-            let v = if is_mp_key(k) && v.parse::<f64>().is_ok() {
-                format!("{storage}:{v}")
-            } else {
-                v
-            };
-            options.push((k.clone(), v));
-        }
+        let options = create_options(req, &storage);
         // Unknown privilege level until the archive is read: checked as privileged.
         self.check_ct_modify_config_perm(
             req,
