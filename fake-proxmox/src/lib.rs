@@ -127,7 +127,7 @@ pub use clock::ClockMode;
 pub use control::{ControlClient, ControlError, ControlToken};
 pub use faults::FaultRule;
 pub use journal::{AuthKind, JournalEntry};
-pub use scenario::{Scenario, ScenarioError};
+pub use scenario::{Scenario, ScenarioError, SnippetShare};
 pub use server::limits::Limits;
 pub use server::{Builder, FakeProxmox, SiteHandle, app};
 pub use tenants::{CertChoice, TenantInfo, TenantRequest, TenantSite};

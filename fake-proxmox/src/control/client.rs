@@ -210,6 +210,42 @@ impl ControlClient {
         Ok(v["volid"].as_str().unwrap_or_default().to_string())
     }
 
+    /// [`ControlClient::upload_volume`] of a disk image whose content is known: how a VM
+    /// booted from a disk made of it behaves (cloud-init, the guest agent).
+    pub async fn upload_image(
+        &self,
+        node: &str,
+        storage: &str,
+        volname: &str,
+        size_bytes: u64,
+        image: &crate::storage::image_facts::ImageFacts,
+    ) -> Result<String, ControlError> {
+        let v = self
+            .post(
+                &format!("/nodes/{node}/storage/{storage}/volumes"),
+                json!({"volname": volname, "size_bytes": size_bytes, "image": image}),
+            )
+            .await?;
+        Ok(v["volid"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Place snippet `volname` (`snippets/…`) with `text` on a storage. Returns the volid.
+    pub async fn place_snippet(
+        &self,
+        node: &str,
+        storage: &str,
+        volname: &str,
+        text: &str,
+    ) -> Result<String, ControlError> {
+        let v = self
+            .post(
+                &format!("/nodes/{node}/storage/{storage}/volumes"),
+                json!({"volname": volname, "size_bytes": text.len(), "text": text}),
+            )
+            .await?;
+        Ok(v["volid"].as_str().unwrap_or_default().to_string())
+    }
+
     /// Place a copy of the local file `file` on a storage as `volname` (with real disks;
     /// its sizes are the file's). Returns the volid.
     pub async fn place_file(

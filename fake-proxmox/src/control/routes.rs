@@ -393,6 +393,12 @@ struct NewVolume {
     /// A local file the volume is a copy of (real disks only; ignored by simulated ones).
     #[serde(default)]
     file: Option<std::path::PathBuf>,
+    /// What the image holds (`{os, cloud_init, guest_agent}`); unset: unknown.
+    #[serde(default)]
+    image: Option<crate::storage::image_facts::ImageFacts>,
+    /// A snippet's text (`snippets/…` volumes only).
+    #[serde(default)]
+    text: Option<String>,
 }
 
 fn storage_mut<'a>(
@@ -454,6 +460,11 @@ async fn volume_add(
         ctime: now as u64,
         notes: None,
         protected: false,
+        image: v.image.clone(),
+        text: v
+            .text
+            .clone()
+            .filter(|_| vtype == crate::storage::model::Content::Snippets),
     };
     let too_big = || {
         err(

@@ -210,6 +210,10 @@ fn backup_json(j: &mut Value, v: &Volume) {
 }
 
 fn content_list(c: &mut Ctx) -> Result<Reply, PveError> {
+    // PVE lists a directory: snippets a deployer placed on the share appear.
+    if let (Ok(node), Some(sid)) = (c.node(), c.req.p.str("storage")) {
+        c.site.rescan_snippets(&node, &sid);
+    }
     let s = c.site.audited_storage(&c.req)?;
     let ct = c.req.p.str("content").and_then(|x| Content::parse(&x));
     let vmid = c.req.p.int("vmid");

@@ -103,6 +103,9 @@ pub struct GuestOs {
     pub frozen: bool,
     pub scripts: Vec<ScriptedCommand>,
     pub passwords: BTreeMap<String, PasswordSet>,
+    /// The cloud-init instance last applied at a boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init: Option<super::cloud_init::CloudInitRun>,
 }
 
 /// QGA's answer to a failed command, as PVE's `mon_cmd` returns it.
@@ -503,6 +506,7 @@ impl GuestOs {
             "passwords": self.passwords,
             "commands": self.scripts,
             "processes": self.processes.keys().collect::<Vec<_>>(),
+            "cloud_init": self.cloud_init,
         })
     }
 }

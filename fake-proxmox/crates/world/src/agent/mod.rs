@@ -11,9 +11,13 @@
 //!   `suspended`.
 //! - The simulated guest's files live with the VM, not in its volumes: snapshots, rollbacks
 //!   and clones do not carry them, and the lab backend's real guest never sees them.
+//! - The agent answers as the VM's boot image allows (`cloud_init`): an image without
+//!   `qemu-guest-agent` stays silent unless its user-data installs and starts it.
 //! - A Perl die inside PVE's handler (`Wide character in subroutine entry`) comes without
 //!   Perl's ` at …/Agent.pm line N.` suffix.
 
+pub mod cloud_config;
+pub mod cloud_init;
 mod coreutils;
 pub mod guest_os;
 pub mod model;

@@ -16,8 +16,6 @@ use crate::storage::model::Content;
 use crate::storage::volid::{parse_volid, parse_volname};
 use crate::world::Site;
 
-/// PVE reads at most this much of a snippet.
-const SNIPPET_LIMIT: u64 = 1024 * 1024;
 /// PVE's cap on the sum of the image's files.
 const FILES_LIMIT: usize = 3 * 1024 * 1024;
 /// The size of a cloud-init volume (`CLOUDINIT_DISK_SIZE`).
@@ -25,11 +23,11 @@ const DRIVE_SIZE: u64 = 4 * 1024 * 1024;
 
 /// The `cicustom` snippets' texts, by part.
 #[derive(Debug, Default)]
-struct Custom {
-    user: Option<String>,
-    network: Option<String>,
-    meta: Option<String>,
-    vendor: Option<String>,
+pub(crate) struct Custom {
+    pub user: Option<String>,
+    pub network: Option<String>,
+    pub meta: Option<String>,
+    pub vendor: Option<String>,
 }
 
 /// The files of the image, from the config's documents and the custom ones
@@ -142,7 +140,7 @@ impl Site {
 
     /// `get_custom_cloudinit_files`: the snippets `cicustom` names, each checked to be a
     /// snippet (`read_cloudinit_snippets_file`).
-    fn custom_snippets(&self, node: &str, vm: &Vm) -> Result<Custom, String> {
+    pub(crate) fn custom_snippets(&self, node: &str, vm: &Vm) -> Result<Custom, String> {
         let mut c = Custom::default();
         let Some(cicustom) = vm.config.get("cicustom") else {
             return Ok(c);
@@ -165,9 +163,7 @@ impl Site {
             if parse_volname(sto.kind, volname).map(|v| v.0) != Some(Content::Snippets) {
                 return Err(format!("{volid} is not in the snippets directory"));
             }
-            *slot = self
-                .disks_on(node)
-                .read_snippet(Vol::new(node, sid, volname), SNIPPET_LIMIT)?;
+            *slot = Some(self.snippet_text(node, sid, volname)?);
         }
         Ok(c)
     }

@@ -325,7 +325,9 @@ impl Site {
             .get_mut(node)
             .and_then(|n| n.storages.get_mut(&d.storage))
             .ok_or_else(|| format!("storage '{}' does not exist", d.storage))?
-            .write_data(&volname, copied.bytes)
+            .write_data(&volname, copied.bytes)?;
+        self.carry_volume_facts((node, ssid, svol), (node, &d.storage, &volname));
+        Ok(())
     }
 
     /// Check an `import-from` source: volid syntax, storage, vtype (`images` or `import`).

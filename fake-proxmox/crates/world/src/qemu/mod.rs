@@ -24,6 +24,7 @@ mod cloudinit_drive;
 pub mod create;
 pub mod disks;
 pub mod facts;
+mod guest_boot;
 pub mod hotplug;
 pub mod lifecycle;
 pub mod migrate;

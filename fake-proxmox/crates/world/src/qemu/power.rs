@@ -168,11 +168,20 @@ impl Site {
             }
             lines = self.write_cloudinit_drives(node, vmid)?;
         }
+        let simulated = !self.exec_on(node).observes_guests();
+        let seed = if simulated {
+            self.cloudinit_seed(node, vmid)?
+        } else {
+            None
+        };
         if let Some(e) = self.check_start(node, vmid).error {
             return Err(e);
         }
         self.run_vm(vmid, now, |exec, vm, host| exec.start(vm, host))?;
         self.assign_leases(vmid);
+        if simulated {
+            self.boot_simulated_guest(node, vmid, seed.as_ref(), now);
+        }
         Ok(lines)
     }
 
@@ -317,6 +326,12 @@ impl Site {
         // guest inside the same QEMU process: pending stays pending.
         if matches!(work, Stop { .. } | Shutdown { .. }) {
             self.apply_pending(vmid);
+        }
+        if let Reset { .. } = work
+            && let Some(node) = self.vms.get(&vmid).map(|v| v.node.clone())
+            && !self.exec_on(&node).observes_guests()
+        {
+            self.boot_simulated_guest(&node, vmid, None, now);
         }
         Ok(Vec::new())
     }

@@ -268,9 +268,73 @@ pub struct VolumeSpec {
     /// archive that holds no configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
+    /// What the image holds (`{os, cloud_init, guest_agent}`): how a VM booted from a disk
+    /// made of it behaves. Unset: an image nothing is known about (cloud-init and the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::storage::image_facts::ImageFacts>,
+    /// A snippet's text (`snippets/…` volumes): what a VM's `cicustom` reads from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+/// A site's snippets storage given a directory by [`Scenario::share_snippets`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnippetShare {
+    pub site: String,
+    pub storage: String,
+    /// The storage's directory: its `snippets/` holds the snippet files.
+    pub dir: PathBuf,
 }
 
 impl Scenario {
+    /// Give each site's first storage with `snippets` content that has no `backing_dir` a
+    /// directory under `root` (`<root>/<site>/<storage>`, made here), as a share the
+    /// deployer mounts: snippets written into its `snippets/` are what PVE lists and what a
+    /// VM's `cicustom` reads. Every node of the site sees the same directory. Returns the
+    /// shares, one per site that has such a storage (a storage that already had a
+    /// directory is returned as it is).
+    pub fn share_snippets(&mut self, root: &Path) -> std::io::Result<Vec<SnippetShare>> {
+        let mut shares = Vec::new();
+        for site in &mut self.sites {
+            let Some(name) = site
+                .nodes
+                .iter()
+                .flat_map(|n| &n.storages)
+                .find(|s| s.content.contains(&Content::Snippets))
+                .map(|s| s.name.clone())
+            else {
+                continue;
+            };
+            let mut dir = None;
+            for s in site
+                .nodes
+                .iter_mut()
+                .flat_map(|n| &mut n.storages)
+                .filter(|s| s.name == name)
+            {
+                let d = match (&s.backing_dir, &dir) {
+                    (Some(own), _) => own.clone(),
+                    (None, Some(d)) => PathBuf::clone(d),
+                    (None, None) => {
+                        let d = root.join(&site.name).join(&name);
+                        std::fs::create_dir_all(d.join("snippets"))?;
+                        d
+                    }
+                };
+                s.backing_dir = Some(d.clone());
+                dir.get_or_insert(d);
+            }
+            if let Some(dir) = dir {
+                shares.push(SnippetShare {
+                    site: site.name.clone(),
+                    storage: name,
+                    dir,
+                });
+            }
+        }
+        Ok(shares)
+    }
+
     /// The seed's two sites (`site-1`/ml110-01, `site-2`/r630-01).
     pub fn embedded_default() -> Scenario {
         // The embedded YAML is checked by a unit test; failing here is a build defect.

@@ -146,6 +146,7 @@ impl Site {
                     .and_then(|n| n.storages.get_mut(sid))
                     .ok_or_else(|| format!("storage '{sid}' does not exist"))?
                     .write_data(&to, copied.bytes)?;
+                self.carry_volume_facts((node, sid, volname), (target_node, sid, &to));
             }
             _ => {
                 let file = self.disks_on(node).path(node, sid, volname);
@@ -164,6 +165,7 @@ impl Site {
                     }
                     Err(Arrival::Refused(e) | Arrival::Data(e)) => return Err(e),
                 }
+                self.carry_volume_facts((node, sid, volname), (target_node, sid, target));
             }
         }
         Ok(Vec::new())

@@ -148,6 +148,8 @@ impl Site {
                 ctime: now as u64,
                 notes: None,
                 protected: false,
+                image: None,
+                text: None,
             },
         );
         if let Err(e) = self.place_data(node, storage, volname, file, size) {

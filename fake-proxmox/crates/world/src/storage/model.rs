@@ -28,6 +28,11 @@ pub struct Storage {
     /// restore recovers, `recover_config`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub archive_configs: std::collections::BTreeMap<String, String>,
+    /// The scenario's `backing_dir`: on a node with simulated disks, the directory whose
+    /// `snippets/` holds this storage's snippets as real files (a share a deployer also
+    /// mounts, to place user-data PVE's API cannot upload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_dir: Option<std::path::PathBuf>,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -170,6 +175,8 @@ impl Storage {
                 ctime: now,
                 notes: None,
                 protected: false,
+                image: None,
+                text: None,
             },
         );
         Ok(volname)
@@ -288,6 +295,7 @@ mod tests {
             prune_backups: None,
             volumes: Volumes::default(),
             archive_configs: Default::default(),
+            backing_dir: None,
         }
     }
 

@@ -26,6 +26,12 @@ pub struct Volume {
     /// A protected backup (PVE's `<archive>.protected` file): not removed, not pruned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub protected: bool,
+    /// What the image in this volume holds (cloud-init, the guest agent); `None`: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<super::image_facts::ImageFacts>,
+    /// A snippet's text where no file keeps it (a simulated storage without a directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// Volumes by volname; reads go through `Deref` to the map, writes through these methods.
@@ -146,6 +152,8 @@ mod tests {
             ctime: 0,
             notes: None,
             protected: false,
+            image: None,
+            text: None,
         }
     }
 

@@ -284,6 +284,8 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
                     // Only a backup on a file-based storage has attributes.
                     notes: v.notes.clone().filter(|_| vtype == Content::Backup),
                     protected: v.protected && vtype == Content::Backup,
+                    image: v.image.clone(),
+                    text: v.text.clone().filter(|_| vtype == Content::Snippets),
                 },
             );
         }
@@ -312,6 +314,7 @@ fn storage_from_spec(s: &StorageSpec, now: u64) -> Storage {
             })
             .filter_map(|v| Some((v.volname.clone(), v.config.clone()?)))
             .collect(),
+        backing_dir: s.backing_dir.clone(),
     }
 }
 
