@@ -161,6 +161,7 @@ fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
             endpoint: url.to_string(),
             node: None,
             tls: TlsMode::Pinned(pin),
+            snippets: None,
         })
         .collect();
     let provider = Provider {

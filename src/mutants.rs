@@ -34,6 +34,9 @@ pub enum Mutant {
     DisksInGb,
     /// Containers are made privileged (`unprivileged=0`): root in the container is root on
     /// the node.
+    /// Reads the manifests without their `userData`: no snippet, no `cicustom`, the VMs made
+    /// as if none was asked for (PVE then writes only its own user-data).
+    IgnoresUserData,
     PrivilegedContainers,
     /// A container's rootfs is left to PVE's default size (4 GiB), not the manifest's `disk`.
     RootfsDefaultSize,
@@ -68,6 +71,7 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => "destroy-without-purge",
             Mutant::WrongIp => "wrong-ip",
             Mutant::DisksInGb => "disks-in-gb",
+            Mutant::IgnoresUserData => "ignores-user-data",
             Mutant::PrivilegedContainers => "privileged-containers",
             Mutant::RootfsDefaultSize => "rootfs-default-size",
             Mutant::SkipsFirstBootScript => "skips-first-boot-script",
@@ -87,7 +91,7 @@ impl Mutant {
 }
 
 /// Every mutant.
-pub const ALL: [Mutant; 18] = [
+pub const ALL: [Mutant; 19] = [
     Mutant::NeverWaitsForTasks,
     Mutant::TokenAsCookie,
     Mutant::Qcow2OnLvmThin,
@@ -97,6 +101,7 @@ pub const ALL: [Mutant; 18] = [
     Mutant::DestroyWithoutPurge,
     Mutant::WrongIp,
     Mutant::DisksInGb,
+    Mutant::IgnoresUserData,
     Mutant::PrivilegedContainers,
     Mutant::RootfsDefaultSize,
     Mutant::SkipsFirstBootScript,

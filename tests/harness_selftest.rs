@@ -313,6 +313,10 @@ fn request_from_env() -> Result<RunRequest, String> {
             node: s["node"].as_str().unwrap_or_default().into(),
             fingerprint: s["fingerprint"].as_str().map(str::to_string),
             insecure: false,
+            snippets: s["snippets"]["storage"]
+                .as_str()
+                .zip(s["snippets"]["path"].as_str())
+                .map(|(st, p)| (st.to_string(), std::path::PathBuf::from(p))),
         })
         .collect();
     let action = match env("HARNESS_ACTION").as_str() {

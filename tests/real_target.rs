@@ -265,6 +265,7 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
             node: NODE.into(),
             fingerprint: Some(s.fingerprint.clone()),
             insecure: false,
+            snippets: None,
         }],
         creds: Creds::Token {
             id: TOKEN_ID.into(),

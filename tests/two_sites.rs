@@ -196,6 +196,7 @@ fn rollout_over_two_containers_survives_a_frozen_site() {
         endpoint: c.url.clone(),
         node: Some(node.into()),
         tls: TlsMode::Pinned(parse_fingerprint(&c.fingerprint).unwrap()),
+        snippets: None,
     };
     let provider = Provider {
         sites: vec![

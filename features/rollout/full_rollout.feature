@@ -82,6 +82,7 @@ Feature: The seed's full rollout: 30 manifests over two sites, planned first
     Then the plan's verdict is not "would-fail"
     When the deployer runs
     Then all 30 VMs are ready with VMIDs distinct on each site and an IP address
+    And every VM whose manifest has userData got it in its guest
     And the VMs were created in the seed's phase order: critical, high, medium, blockchain, test
     And within the blockchain phase the groups were created in order: validators, sentries, rpc, services
     And "email-server" was created after "dns-primary" was running

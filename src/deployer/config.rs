@@ -58,6 +58,27 @@ pub struct SiteDoc {
     /// A CA certificate file (PEM) to trust instead of the system roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Where this deployer reaches the site's snippets storage as files (see [`SnippetShare`]).
+    #[serde(default)]
+    pub snippets: Option<SnippetShareDoc>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnippetShareDoc {
+    pub storage: String,
+    pub path: PathBuf,
+}
+
+/// A PVE storage with `snippets` content that this deployer also has mounted: PVE's API
+/// cannot upload snippets, so a manifest's `userData` is written to `<path>/snippets/` and the
+/// VM's `cicustom` names it. A storage that is not `shared` is reached on the site's node only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnippetShare {
+    /// The storage id (`local`, `cephfs`).
+    pub storage: String,
+    /// The storage's directory (PVE's `path`, where `snippets/` is) as mounted here.
+    pub path: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -76,6 +97,8 @@ pub struct Site {
     pub endpoint: String,
     pub node: Option<String>,
     pub tls: TlsMode,
+    /// Where `userData` snippets are written, if the site has a share for them.
+    pub snippets: Option<SnippetShare>,
 }
 
 /// Sites plus the credentials used for all of them.
@@ -170,6 +193,10 @@ pub fn parse_provider(
             endpoint: s.endpoint.clone(),
             node: s.node.clone(),
             tls,
+            snippets: s.snippets.as_ref().map(|d| SnippetShare {
+                storage: d.storage.clone(),
+                path: base_dir.join(&d.path),
+            }),
         });
     }
     let secret = doc

@@ -60,6 +60,8 @@ pub enum StepError {
         kind: String,
         content: String,
     },
+    #[error("userData of VM {vm} cannot reach it: {detail}")]
+    UserDataUndeliverable { vm: String, detail: String },
     #[error("storage '{storage}' on node {node} is full: {detail}")]
     StorageFull {
         node: String,
@@ -111,6 +113,7 @@ impl StepError {
             | StorageMissing { .. }
             | StorageNotForImages { .. }
             | StorageNotForContainers { .. }
+            | UserDataUndeliverable { .. }
             | ImportNotSupported { .. }
             | TooManyVcpus { .. }
             | DependencyFailed(_)
@@ -136,6 +139,7 @@ impl StepError {
             StorageMissing { .. } => "StorageMissing",
             StorageNotForImages { .. } => "StorageNotForImages",
             StorageNotForContainers { .. } => "StorageNotForContainers",
+            UserDataUndeliverable { .. } => "UserDataUndeliverable",
             StorageFull { .. } => "StorageFull",
             ImageMissing { .. } => "ImageMissing",
             ImportNotSupported { .. } => "ImportNotSupported",

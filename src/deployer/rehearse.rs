@@ -233,7 +233,13 @@ pub fn cloud_image_qcow2_with(
 
 /// Starts a fake for the rollout's scenario, points every site at it (pinned certificate),
 /// plans, deploys, and shuts the fake down.
-pub async fn run(rollout: Rollout, options: &RehearseOptions) -> Result<RunReport, RehearseError> {
+pub async fn run(
+    mut rollout: Rollout,
+    options: &RehearseOptions,
+) -> Result<RunReport, RehearseError> {
+    let shares_dir = tempfile::tempdir()
+        .map_err(|e| RehearseError::Example(format!("a directory for snippets: {e}")))?;
+    share_snippets(&mut rollout, shares_dir.path())?;
     let fake = FakeProxmox::builder()
         .scenario(rollout.scenario)
         .lab_options(options.lab.clone())
@@ -267,6 +273,30 @@ pub async fn run(rollout: Rollout, options: &RehearseOptions) -> Result<RunRepor
     }
     fake.shutdown().await;
     result
+}
+
+/// Each site's snippets storage gets a directory under `root` that the deployer writes
+/// `userData` snippets into (PVE's API cannot upload them; a real deployer mounts a share):
+/// the scenario's `backing_dir`, and the provider config's `snippets` where it names none.
+pub fn share_snippets(rollout: &mut Rollout, root: &Path) -> Result<(), RehearseError> {
+    let shares = rollout
+        .scenario
+        .share_snippets(root)
+        .map_err(|e| RehearseError::Example(format!("a directory for snippets: {e}")))?;
+    for share in shares {
+        if let Some(site) = rollout
+            .provider
+            .sites
+            .iter_mut()
+            .find(|s| s.name == share.site && s.snippets.is_none())
+        {
+            site.snippets = Some(crate::deployer::config::SnippetShare {
+                storage: share.storage,
+                path: share.dir,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Plans and deploys against an already running fake.

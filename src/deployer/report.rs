@@ -160,7 +160,7 @@ pub fn render_plan(p: &PlanReport) -> String {
 }
 
 /// Condition reasons summarised once under the table instead of per row.
-const NOTED: &[&str] = &["SnippetMissing"];
+const NOTED: &[&str] = &[];
 
 pub fn render_rollout(title: &str, r: &RolloutResult) -> String {
     let mut out = String::new();

@@ -23,6 +23,8 @@ pub struct SiteCtx {
     /// `listing_max_age` allows (see `Pipeline`): `/cluster/resources`, and per node its
     /// status, network, storages and a storage's content.
     pub recent: RecentReads,
+    /// Where `userData` snippets are written (the provider config's `snippets`).
+    pub snippets: Option<crate::deployer::config::SnippetShare>,
 }
 
 #[derive(Default)]
@@ -126,5 +128,6 @@ pub async fn connect(
         version: Some(version),
         create_lock: Mutex::new(()),
         recent: RecentReads::default(),
+        snippets: site.snippets.clone(),
     })
 }

@@ -46,6 +46,7 @@ pub async fn start(scenario: Scenario) -> Env {
             endpoint: s.url().to_string(),
             node: None,
             tls: TlsMode::Pinned(parse_fingerprint(s.fingerprint()).unwrap()),
+            snippets: None,
         })
         .collect();
     let provider = Provider {

@@ -15,12 +15,17 @@
 //! | `HARNESS_MANIFESTS_DIR` | the directory of ProxmoxVM manifests (`*.yaml`, recursive) |
 //! | `HARNESS_STATE_DIR` | a directory that is the deployer's own between runs of one scenario |
 //! | `HARNESS_STATUS_FILE` | where the deployer writes its status JSON |
-//! | `HARNESS_SITES` | JSON `[{"name","url","node","fingerprint"}]`: the same sites, for deployers without a config parser |
+//! | `HARNESS_SITES` | JSON `[{"name","url","node","fingerprint","snippets"}]`: the same sites, for deployers without a config parser; `snippets` is `{"storage","path"}` or null |
 //! | `HARNESS_PVE_URL`, `HARNESS_PVE_FINGERPRINT` | the first site's base URL (no `/api2/json`) and SHA-256 certificate fingerprint |
 //! | `HARNESS_PVE_TOKEN_ID`, `HARNESS_PVE_TOKEN_SECRET` | API token credentials, or … |
 //! | `HARNESS_PVE_USERNAME`, `HARNESS_PVE_PASSWORD` | … password credentials |
 //! | `HARNESS_CONCURRENCY` | VMs in flight at once |
 //! | `HARNESS_FAST` | `1`: poll tasks and back off in tens of milliseconds (the fake's clock runs fast) |
+//!
+//! A site's `snippets` (also in the provider config: `snippets: {storage, path}`) is a storage
+//! with `snippets` content whose directory is mounted at `path` where the deployer runs: PVE's
+//! API cannot upload snippets, so a manifest's `userData` reaches its VM only as a file written
+//! to `<path>/snippets/` and named in the VM's `cicustom`.
 //!
 //! The deployer writes to `HARNESS_STATUS_FILE` (or, if it does not, prints on stdout) a JSON
 //! object in the deployer's status format: `{"vms":[{"name","site","node","outcome":
@@ -37,7 +42,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 
-use provision_harness::config::{Provider, Site};
+use provision_harness::config::{Provider, Site, SnippetShare};
 use provision_harness::deploy::{DeployOptions, Deployer as BuiltInDeployer};
 use provision_harness::mutants::{Reached, run_as};
 use provision_harness::pipeline::PipelineOptions;
@@ -83,6 +88,8 @@ pub struct SiteTarget {
     /// SHA-256 fingerprint (`AB:CD:…`); `None` with `insecure` or a publicly trusted cert.
     pub fingerprint: Option<String>,
     pub insecure: bool,
+    /// The site's snippets share: the storage id and the directory it is mounted at here.
+    pub snippets: Option<(String, PathBuf)>,
 }
 
 #[derive(Clone)]
@@ -206,6 +213,10 @@ impl BuiltIn {
                 endpoint: s.url.clone(),
                 node: Some(s.node.clone()),
                 tls,
+                snippets: s.snippets.as_ref().map(|(storage, path)| SnippetShare {
+                    storage: storage.clone(),
+                    path: path.clone(),
+                }),
             });
         }
         let credentials = match &req.creds {
@@ -364,6 +375,12 @@ impl External {
             } else if s.insecure {
                 y.push_str("      insecureSkipTLSVerify: true\n");
             }
+            if let Some((storage, path)) = &s.snippets {
+                y.push_str(&format!(
+                    "      snippets:\n        storage: {storage}\n        path: {}\n",
+                    serde_json::to_string(&path.display().to_string()).unwrap_or_default()
+                ));
+            }
         }
         y.push_str("---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: harness-credentials\nstringData:\n");
         match &req.creds {
@@ -409,7 +426,12 @@ impl External {
         let sites: Vec<serde_json::Value> = req
             .sites
             .iter()
-            .map(|s| serde_json::json!({"name": s.name, "url": s.url, "node": s.node, "fingerprint": s.fingerprint}))
+            .map(|s| {
+                let snippets = s.snippets.as_ref().map(
+                    |(storage, path)| serde_json::json!({"storage": storage, "path": path}),
+                );
+                serde_json::json!({"name": s.name, "url": s.url, "node": s.node, "fingerprint": s.fingerprint, "snippets": snippets})
+            })
             .collect();
         env.push((
             "HARNESS_SITES".into(),

@@ -2,6 +2,10 @@
 //! standard configuration as defaults (2 cores, 4 GiB, 20 GiB on local-lvm, vmbr0, the Ubuntu
 //! cloud image, cloud-init user data).
 
+/// The seed manifests' user-data: Ubuntu's cloud image has no guest agent, so the VM's
+/// cloud-config installs and starts it (without it, no address is ever reported).
+pub const SEED_USER_DATA: &str = "#cloud-config\npackage_update: true\npackages:\n  - qemu-guest-agent\nruncmd:\n  - systemctl enable --now qemu-guest-agent\n";
+
 #[derive(Debug, Clone)]
 pub struct VmManifest {
     /// `ProxmoxVM`, or `ProxmoxContainer` for an LXC container.
@@ -16,6 +20,8 @@ pub struct VmManifest {
     pub network: String,
     pub image: String,
     pub user_data: Option<String>,
+    /// `sshKeys`: keys for the cloud-init user.
+    pub ssh_keys: Vec<String>,
 }
 
 impl VmManifest {
@@ -31,7 +37,8 @@ impl VmManifest {
             storage: "local-lvm".into(),
             network: "vmbr0".into(),
             image: "local:iso/ubuntu-22.04-cloud.img".into(),
-            user_data: Some("#cloud-config\npackage_update: true\n".into()),
+            user_data: Some(SEED_USER_DATA.into()),
+            ssh_keys: Vec::new(),
         }
     }
 
@@ -61,10 +68,11 @@ impl VmManifest {
             "image" => self.image = v,
             "node" => self.node = v,
             "site" => self.site = v,
-            "userData" => self.user_data = (!v.is_empty()).then_some(v),
+            "userData" => self.user_data = (!v.is_empty()).then_some(v.replace("\\n", "\n")),
+            "sshKeys" => self.ssh_keys = v.split(';').map(|k| k.trim().to_string()).collect(),
             other => {
                 return Err(format!(
-                    "unknown manifest field '{other}' (known: cpu, memory, disk, storage, network, image, node, site, userData)"
+                    "unknown manifest field '{other}' (known: cpu, memory, disk, storage, network, image, node, site, userData, sshKeys)"
                 ));
             }
         }
@@ -86,6 +94,12 @@ impl VmManifest {
             image = q(&self.image),
             site = q(&self.site),
         );
+        if !self.ssh_keys.is_empty() {
+            y.push_str("    sshKeys:\n");
+            for k in &self.ssh_keys {
+                y.push_str(&format!("      - {}\n", q(k)));
+            }
+        }
         if let Some(u) = &self.user_data {
             y.push_str("    userData: |\n");
             for line in u.lines() {

@@ -32,13 +32,14 @@ pub enum Mutant {
     DestroyWithoutPurge,
     WrongIp,
     DisksInGb,
+    IgnoresUserData,
     PrivilegedContainers,
     RootfsDefaultSize,
     IgnoresRecordedVmid,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::DoesNothing,
         Mutant::NeverWaitsForTasks,
         Mutant::TokenAsCookie,
@@ -51,6 +52,7 @@ impl Mutant {
         Mutant::DestroyWithoutPurge,
         Mutant::WrongIp,
         Mutant::DisksInGb,
+        Mutant::IgnoresUserData,
         Mutant::PrivilegedContainers,
         Mutant::RootfsDefaultSize,
         Mutant::IgnoresRecordedVmid,
@@ -89,6 +91,9 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => "deletes VMs without purge=1",
             Mutant::WrongIp => "reports the guest agent's first IPv4 address, loopback included",
             Mutant::DisksInGb => "sizes disks in GB instead of GiB (20Gi becomes 19073 MiB)",
+            Mutant::IgnoresUserData => {
+                "reads the manifests without their userData: no snippet, no cicustom"
+            }
             Mutant::PrivilegedContainers => "makes containers privileged (unprivileged=0)",
             Mutant::RootfsDefaultSize => {
                 "leaves a container's rootfs at PVE's default 4 GiB, not the manifest's disk"
@@ -111,6 +116,7 @@ impl Mutant {
             Mutant::DestroyWithoutPurge => Some(Hook::DestroyWithoutPurge),
             Mutant::WrongIp => Some(Hook::WrongIp),
             Mutant::DisksInGb => Some(Hook::DisksInGb),
+            Mutant::IgnoresUserData => Some(Hook::IgnoresUserData),
             Mutant::PrivilegedContainers => Some(Hook::PrivilegedContainers),
             Mutant::RootfsDefaultSize => Some(Hook::RootfsDefaultSize),
             Mutant::DoesNothing

@@ -16,6 +16,7 @@
 //! deployer is given and to what the steps expect (request paths, create parameters, error
 //! texts, VM names), so a scenario reads the same on every target.
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -52,6 +53,10 @@ pub struct RealPve {
     pub parallel: usize,
     /// The run's VM name prefix (`ph-3fa9c1-`).
     pub run_prefix: String,
+    /// The target's snippets share (`HARNESS_PVE_SNIPPETS=STORAGE:PATH`): a storage with
+    /// `snippets` content mounted here. Without one the steps' manifests carry no `userData`
+    /// (it could not reach a VM).
+    pub snippets: Option<(String, PathBuf)>,
 }
 
 static OVERRIDE: OnceLock<RealPve> = OnceLock::new();
@@ -110,6 +115,10 @@ impl RealPve {
             if let Some(n) = get("HARNESS_PVE_PARALLEL").and_then(|n| n.parse().ok()) {
                 t.parallel = n;
             }
+            t.snippets = get("HARNESS_PVE_SNIPPETS").and_then(|v| {
+                let (storage, path) = v.split_once(':')?;
+                Some((storage.to_string(), PathBuf::from(path)))
+            });
             t
         })
     }
@@ -150,6 +159,7 @@ impl RealPve {
             noimages_storage: "local".into(),
             parallel: 2,
             run_prefix: new_run_prefix(),
+            snippets: None,
         }
     }
 
@@ -409,6 +419,12 @@ impl RealPve {
                 endpoint: self.url.clone(),
                 node: Some(self.node.clone()),
                 tls,
+                snippets: self.snippets.as_ref().map(|(storage, path)| {
+                    provision_harness::config::SnippetShare {
+                        storage: storage.clone(),
+                        path: path.clone(),
+                    }
+                }),
             }],
             credentials,
         })

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, Scenario};
+use fake_proxmox::storage::image_facts::ImageFacts;
+use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, Scenario, SnippetShare};
 use tokio::task::JoinHandle;
 
 use super::adapter::{self, Action, Creds, Deployer, RunRequest, SiteTarget};
@@ -86,6 +87,9 @@ pub struct RolloutWorld {
     pub recorder: Option<Recorder>,
     /// What the deployer and the fault steps recorded for the scenario's trace.
     pub capture: provision_harness::trace::Capture,
+    /// Each site's snippets share (the directory the deployer writes `userData` snippets
+    /// into and the fake reads them from), once the fake started.
+    pub snippet_shares: BTreeMap<String, SnippetShare>,
 }
 
 impl std::fmt::Debug for RolloutWorld {
@@ -111,6 +115,20 @@ impl std::fmt::Debug for RolloutWorld {
             .field("last_status", &self.runs.last().map(|r| &r.status))
             .finish()
     }
+}
+
+/// The seed's Ubuntu cloud image as the embedded scenario describes it (cloud-init, no guest
+/// agent): what the harness places for import is the same image.
+pub fn ubuntu_cloud_image() -> ImageFacts {
+    Scenario::embedded_default()
+        .sites
+        .iter()
+        .flat_map(|s| &s.nodes)
+        .flat_map(|n| &n.storages)
+        .flat_map(|s| &s.volumes)
+        .find(|v| v.volname == "iso/ubuntu-22.04-cloud.img")
+        .and_then(|v| v.image.clone())
+        .unwrap_or(ImageFacts::UNKNOWN)
 }
 
 impl RolloutWorld {
@@ -157,6 +175,7 @@ impl RolloutWorld {
             map,
             recorder: None,
             capture,
+            snippet_shares: BTreeMap::new(),
         })
     }
 
@@ -188,8 +207,14 @@ impl RolloutWorld {
     /// Starts the fake if it is still pending.
     pub async fn ensure_started(&mut self) -> anyhow::Result<()> {
         if let Some(Target::Pending(scenario)) = &self.target {
+            // The shares a deployer mounts to place user-data PVE's API cannot upload.
+            let mut scenario = (**scenario).clone();
+            let shares = scenario
+                .share_snippets(&self.dir.path().join("shares"))
+                .context("a directory for the snippets shares")?;
+            self.snippet_shares = shares.into_iter().map(|s| (s.site.clone(), s)).collect();
             let fake = FakeProxmox::builder()
-                .scenario((**scenario).clone())
+                .scenario(scenario)
                 .tls(true)
                 .auth_failure_delay(false)
                 .clock(self.clock)
@@ -203,7 +228,7 @@ impl RolloutWorld {
                     .ok_or_else(|| anyhow!("the fake has no site {site}"))?;
                 handle
                     .control()
-                    .upload_volume(node, storage, volname, *bytes)
+                    .upload_image(node, storage, volname, *bytes, &ubuntu_cloud_image())
                     .await
                     .map_err(|e| anyhow!("placing {storage}:{volname} on {node}: {e}"))?;
             }
@@ -254,6 +279,10 @@ impl RolloutWorld {
                     node: node_of_site(s.name()).unwrap_or_default().to_string(),
                     fingerprint: Some(s.fingerprint().to_string()),
                     insecure: false,
+                    snippets: self
+                        .snippet_shares
+                        .get(s.name())
+                        .map(|x| (x.storage.clone(), x.dir.clone())),
                 })
                 .collect()),
             Some(Target::Real(r)) => {
@@ -286,6 +315,7 @@ impl RolloutWorld {
                         node: r.node.clone(),
                         fingerprint: fingerprint.clone(),
                         insecure,
+                        snippets: r.snippets.clone(),
                     })
                     .collect())
             }
@@ -337,8 +367,13 @@ impl RolloutWorld {
                 None => std::fs::write(file, text)?,
             }
         }
+        // A real target without a snippets share cannot deliver user-data: leave it out.
+        let no_share = matches!(&self.target, Some(Target::Real(r)) if r.snippets.is_none());
         for m in manifests.values() {
             let mut m = m.clone();
+            if no_share {
+                m.user_data = None;
+            }
             if let Some(map) = &self.map {
                 m.name = map.vm_name(&m.name);
                 m.node = map.node(&m.node);

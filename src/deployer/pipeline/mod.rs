@@ -20,6 +20,7 @@ mod existing;
 mod requests;
 mod rules;
 mod steps;
+mod user_data;
 pub use container::{check_ct_storage, ct_create_params, resolve_template};
 pub use requests::{VmRequestInputs, vm_requests};
 use rules::create_refused;
@@ -352,25 +353,60 @@ impl Pipeline<'_> {
             .storage_views(job, image::storages_to_list(&spec.image, storages), reuse)
             .await?;
         let resolved = image::resolve(&spec.image, node, &views, self.site.version_pair())?;
-        let snippet = find_user_snippet(&views, &spec.name);
+        let user_data = spec
+            .user_data
+            .as_deref()
+            .filter(|_| !crate::mutants::active(crate::mutants::Mutant::IgnoresUserData));
+        let snippet = match user_data {
+            Some(ud) => {
+                let placed = find_user_snippet(&views, &spec.name);
+                let s = user_data::destination(
+                    spec,
+                    ud,
+                    &self.options.ci_user,
+                    self.site.snippets.as_ref(),
+                    storages,
+                    placed,
+                )?;
+                user_data::write(spec, &s)?;
+                Some(s)
+            }
+            None => None,
+        };
         self.record(job, |r| {
             if let Some(n) = &resolved.note {
-                r.set_condition(Condition::new("ImageResolved", true, "ImportVolume", n.clone()));
+                r.set_condition(Condition::new(
+                    "ImageResolved",
+                    true,
+                    "ImportVolume",
+                    n.clone(),
+                ));
             }
-            r.set_condition(match (&spec.user_data, &snippet) {
-                (None, _) => Condition::new("UserData", true, "NotRequested", "no userData in the manifest"),
-                (Some(_), Some(v)) => Condition::new("UserData", true, "Snippet", format!("cicustom user={v}")),
-                (Some(_), None) => Condition::new(
+            r.set_condition(match &snippet {
+                None => Condition::new(
                     "UserData",
-                    false,
-                    "SnippetMissing",
+                    true,
+                    "NotRequested",
+                    "no userData in the manifest",
+                ),
+                Some(s) if s.path.is_some() => Condition::new(
+                    "UserData",
+                    true,
+                    "SnippetWritten",
+                    format!("cicustom user={}", s.volid),
+                ),
+                Some(s) => Condition::new(
+                    "UserData",
+                    true,
+                    "SnippetPlaced",
                     format!(
-                        "PVE's API cannot upload snippets: place the userData at <snippets storage>:snippets/{}-user.yaml; only ciuser and ipconfig0 were applied",
-                        spec.name
+                        "cicustom user={} (placed before this run; not rewritten)",
+                        s.volid
                     ),
                 ),
             });
         });
+        let snippet = snippet.map(|s| s.volid);
 
         let params = |vmid: u32| {
             create_params(

@@ -197,29 +197,34 @@ pub fn create_refused(node: &str, spec: &ValidSpec, e: &PveError) -> Option<Step
     None
 }
 
+/// The seed's nginx-proxy-vm as a validated spec, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_spec() -> ValidSpec {
+    ValidSpec {
+        kind: crate::deployer::guest::GuestKind::Vm,
+        name: "nginx-proxy-vm".into(),
+        site: "site-1".into(),
+        node: "ml110-01".into(),
+        cores: 2,
+        memory_mib: 4096,
+        disk_gib: 20,
+        storage: "local-lvm".into(),
+        bridge: "vmbr0".into(),
+        image: crate::deployer::validate::ImageSpec::Name {
+            name: "u.qcow2".into(),
+        },
+        user_data: None,
+        ip: None,
+        ssh_keys: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::deployer::validate::ImageSpec;
 
     fn spec() -> ValidSpec {
-        ValidSpec {
-            kind: crate::deployer::guest::GuestKind::Vm,
-            name: "nginx-proxy-vm".into(),
-            site: "site-1".into(),
-            node: "ml110-01".into(),
-            cores: 2,
-            memory_mib: 4096,
-            disk_gib: 20,
-            storage: "local-lvm".into(),
-            bridge: "vmbr0".into(),
-            image: ImageSpec::Name {
-                name: "u.qcow2".into(),
-            },
-            user_data: None,
-            ip: None,
-            ssh_keys: Vec::new(),
-        }
+        test_spec()
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod journal;
 mod resume;
 mod rollout;
 mod storage;
+mod user_data;
 mod vm;
 
 use std::time::Duration;
