@@ -134,7 +134,8 @@ async fn what_plan_checks_is_what_the_pipeline_sends() {
         vmid,
         listed_storages: vec![],
         import_from: Some(&import_from),
-        snippet: None,
+        // The deployer writes the manifest's userData onto the site's snippets share.
+        snippet: Some("local:snippets/web-01-user.yaml"),
         ci_user: &pipeline.ci_user,
         create: true,
         start: true,

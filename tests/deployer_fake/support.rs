@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, JournalEntry, Scenario};
-use provision_harness::config::{Provider, Site};
+use provision_harness::config::{Provider, Site, SnippetShare};
 use provision_harness::deploy::{DeployOptions, RolloutResult, VmOutcome};
 use provision_harness::examples;
 use provision_harness::manifest::{ManifestSet, load_texts};
@@ -30,7 +30,10 @@ pub fn fixed_scenario() -> Scenario {
     Scenario::from_yaml_str(examples::SANKOFA_FIXED_SCENARIO).unwrap()
 }
 
-pub async fn start(scenario: Scenario) -> Env {
+pub async fn start(mut scenario: Scenario) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    // Each site's snippets share, where the deployer writes the manifests' userData.
+    let shares = scenario.share_snippets(&dir.path().join("shares")).unwrap();
     let fake = FakeProxmox::builder()
         .scenario(scenario)
         .tls(true)
@@ -46,7 +49,13 @@ pub async fn start(scenario: Scenario) -> Env {
             endpoint: s.url().to_string(),
             node: None,
             tls: TlsMode::Pinned(parse_fingerprint(s.fingerprint()).unwrap()),
-            snippets: None,
+            snippets: shares
+                .iter()
+                .find(|x| x.site == s.name())
+                .map(|x| SnippetShare {
+                    storage: x.storage.clone(),
+                    path: x.dir.clone(),
+                }),
         })
         .collect();
     let provider = Provider {
@@ -59,7 +68,7 @@ pub async fn start(scenario: Scenario) -> Env {
     Env {
         fake,
         provider,
-        dir: tempfile::tempdir().unwrap(),
+        dir,
     }
 }
 
@@ -143,7 +152,7 @@ pub fn manifest(
     network: &str,
 ) -> (String, String) {
     let text = format!(
-        "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: {node}\n    name: {name}\n    cpu: {cpu}\n    memory: 2Gi\n    disk: {disk}\n    storage: {storage}\n    network: {network}\n    image: {image}\n    site: {site}\n    userData: |\n      #cloud-config\n      packages: [qemu-guest-agent]\n"
+        "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: {name}\nspec:\n  forProvider:\n    node: {node}\n    name: {name}\n    cpu: {cpu}\n    memory: 2Gi\n    disk: {disk}\n    storage: {storage}\n    network: {network}\n    image: {image}\n    site: {site}\n    userData: |\n      #cloud-config\n      packages: [qemu-guest-agent]\n      runcmd: [systemctl enable --now qemu-guest-agent]\n"
     );
     (format!("{name}.yaml"), text)
 }

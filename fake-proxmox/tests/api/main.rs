@@ -11,6 +11,7 @@ mod agent;
 mod aplinfo;
 mod auth;
 mod cloudinit;
+mod cloudinit_guest;
 mod console;
 mod control;
 mod control_token;

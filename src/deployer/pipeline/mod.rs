@@ -20,7 +20,7 @@ mod existing;
 mod requests;
 mod rules;
 mod steps;
-mod user_data;
+pub mod user_data;
 pub use container::{check_ct_storage, ct_create_params, resolve_template};
 pub use requests::{VmRequestInputs, vm_requests};
 use rules::create_refused;

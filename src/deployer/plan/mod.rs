@@ -205,6 +205,7 @@ pub async fn plan_rollout(
             let capacity = check.capacity(sf, options, rollout, &mut findings);
             check.bridges(capacity.online, &mut findings);
             check.images(capacity.online, &mut vms, &mut findings);
+            check.user_data(sf, rollout, &mut findings);
             if let Some(schema) = schema {
                 check.requests(schema, sf, &vms, rollout, &mut findings);
             }

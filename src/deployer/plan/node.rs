@@ -14,7 +14,7 @@ use crate::deployer::guest::GuestKind;
 use crate::deployer::image::{self, StorageView};
 use crate::deployer::pipeline::{
     PipelineOptions, VmRequestInputs, ct_create_params, find_user_snippet, resolve_template,
-    vm_requests,
+    user_data, vm_requests,
 };
 use crate::deployer::pve::Request;
 use crate::deployer::pve::api::{ClusterResource, NetworkIface, NodeStatus, StorageInfo};
@@ -258,6 +258,35 @@ impl NodeCheck<'_> {
         }
     }
 
+    /// Where `p`'s userData would go (`None` without userData): the snippet's volid, or why
+    /// it cannot reach the VM.
+    fn snippet(&self, sf: &SiteFacts, p: &ValidSpec) -> Option<Result<String, String>> {
+        let ud = p.user_data.as_deref()?;
+        let placed = find_user_snippet(&self.facts.views, &p.name);
+        Some(
+            user_data::destination(
+                p,
+                ud,
+                &PipelineOptions::default().ci_user,
+                sf.ctx.snippets.as_ref(),
+                &self.facts.storages,
+                placed,
+            )
+            .map(|s| s.volid)
+            .map_err(|e| e.to_string()),
+        )
+    }
+
+    /// Each VM to create here whose userData has no way in (no snippets share, or its storage
+    /// not on this node or without snippets content): an error, as the run would fail it.
+    pub(super) fn user_data(&self, sf: &SiteFacts, rollout: &Rollout, findings: &mut Vec<Finding>) {
+        for (i, p) in &self.new {
+            if let Some(Err(e)) = self.snippet(sf, p) {
+                findings.push(err(&rollout.vms[*i].manifest, e));
+            }
+        }
+    }
+
     /// Every request the pipeline would send for each VM here, built by the pipeline's own
     /// builders, checked against the site's release: what PVE would refuse with a 400.
     pub(super) fn requests(
@@ -298,7 +327,7 @@ impl NodeCheck<'_> {
                 ImageSpec::Volid { .. } => Some(p.image.to_string()),
                 ImageSpec::Name { .. } => None,
             });
-            let snippet = find_user_snippet(&self.facts.views, &p.name);
+            let snippet = self.snippet(sf, p).and_then(Result::ok);
             let inputs = VmRequestInputs {
                 spec: p,
                 vmid: existing.unwrap_or(PLANNED_VMID),
