@@ -31,7 +31,8 @@ fn repo(p: &str) -> String {
         .to_string()
 }
 
-/// A provider config pointing both sites at the fake, certificates pinned.
+/// A provider config pointing both sites at the fake, certificates pinned, each site's
+/// snippets share named (where `deploy` writes the manifests' userData).
 fn provider_for(fake: &FakeProxmox, dir: &Path) -> String {
     let mut y = String::from(
         "apiVersion: proxmox.sankofa.nexus/v1alpha1\nkind: ProviderConfig\nmetadata:\n  name: test\nspec:\n  credentials:\n    source: Secret\n    secretRef:\n      name: proxmox-credentials\n  sites:\n",
@@ -43,6 +44,13 @@ fn provider_for(fake: &FakeProxmox, dir: &Path) -> String {
             s.url(),
             s.fingerprint()
         ));
+        let share = dir.join("shares").join(s.name()).join("local");
+        if share.is_dir() {
+            y.push_str(&format!(
+                "      snippets:\n        storage: local\n        path: \"{}\"\n",
+                share.display()
+            ));
+        }
     }
     let path = dir.join("provider-config.yaml");
     std::fs::write(&path, y).unwrap();
@@ -54,7 +62,9 @@ fn provider_for(fake: &FakeProxmox, dir: &Path) -> String {
     path.display().to_string()
 }
 
-async fn fake(scenario: Scenario) -> FakeProxmox {
+/// A fake of `scenario` whose snippets storages are shared under `<dir>/shares`.
+async fn fake(mut scenario: Scenario, dir: &Path) -> FakeProxmox {
+    scenario.share_snippets(&dir.join("shares")).unwrap();
     FakeProxmox::builder()
         .scenario(scenario)
         .auth_failure_delay(false)
@@ -66,8 +76,8 @@ async fn fake(scenario: Scenario) -> FakeProxmox {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_exits_3_when_the_rollout_would_fail() {
-    let fake = fake(Scenario::embedded_default()).await;
     let dir = tempfile::tempdir().unwrap();
+    let fake = fake(Scenario::embedded_default(), dir.path()).await;
     let pc = provider_for(&fake, dir.path());
     let manifests = repo("examples/sankofa/production");
     let (code, out, err) = tokio::task::spawn_blocking(move || {
@@ -94,10 +104,9 @@ async fn plan_exits_3_when_the_rollout_would_fail() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_status_destroy_on_the_fixed_rollout() {
-    let fake =
-        fake(Scenario::from_yaml_str(provision_harness::examples::SANKOFA_FIXED_SCENARIO).unwrap())
-            .await;
     let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::from_yaml_str(provision_harness::examples::SANKOFA_FIXED_SCENARIO);
+    let fake = fake(scenario.unwrap(), dir.path()).await;
     let pc = provider_for(&fake, dir.path());
     let state = dir.path().join("state.json").display().to_string();
     let manifests = repo("examples/sankofa-fixed/production");

@@ -62,6 +62,7 @@ def load_manifests(root):
                     "storage": str(fp.get("storage", "")),
                     "network": str(fp.get("network", "")),
                     "image": str(fp.get("image", "")),
+                    "user_data": str(fp["userData"]) if fp.get("userData") else "",
                     "manifest": str(path),
                 }
             )
@@ -72,7 +73,15 @@ def sites():
     out = {}
     for s in json.loads(env("HARNESS_SITES", "[]")):
         url = urllib.parse.urlsplit(s["url"])
-        out[s["name"]] = {"api_host": url.hostname, "api_port": url.port or 8006, "node": s.get("node")}
+        share = s.get("snippets") or {}
+        out[s["name"]] = {
+            "api_host": url.hostname,
+            "api_port": url.port or 8006,
+            "node": s.get("node"),
+            # The site's storage for snippets and where it is mounted here (userData goes there).
+            "snippets_storage": share.get("storage", ""),
+            "snippets_path": share.get("path", ""),
+        }
     return out
 
 
@@ -115,6 +124,8 @@ def main(argv):
         site = known.get(vm["site"])
         vm["api_host"] = site["api_host"] if site else ""
         vm["api_port"] = site["api_port"] if site else 0
+        vm["snippets_storage"] = site["snippets_storage"] if site else ""
+        vm["snippets_path"] = site["snippets_path"] if site else ""
     extra = {
         "harness_action": action,
         "harness_vms": vms,
