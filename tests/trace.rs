@@ -315,9 +315,12 @@ fn a_lab_run_dir_gives_a_bundle_its_guest_logs_and_a_trace_its_qmp_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_writes_the_deployers_side_of_a_trace() {
-    let scenario =
+    let mut scenario =
         fake_proxmox::Scenario::from_yaml_str(provision_harness::examples::SANKOFA_FIXED_SCENARIO)
             .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Each site's snippets share, where `deploy` writes the manifests' userData.
+    let shares = scenario.share_snippets(&dir.path().join("shares")).unwrap();
     let fake = fake_proxmox::FakeProxmox::builder()
         .scenario(scenario)
         .auth_failure_delay(false)
@@ -325,7 +328,6 @@ async fn deploy_writes_the_deployers_side_of_a_trace() {
         .start()
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     // Both sites at the fake, certificates pinned; the example's credentials Secret beside it.
     let mut provider = String::from(
@@ -339,6 +341,13 @@ async fn deploy_writes_the_deployers_side_of_a_trace() {
             s.url(),
             s.fingerprint()
         ));
+        if let Some(share) = shares.iter().find(|x| x.site == s.name()) {
+            provider.push_str(&format!(
+                "      snippets:\n        storage: {}\n        path: \"{}\"\n",
+                share.storage,
+                share.dir.display()
+            ));
+        }
     }
     let pc = dir.path().join("provider-config.yaml");
     std::fs::write(&pc, provider).unwrap();
