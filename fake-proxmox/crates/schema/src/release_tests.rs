@@ -301,3 +301,19 @@ fn versions_are_ordered_by_release() {
     let releases: Vec<&str> = PveVersion::RELEASES.iter().map(|v| v.as_str()).collect();
     assert_eq!(releases, ["7.4", "8.4", "9.1"]);
 }
+
+/// The behaviour gates (`release`'s methods) per version: `[7.1, 7.4, 8.4, 9.1]`.
+#[test]
+fn behaviour_gates_per_release() {
+    let by = |f: fn(PveVersion) -> bool| -> Vec<bool> { PveVersion::ALL.map(f).to_vec() };
+    let from_8 = [false, false, true, true];
+    assert_eq!(by(PveVersion::has_import_from), [false, true, true, true]);
+    assert_eq!(by(PveVersion::has_import_content), from_8);
+    assert_eq!(by(PveVersion::memory_is_string), from_8);
+    assert_eq!(by(PveVersion::has_error_message_key), from_8);
+    assert_eq!(by(PveVersion::resize_returns_upid), from_8);
+    assert_eq!(by(PveVersion::bridge_needs_sdn_use), from_8);
+    assert_eq!(by(PveVersion::iso_requires_cdrom), from_8);
+    assert_eq!(by(PveVersion::has_zoned_block_stats), from_8);
+    assert_eq!(by(PveVersion::names_qga_peer), [false, false, false, true]);
+}
