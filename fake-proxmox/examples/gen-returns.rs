@@ -1,6 +1,7 @@
-//! Generates `fake-proxmox/crates/schema/data/returns-9.1.json` and `returns-8.4.json`: the declared
-//! `returns` of every GET in the PVE 9.1 API dump (and the 8.4 VM subset), reduced to what a response's shape is checked against (`type`,
-//! `optional`, `enum`, `properties`, `items`, `additionalProperties`). Texts are dropped.
+//! Generates `fake-proxmox/crates/schema/data/returns-{9.1,8.4,7.4}.json`: the declared
+//! `returns` of every GET in each release's whole API dump, reduced to what a response's shape
+//! is checked against (`type`, `optional`, `enum`, `properties`, `items`,
+//! `additionalProperties`). Texts are dropped.
 //! The API shape test (`tests/api/shapes/`) reads it.
 //!
 //! Usage: `cargo run -p fake-proxmox --example gen-returns -- /work/shared/pve-api [OUT_DIR]`
@@ -46,7 +47,8 @@ fn main() -> Result<()> {
     );
     for (dump_name, out_name) in [
         ("pve-9.1-schema.json", "returns-9.1.json"),
-        ("pve-8.4-vm-subset.json", "returns-8.4.json"),
+        ("pve-8.4-schema.json", "returns-8.4.json"),
+        ("pve-7.4-schema.json", "returns-7.4.json"),
     ] {
         let input = input_dir.join(dump_name);
         let text = std::fs::read_to_string(&input)

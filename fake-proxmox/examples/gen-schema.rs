@@ -1,5 +1,7 @@
-//! Generates the committed schema facts (`fake-proxmox/crates/schema/data/pve-*.json`) from the extracted
-//! Proxmox VE API dumps in `../shared/pve-api/`.
+//! Generates the committed schema facts (`fake-proxmox/crates/schema/data/pve-*.json`) from the
+//! extracted Proxmox VE API dumps in `../shared/pve-api/`: one file per release, each the whole
+//! API of that release (`pve-7.4-schema.json` is PVE 7.4-16, `pve-8.4-schema.json` 8.4.5,
+//! `pve-9.1-schema.json` 9.1), so a site of any release validates every route it has.
 //!
 //! Only facts survive: parameter names, types, formats, ranges, lengths, patterns, enums,
 //! optional/default flags, property-string structure (`default_key`, `alias`, `keyAlias`),
@@ -7,10 +9,10 @@
 //! Every human-written text (`description`, `verbose_description`, `typetext`,
 //! `format_description`, permission descriptions, `returns`) is dropped.
 //!
-//! The 9.1 facts are the whole API (the full 9.1 dump): every route a 9.1 site knows validates
-//! its parameters, modelled or not. No full 8.4 dump is at hand, so the 8.4 facts are its VM
-//! subset plus what deployers manage beside VMs (users, groups, roles, ACLs, realms, pools, a
-//! node's version: [`FROM_FULL_DUMP`]) from the 9.1 dump, routes that changed little.
+//! The dumps come in two layouts: a method's `parameters` either maps names to definitions
+//! (with `additionalProperties` beside it, the 9.1 extraction) or is the raw JSON schema
+//! `{additionalProperties, properties: {name: definition}}` of `apidata.js` (7.4, 8.4).
+//! [`method_params`] reads both.
 //!
 //! Usage: `cargo run -p fake-proxmox --example gen-schema -- /work/shared/pve-api [OUT_DIR]`
 
@@ -38,27 +40,12 @@ const PROP_KEYS: &[&str] = &[
     "items",
 ];
 
-/// Paths taken from the full 9.1 dump when a subset lacks them: prefixes, and exact paths.
-const FROM_FULL_DUMP: (&[&str], &[&str]) = (&["/access/", "/pools"], &["/nodes/{node}/version"]);
-
-/// The full dump's paths a subset lacks, per [`FROM_FULL_DUMP`].
-fn missing_paths(subset: &Value, full: &Value) -> Result<Map<String, Value>> {
-    let have = subset
-        .get("paths")
-        .and_then(Value::as_object)
-        .context("subset has no `paths` object")?;
-    let all = full
-        .get("paths")
-        .and_then(Value::as_object)
-        .context("full dump has no `paths` object")?;
-    let (prefixes, exact) = FROM_FULL_DUMP;
-    Ok(all
-        .iter()
-        .filter(|(p, _)| prefixes.iter().any(|x| p.starts_with(x)) || exact.contains(&p.as_str()))
-        .filter(|(p, _)| !have.contains_key(*p))
-        .map(|(p, v)| (p.clone(), v.clone()))
-        .collect())
-}
+/// The releases generated, and the dump of each.
+const RELEASES: &[(&str, &str)] = &[
+    ("9.1", "pve-9.1-schema.json"),
+    ("8.4", "pve-8.4-schema.json"),
+    ("7.4", "pve-7.4-schema.json"),
+];
 
 /// Keys whose Perl-ish 0/1 values become JSON booleans.
 const FLAG_KEYS: &[&str] = &["optional", "default_key"];
@@ -158,10 +145,10 @@ fn clean_method(m: &Value) -> Result<Value> {
     if let Some(p) = obj.get("permissions") {
         out.insert("permissions".to_string(), clean_permissions(p));
     }
-    let additional = obj.get("additionalProperties").is_some_and(truthy);
+    let (defs, additional) = method_params(obj);
     out.insert("additionalProperties".to_string(), Value::Bool(additional));
     let mut params = Map::new();
-    if let Some(ps) = obj.get("parameters").and_then(Value::as_object) {
+    if let Some(ps) = defs {
         for (name, def) in ps {
             params.insert(
                 name.clone(),
@@ -171,6 +158,29 @@ fn clean_method(m: &Value) -> Result<Value> {
     }
     out.insert("parameters".to_string(), Value::Object(params));
     Ok(Value::Object(out))
+}
+
+/// A method's parameter definitions and whether it allows additional properties, from either
+/// layout of the dumps (see the module docs). The raw layout is told by its
+/// `additionalProperties` flag where the flat one has parameter names (whose definitions are
+/// objects).
+fn method_params(method: &Map<String, Value>) -> (Option<&Map<String, Value>>, bool) {
+    let params = method.get("parameters").and_then(Value::as_object);
+    match params {
+        Some(p)
+            if p.get("additionalProperties")
+                .is_some_and(|v| !v.is_object()) =>
+        {
+            (
+                p.get("properties").and_then(Value::as_object),
+                p.get("additionalProperties").is_some_and(truthy),
+            )
+        }
+        _ => (
+            params,
+            method.get("additionalProperties").is_some_and(truthy),
+        ),
+    }
 }
 
 fn generate(input: &Value, version: &str, source: &str) -> Result<Value> {
@@ -198,6 +208,20 @@ fn generate(input: &Value, version: &str, source: &str) -> Result<Value> {
     }))
 }
 
+/// Where the facts come from, for the file's `source` line.
+fn source_of(input: &Value) -> String {
+    if let Some(c) = input
+        .pointer("/_meta/pve_docs_commit")
+        .and_then(Value::as_str)
+    {
+        return format!("proxmox/pve-docs api-viewer/apidata.js, {c}");
+    }
+    match input.pointer("/_meta/pve_version").and_then(Value::as_str) {
+        Some(v) => format!("apidoc.js (pve-docs api-viewer) of {v}"),
+        None => "proxmox/pve-docs api-viewer/apidata.js".to_string(),
+    }
+}
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let input_dir = PathBuf::from(args.next().unwrap_or_else(|| "/work/shared/pve-api".into()));
@@ -205,36 +229,12 @@ fn main() -> Result<()> {
         args.next()
             .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/crates/schema/data").into()),
     );
-    let full_path = input_dir.join("pve-9.1-schema.json");
-    let full: Value = serde_json::from_str(
-        &std::fs::read_to_string(&full_path)
-            .with_context(|| format!("reading {}", full_path.display()))?,
-    )?;
-    for (version, file) in [
-        ("9.1", "pve-9.1-vm-subset.json"),
-        ("8.4", "pve-8.4-vm-subset.json"),
-    ] {
+    for (version, file) in RELEASES {
         let path = input_dir.join(file);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let mut input: Value = serde_json::from_str(&text)?;
-        let extra = if version == "9.1" {
-            // The subset is cut from the same dump: the full one has its paths, identical.
-            full.get("paths")
-                .and_then(Value::as_object)
-                .context("full dump has no `paths` object")?
-                .clone()
-        } else {
-            missing_paths(&input, &full)?
-        };
-        if let Some(paths) = input.get_mut("paths").and_then(Value::as_object_mut) {
-            paths.extend(extra);
-        }
-        let source = input
-            .pointer("/_meta/pve_docs_commit")
-            .and_then(Value::as_str)
-            .map(|c| format!("proxmox/pve-docs api-viewer/apidata.js, {c}"))
-            .unwrap_or_else(|| "proxmox/pve-docs api-viewer/apidata.js".to_string());
+        let input: Value = serde_json::from_str(&text)?;
+        let source = source_of(&input);
         let facts = generate(&input, version, &source)?;
         let out = out_dir.join(format!("pve-{version}.json"));
         // One path per line keeps diffs between regenerations readable.
@@ -254,7 +254,11 @@ fn main() -> Result<()> {
         }
         text.push_str("}}\n");
         std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
-        println!("wrote {} ({} paths)", out.display(), n);
+        let methods: usize = paths
+            .values()
+            .map(|m| m.as_object().map_or(0, Map::len))
+            .sum();
+        println!("wrote {} ({n} paths, {methods} methods)", out.display());
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use fake_proxmox::exec::FileDisks;
 use fake_proxmox::exec::lab::backend::LabOptions;
 use fake_proxmox::scenario::Backend;
-use fake_proxmox::{ClockMode, ControlToken, FakeProxmox, Limits, Scenario};
+use fake_proxmox::{ClockMode, ControlToken, FakeProxmox, Limits, PveVersion, Scenario};
 
 #[derive(Parser)]
 #[command(
@@ -30,6 +30,11 @@ enum Cmd {
         /// Scenario YAML (default: the embedded seed scenario).
         #[arg(long)]
         scenario: Option<PathBuf>,
+        /// Every site of the scenario runs this PVE release (7.4, 8.4, 9.1; or the 7.1
+        /// profile), whatever its `version:` says: its `/version`, its whole API's schema,
+        /// its behaviour gates.
+        #[arg(long, value_name = "RELEASE")]
+        pve_version: Option<PveVersion>,
         /// `SITE=ADDR:PORT`, repeatable (default: 127.0.0.1 with a free port per site).
         #[arg(long = "listen", value_parser = parse_listen)]
         listen: Vec<(String, SocketAddr)>,
@@ -159,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Serve {
             scenario,
+            pve_version,
             listen,
             plain_http,
             no_auth_delay,
@@ -187,11 +193,16 @@ async fn main() -> anyhow::Result<()> {
                     false,
                 ),
             };
-            let sc = match scenario {
+            let mut sc = match scenario {
                 Some(p) => Scenario::from_yaml_file(&p)
                     .with_context(|| format!("loading {}", p.display()))?,
                 None => Scenario::embedded_default(),
             };
+            if let Some(v) = pve_version {
+                for site in &mut sc.sites {
+                    site.version = v;
+                }
+            }
             let mut b = FakeProxmox::builder()
                 .scenario(sc)
                 .tls(!plain_http)

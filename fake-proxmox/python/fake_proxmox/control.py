@@ -243,13 +243,15 @@ class ControlClient:
         idle_timeout_secs: Optional[int] = None,
         name: Optional[str] = None,
         clock: Optional[ClockSpec] = None,
+        pve_version: Optional[str] = None,
     ) -> Dict[str, Any]:
         """A fresh world of its own (sites on their own ports, own state, journal, faults
         and clock) from ``scenario`` (YAML; default: the server's). ``certificate`` is
         ``"shared"`` (the server's, the default) or ``"own"``. Answers the tenant: ``id``,
         ``control_token`` (its control plane's own token: see :meth:`tenant_control`), and
         per site in ``sites`` its ``url``, ``port``, ``fingerprint``, ``users``,
-        ``tokens``."""
+        ``tokens``. ``pve_version`` (``"7.4"``, ``"8.4"``, ``"9.1"``): the release every
+        site of the tenant runs, whatever the scenario says."""
         body: Dict[str, Any] = {}
         if scenario is not None:
             body["scenario"] = scenario
@@ -261,6 +263,8 @@ class ControlClient:
             body["name"] = name
         if clock is not None:
             body["clock"] = clock_json(clock)
+        if pve_version is not None:
+            body["pve_version"] = pve_version
         return self._call("POST", "/tenants", body=body)
 
     def tenant_control(

@@ -17,7 +17,8 @@ ini options (``pytest.ini``/``pyproject.toml``): ``fake_proxmox_scenario`` (a YA
 default the embedded scenario) and ``fake_proxmox_clock`` (default ``real``) for the
 session's server; ``fake_proxmox_control_token`` requires a token on its control plane
 (``auto``: a random one; default ``$FAKE_PROXMOX_CONTROL_TOKEN``, else open); the fixture's
-``control`` carries it.
+``control`` carries it; ``fake_proxmox_pve_version`` (``7.4``, ``8.4``, ``9.1``) makes every
+site of the session's server run that PVE release.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "fake_proxmox_clock",
         "clock of the session's fake-proxmox: real, scaled:N or stepped",
         default="real",
+    )
+    parser.addini(
+        "fake_proxmox_pve_version",
+        "PVE release every site of the session's fake-proxmox runs: 7.4, 8.4 or 9.1 "
+        "(default: the scenario's)",
+        default="",
     )
     parser.addini(
         "fake_proxmox_control_token",
@@ -71,7 +78,10 @@ def fake_proxmox_session(pytestconfig: pytest.Config) -> Iterator[Server]:
         scenario = str(pytestconfig.rootpath / scenario)
     token = pytestconfig.getini("fake_proxmox_control_token") or None
     with server(
-        scenario=scenario, clock=pytestconfig.getini("fake_proxmox_clock"), control_token=token
+        scenario=scenario,
+        clock=pytestconfig.getini("fake_proxmox_clock"),
+        control_token=token,
+        pve_version=pytestconfig.getini("fake_proxmox_pve_version") or None,
     ) as pve:
         yield pve
 

@@ -99,8 +99,10 @@ class Server:
         executable: Optional[str] = None,
         extra_args: Optional[List[str]] = None,
         control_token: Optional[str] = None,
+        pve_version: Optional[str] = None,
     ):
         self.clock = clock_arg(clock)
+        self._pve_version = pve_version
         self._scenario = scenario
         self._site = site
         self._plain_http = plain_http
@@ -138,6 +140,8 @@ class Server:
         cmd = [self.executable, "serve", "--state-dir", str(state_dir), "--clock", self.clock]
         if scenario_path is not None:
             cmd += ["--scenario", str(scenario_path)]
+        if self._pve_version is not None:
+            cmd += ["--pve-version", self._pve_version]
         if self._plain_http:
             cmd.append("--plain-http")
         if not self._auth_failure_delay:
@@ -299,7 +303,8 @@ def server(
     ``site``, ``plain_http``, ``auth_failure_delay`` (default off), ``startup_timeout``,
     ``executable``, ``extra_args``, ``control_token`` (require this token on the control
     plane; ``"auto"`` makes a random one; default ``$FAKE_PROXMOX_CONTROL_TOKEN``, else
-    open; ``pve.control`` carries it).
+    open; ``pve.control`` carries it), ``pve_version`` (``"7.4"``, ``"8.4"``, ``"9.1"``:
+    every site runs that PVE release, whatever the scenario says).
     """
     srv = Server(scenario=scenario, clock=clock, **options)
     srv.start()

@@ -55,3 +55,23 @@ def test_a_bad_tenant_request_is_refused_with_its_reason(fake_proxmox):
         fake_proxmox.control.create_tenant(certificate="borrowed")
     assert bad.value.status == 400
     assert "borrowed" in bad.value.message
+
+
+def test_a_tenant_runs_the_pve_release_it_asks_for(fake_proxmox):
+    pve = fake_proxmox
+    tenant = pve.control.create_tenant(pve_version="7.4")
+    try:
+        site = next(s for s in tenant["sites"] if s["name"] == "site-1")
+        token = next(t for t in site["tokens"] if t["tokenid"] == "root@pam!harness")
+        user, name = token["tokenid"].split("!")
+        api = ProxmoxAPI(
+            "127.0.0.1",
+            port=site["port"],
+            user=user,
+            token_name=name,
+            token_value=token["secret"],
+            verify_ssl=pve.cert_path,
+        )
+        assert api.version.get()["version"] == "7.4-16"
+    finally:
+        pve.control.delete_tenant(tenant["id"])

@@ -212,10 +212,15 @@ impl Tenants {
     /// Check a request and make the world's spec of it.
     fn spec(&self, req: TenantRequest) -> Result<(WorldSpec, Duration), TenantError> {
         let bad = |m: String| TenantError::BadRequest(m);
-        let scenario = match &req.scenario {
+        let mut scenario = match &req.scenario {
             Some(yaml) => Scenario::from_yaml_str(yaml).map_err(|e| bad(e.to_string()))?,
             None => self.default_scenario.clone(),
         };
+        if let Some(v) = req.pve_version {
+            for site in &mut scenario.sites {
+                site.version = v;
+            }
+        }
         if scenario.sites.is_empty() {
             return Err(bad("the scenario has no sites".into()));
         }

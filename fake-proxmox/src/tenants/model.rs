@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::ClockMode;
+use crate::version::PveVersion;
 
 /// `POST /_fake/tenants`: every field optional.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -25,6 +26,10 @@ pub struct TenantRequest {
     /// The tenant's clock; default: the mode the server was started with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockMode>,
+    /// The PVE release every site of the tenant runs (`"7.4"`, `"8.4"`, `"9.1"`), whatever
+    /// the scenario's `version:` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pve_version: Option<PveVersion>,
 }
 
 impl TenantRequest {
@@ -46,6 +51,10 @@ impl TenantRequest {
     }
     pub fn clock(mut self, mode: ClockMode) -> Self {
         self.clock = Some(mode);
+        self
+    }
+    pub fn pve_version(mut self, v: PveVersion) -> Self {
+        self.pve_version = Some(v);
         self
     }
 }

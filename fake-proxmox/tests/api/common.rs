@@ -240,13 +240,14 @@ pub async fn create_vm(fake: &Fake, api: &Api, node: &str, form: &[(&str, &str)]
 
 // Response shapes against the schema's declared `returns` (`shapes/`).
 
-/// The declared `returns` of every GET in `version`'s API (8.4: the VM subset).
+/// The declared `returns` of every GET in `version`'s API.
 pub fn returns(version: PveVersion) -> BTreeMap<String, Value> {
     let text = match version {
         PveVersion::V9_1 => include_str!("../../crates/schema/data/returns-9.1.json"),
-        // 7.1 follows the 8.4 facts, as the fake's validation does.
-        PveVersion::V8_4 | PveVersion::V7_1 => {
-            include_str!("../../crates/schema/data/returns-8.4.json")
+        PveVersion::V8_4 => include_str!("../../crates/schema/data/returns-8.4.json"),
+        // 7.1 follows the 7.4 facts, as the fake's validation does.
+        PveVersion::V7_4 | PveVersion::V7_1 => {
+            include_str!("../../crates/schema/data/returns-7.4.json")
         }
     };
     serde_json::from_str(text).expect("the returns files are JSON")

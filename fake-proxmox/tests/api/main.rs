@@ -29,6 +29,7 @@ mod node_power;
 mod pending;
 mod pools;
 mod quorum;
+mod releases;
 mod remote_migrate;
 mod rrd;
 mod shapes;

@@ -12,8 +12,8 @@ mod tokens;
 use std::time::{Duration, Instant};
 
 use fake_proxmox::{
-    CertChoice, ClockMode, ControlClient, ControlError, FakeProxmox, FaultRule, TenantInfo,
-    TenantRequest, TenantSite,
+    CertChoice, ClockMode, ControlClient, ControlError, FakeProxmox, FaultRule, PveVersion,
+    TenantInfo, TenantRequest, TenantSite,
 };
 use serde_json::Value;
 
@@ -296,6 +296,40 @@ async fn a_given_scenario_gives_its_own_sites_and_credentials() {
     let mut api = Api::of(s);
     api.auth = "PVEAPIToken=root@pam!harness=3b8e5d4a-7c1f-4e2a-9d6b-0f1e2d3c4b5a".into();
     assert_eq!(api.call(reqwest::Method::GET, "/nodes", &[]).await.0, 401);
+    host.shutdown().await;
+}
+
+/// `pve_version` makes every site of the tenant run that release: its `/version`, and its
+/// API (7.4 has no `ciupgrade`, 8.1's).
+#[tokio::test]
+async fn a_tenant_runs_the_pve_release_it_asks_for() {
+    let host = host().await;
+    let t = ctl(&host)
+        .create_tenant(&TenantRequest::default().pve_version(PveVersion::V7_4))
+        .await
+        .unwrap();
+    for site in &t.sites {
+        let api = Api::of(site);
+        let (status, body) = api.call(reqwest::Method::GET, "/version", &[]).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["data"]["version"], "7.4-16", "{}", site.name);
+        assert_eq!(body["data"]["release"], "7.4");
+    }
+    let api = Api::of(site1(&t));
+    let (status, body) = api
+        .call(
+            reqwest::Method::POST,
+            &format!("/nodes/{NODE}/qemu"),
+            &[("vmid", "4400"), ("ciupgrade", "1")],
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["errors"]["ciupgrade"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("property is not defined in schema")),
+        "{body}"
+    );
     host.shutdown().await;
 }
 

@@ -165,7 +165,7 @@ mod tests {
         assert!(schema_for(Some((8, 4))).is_ok());
         let e = schema_for(Some((8, 3))).err().unwrap();
         assert!(
-            e.contains("PVE 8.3") && e.contains("known: 7.1, 8.4, 9.1"),
+            e.contains("PVE 8.3") && e.contains("known: 7.1, 7.4, 8.4, 9.1"),
             "{e}"
         );
         assert!(schema_for(None).is_err());

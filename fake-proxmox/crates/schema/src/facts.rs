@@ -148,30 +148,6 @@ impl Facts {
         }
     }
 
-    /// PVE 8.0 and earlier: `memory` is a plain integer (MiB), not the `[current=]<integer>`
-    /// property string of 8.1+ (apidata 159464a vs a5a80fe, see pve-api-facts.md).
-    pub(crate) fn memory_as_integer(&mut self) {
-        for methods in self.paths.values_mut() {
-            for m in methods.values_mut() {
-                let Some(p) = m.parameters.get_mut("memory") else {
-                    continue;
-                };
-                let Some(PropFormat::Hash(h)) = &p.format else {
-                    continue;
-                };
-                let Some(current) = h.get("current").cloned() else {
-                    continue;
-                };
-                *p = Prop {
-                    optional: p.optional,
-                    ..current
-                };
-                p.default_key = false;
-            }
-        }
-    }
-
-    /// Indexes the `name[n]` parameters (patterns compile on first use).
     pub(crate) fn prepare(&mut self) {
         for methods in self.paths.values_mut() {
             for m in methods.values_mut() {

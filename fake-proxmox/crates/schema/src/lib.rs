@@ -7,10 +7,17 @@
 //! `apidata.js` dumps. The checks mirror `pve-common src/PVE/JSONSchema.pm` (`check_prop`,
 //! `check_type`, `check_object`, `parse_property_string`), including its error texts.
 //!
+//! Releases: 7.4 (PVE 7.4-16), 8.4 (8.4.5) and 9.1 each follow the whole API dump of that
+//! release. The behaviour gates between them are `release`'s methods; docs/src's "PVE
+//! releases" page lists them with their sources.
+//!
 //! Deviations from real PVE:
-//! - `V7_1` is the 8.4 schema with `import-from` removed from the drive formats (PVE < 7.2 has
-//!   no `import-from`) and `memory` as a plain integer (a property string only since 8.1);
-//!   other differences between 7.1 and 8.4 (options added in 7.2–8.4) are not modelled.
+//! - `V7_1` is a profile, not a dump: the 7.4 schema with `import-from` removed from the drive
+//!   formats (PVE < 7.2 has no `import-from`); other differences between 7.1 and 7.4 (options
+//!   added in 7.2–7.4) are not modelled.
+//! - The named formats are the 9.1 ones for every release (e.g. `pve-storage-content` knows
+//!   `import`, which 7.4's storage refuses; a 7.4 site still refuses `import` where the schema
+//!   has an enum, as `download-url` and `upload` do).
 //! - Named formats PVE registers in code are re-implemented in [`formats`]; a format name this
 //!   crate does not know is accepted without checks (real PVE knows them all).
 //! - Errors of several parameters are reported together, like PVE; when one parameter has
@@ -55,26 +62,43 @@ pub use propstr::parse_boolean;
 /// `param -> message`, exactly as PVE puts it in the `errors` map of a 400 answer.
 pub type ParamErrors = BTreeMap<String, String>;
 
-/// A PVE release whose API schema the fake follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// A PVE release whose API schema the fake follows. Ordered by release, so a gate reads
+/// `version >= PveVersion::V8_4`.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum PveVersion {
-    /// PVE 7.1: the 8.4 facts without `import-from`, `memory` an integer (an approximation,
-    /// see the module docs).
+    /// PVE 7.1: the 7.4 facts without `import-from` (a profile, see the module docs).
     #[serde(rename = "7.1")]
     V7_1,
+    /// PVE 7.4-16: the whole 7.4 API.
+    #[serde(rename = "7.4")]
+    V7_4,
+    /// PVE 8.4.5: the whole 8.4 API.
     #[serde(rename = "8.4")]
     V8_4,
+    /// PVE 9.1: the whole 9.1 API.
     #[serde(rename = "9.1")]
     V9_1,
 }
 
 impl PveVersion {
-    pub const ALL: [PveVersion; 3] = [PveVersion::V7_1, PveVersion::V8_4, PveVersion::V9_1];
+    /// Every version a site can run, oldest first (the releases and the 7.1 profile).
+    pub const ALL: [PveVersion; 4] = [
+        PveVersion::V7_1,
+        PveVersion::V7_4,
+        PveVersion::V8_4,
+        PveVersion::V9_1,
+    ];
+
+    /// The releases whose whole API dump the facts are generated from, oldest first.
+    pub const RELEASES: [PveVersion; 3] = [PveVersion::V7_4, PveVersion::V8_4, PveVersion::V9_1];
 
     /// The `x.y` release string (`GET /version` → `release`).
     pub fn as_str(self) -> &'static str {
         match self {
             PveVersion::V7_1 => "7.1",
+            PveVersion::V7_4 => "7.4",
             PveVersion::V8_4 => "8.4",
             PveVersion::V9_1 => "9.1",
         }
@@ -82,7 +106,7 @@ impl PveVersion {
 
     /// Whether drive options know `import-from` (PVE 7.2 and later).
     pub fn has_import_from(self) -> bool {
-        !matches!(self, PveVersion::V7_1)
+        self >= PveVersion::V7_4
     }
 }
 
@@ -95,14 +119,13 @@ impl std::fmt::Display for PveVersion {
 impl std::str::FromStr for PveVersion {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "7.1" => Ok(PveVersion::V7_1),
-            "8.4" => Ok(PveVersion::V8_4),
-            "9.1" => Ok(PveVersion::V9_1),
-            other => Err(format!(
-                "unknown PVE version '{other}' (known: 7.1, 8.4, 9.1)"
-            )),
-        }
+        PveVersion::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = PveVersion::ALL.iter().map(|v| v.as_str()).collect();
+                format!("unknown PVE version '{s}' (known: {})", known.join(", "))
+            })
     }
 }
 
@@ -149,14 +172,22 @@ static V8_4: LazyLock<ApiSchema> = LazyLock::new(|| {
         false,
     )
 });
+static V7_4: LazyLock<ApiSchema> = LazyLock::new(|| {
+    ApiSchema::load(
+        PveVersion::V7_4,
+        include_str!("../data/pve-7.4.json"),
+        false,
+    )
+});
 static V7_1: LazyLock<ApiSchema> =
-    LazyLock::new(|| ApiSchema::load(PveVersion::V7_1, include_str!("../data/pve-8.4.json"), true));
+    LazyLock::new(|| ApiSchema::load(PveVersion::V7_1, include_str!("../data/pve-7.4.json"), true));
 
 impl ApiSchema {
     /// The schema of `v`, parsed once from the committed facts.
     pub fn get(v: PveVersion) -> &'static ApiSchema {
         match v {
             PveVersion::V7_1 => &V7_1,
+            PveVersion::V7_4 => &V7_4,
             PveVersion::V8_4 => &V8_4,
             PveVersion::V9_1 => &V9_1,
         }
@@ -168,7 +199,6 @@ impl ApiSchema {
             serde_json::from_str(text).expect("committed schema facts are valid JSON");
         if older_than_7_2 {
             facts.remove_subproperty("import-from");
-            facts.memory_as_integer();
         }
         facts.prepare();
         let router =
@@ -245,6 +275,8 @@ impl ApiSchema {
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod release_tests;
 #[cfg(test)]
 mod tests;
 

@@ -55,10 +55,11 @@ pub async fn populate(api: &Api) {
             "/pools",
             vec![("poolid", "prod"), ("comment", "Production")],
         ),
+        // `PUT /pools/{poolid}`: every release has it (`PUT /pools` came with 8.x).
         (
             "PUT",
-            "/pools",
-            vec![("poolid", "prod"), ("vms", "100"), ("storage", "local")],
+            "/pools/prod",
+            vec![("vms", "100"), ("storage", "local")],
         ),
         ("PUT", "/access/domains/pve", vec![("tfa", "type=oath")]),
     ] {

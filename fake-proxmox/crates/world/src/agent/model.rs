@@ -80,7 +80,7 @@ fn check_agent_error(res: Value, errmsg: &str) -> Result<Value, PveError> {
 /// `mon_cmd`'s death for an agent command: since qemu-server 9.1 the QMP client names the
 /// peer type (`VM 100 qga command 'guest-ping' failed - got timeout`); 8.x said `qmp` for all.
 fn peer_named(e: &str, version: PveVersion) -> String {
-    if version == PveVersion::V8_4 {
+    if !version.names_qga_peer() {
         return e.to_string();
     }
     match e.split_once(" qmp command 'guest-") {

@@ -120,7 +120,7 @@ impl Site {
             } else if is_net_key(k) {
                 let mut nic = Nic::parse(&v);
                 if let Some(bridge) = nic.bridge()
-                    && self.version != crate::version::PveVersion::V7_1
+                    && self.version.bridge_needs_sdn_use()
                 {
                     self.require(
                         &op.req.who,

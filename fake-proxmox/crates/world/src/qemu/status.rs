@@ -12,12 +12,14 @@ use super::facts::ConfigFacts;
 use super::model::{Power, Vm, find_prop, is_disk_key, is_net_key};
 use crate::version::PveVersion;
 
-/// The QEMU a node of `version` runs (pve-qemu-kvm 10.1 in 9.1, 9.2 in 8.4, 6.1 in 7.1):
+/// The QEMU a node of `version` runs (pve-qemu-kvm 10.1 in 9.1, 9.2 in 8.4, 7.2 in 7.4 —
+/// 7.2.0-8 was the bullseye package when pve-manager 7.4-16 came out —, 6.1 in 7.1):
 /// `running-qemu`, and the machine version a VM without a pinned machine gets.
 pub(crate) fn qemu_of(version: PveVersion) -> (&'static str, &'static str) {
     match version {
         PveVersion::V9_1 => ("10.1.2", "10.1"),
         PveVersion::V8_4 => ("9.2.0", "9.2"),
+        PveVersion::V7_4 => ("7.2.0", "7.2"),
         PveVersion::V7_1 => ("6.1.0", "6.1"),
     }
 }
@@ -494,7 +496,7 @@ fn is_cdrom(drive: &str) -> bool {
 
 /// A drive's counters after `up` seconds: disks see steady I/O, CD-ROMs none.
 fn drive_stats(value: &str, up: u64, version: PveVersion) -> BlockStats {
-    let zoned = (version != PveVersion::V7_1).then_some(0);
+    let zoned = version.has_zoned_block_stats().then_some(0);
     let size = find_prop(value, "file", "size")
         .and_then(crate::storage::model::parse_size)
         .unwrap_or(0);

@@ -258,9 +258,7 @@ pub(crate) fn content_dir(
         }
         Content::Import => {
             let ok = IMPORT_NAME.as_ref().is_some_and(|r| r.is_match(filename))
-                && (lower.ends_with(".ova")
-                    || version == PveVersion::V9_1
-                    || version == PveVersion::V8_4);
+                && (lower.ends_with(".ova") || version >= PveVersion::V8_4);
             if !ok {
                 return Err(PveError::param(
                     "filename",
