@@ -12,54 +12,16 @@
 //! memory figures are its own, not the deployers'.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
-use fake_proxmox::{ClockMode, ControlClient, FakeProxmox, TenantInfo, TenantRequest};
+use common::{ChildFake, SERVE_FAKE, fake_builder, options, point_at, serve_fake, status_kib};
+use fake_proxmox::{ControlClient, TenantInfo, TenantRequest};
 use provision_harness::deploy::{Deployer, RolloutResult};
-use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
 use provision_harness::rehearse::{RehearseOptions, Rollout, fixed_rollout, run, seed_rollout};
 
 const TENANTS: usize = 100;
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Child mode: serve the embedded scenario as `rehearse` does (TLS, fast clock) until stdin
-/// closes; the first site's URL and certificate go to `dir`.
-fn serve_fake(dir: &Path, clock_factor: f64) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let fake = FakeProxmox::builder()
-            .auth_failure_delay(false)
-            .clock(ClockMode::Scaled {
-                factor: clock_factor,
-            })
-            .max_tenants(TENANTS)
-            .start()
-            .await
-            .unwrap();
-        let site = fake.site("site-1").unwrap();
-        std::fs::write(dir.join("cert.pem"), site.cert_pem()).unwrap();
-        std::fs::write(dir.join("url"), site.url()).unwrap();
-        let _ = tokio::task::spawn_blocking(|| {
-            let mut s = String::new();
-            let _ = std::io::stdin().read_line(&mut s);
-        })
-        .await;
-        fake.shutdown().await;
-    });
-}
 
 /// A rollout against one tenant's sites; its result and wall time.
 async fn rollout(
@@ -69,10 +31,7 @@ async fn rollout(
 ) -> (RolloutResult, Duration) {
     let rollout = make();
     let mut provider = rollout.provider;
-    for s in &tenant.sites {
-        let pin = parse_fingerprint(s.fingerprint.as_deref().unwrap()).unwrap();
-        provider.override_endpoint(&s.name, &s.url, TlsMode::Pinned(pin));
-    }
+    point_at(&mut provider, tenant);
     let mut deploy = opts.deploy.clone();
     deploy.concurrency = opts.concurrency;
     let t = Instant::now();
@@ -183,21 +142,12 @@ fn outcomes(r: &RolloutResult) -> Vec<(String, String)> {
     v
 }
 
-/// `rehearse`'s options, with the deployer's real-time waits long enough for 100 rollouts
-/// sharing two cores (the fake's clock still runs 2000× faster).
-fn options() -> RehearseOptions {
-    let mut o = RehearseOptions::default();
-    o.deploy.http_timeout = Duration::from_secs(120);
-    o.deploy.pipeline.ip_wait = Duration::from_secs(120);
-    o.deploy.pipeline.task_wait.timeout = Duration::from_secs(300);
-    o
-}
-
 fn main() {
     let opts = options();
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--serve-fake") {
-        serve_fake(Path::new(&args[2]), opts.clock_factor);
+    if args.get(1).map(String::as_str) == Some(SERVE_FAKE) {
+        let builder = fake_builder(opts.clock_factor).max_tenants(TENANTS);
+        serve_fake(std::path::Path::new(&args[2]), builder);
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -205,36 +155,14 @@ fn main() {
         .build()
         .unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .arg("--serve-fake")
-        .arg(dir.path())
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let url_file = dir.path().join("url");
-    let started = Instant::now();
-    // The child writes the certificate first, the URL last.
-    let url = loop {
-        let url = std::fs::read_to_string(&url_file).unwrap_or_default();
-        if url.starts_with("https://") && url.len() > "https://".len() {
-            break url;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "fake did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let pem = std::fs::read_to_string(dir.path().join("cert.pem")).unwrap();
-    let ctl = ControlClient::new(&url, Some(&pem));
-    let pid = child.id();
+    let fake = ChildFake::start(|_| {});
+    let ctl = ControlClient::new(&fake.url, Some(&fake.cert_pem));
+    let pid = fake.pid();
     println!("server_rss_idle: {} KiB", status_kib(pid, "VmRSS:"));
 
     // The seed rollout as written (most VMs fail on the seed's own problems, quickly), then
     // the fixed rollout (every VM created, started and seen with an address).
     phase(&rt, &ctl, pid, "seed", seed, &opts);
     phase(&rt, &ctl, pid, "fixed", fixed, &opts);
-    drop(child.stdin.take());
-    let _ = child.wait();
+    fake.stop();
 }

@@ -519,22 +519,31 @@ impl Pipeline<'_> {
         )))
     }
 
-    /// PVE frees what a failed create allocated; make sure nothing is left anyway.
+    /// PVE frees what a failed create allocated; make sure nothing is left anyway. The VMID is
+    /// forgotten only once the VM is known to be gone: when the create's end could not be read
+    /// (its node unreachable for a moment, say), the create may well have succeeded, and the
+    /// VM must stay recorded as this rollout's, for the next attempt to resume it and the final
+    /// cleanup or `destroy` to delete it.
     async fn create_failed(&self, job: &VmJob<'_>, vmid: u32, e: &PveError) -> StepError {
         let node = job.spec.node.as_str();
         let mapped = create_refused(node, job.spec, e).unwrap_or_else(|| self.err(job, e));
         let kind = job.spec.kind;
-        if !crate::mutants::active(crate::mutants::Mutant::NoCleanupAfterFailedCreate)
-            && self.client().guest_config(kind, node, vmid).await.is_ok()
-            && let Ok(upid) = self.client().destroy_guest(kind, node, vmid).await
-        {
-            let _ = self
-                .client()
-                .await_task(&upid, self.options.task_wait)
-                .await;
-        }
+        let gone = if crate::mutants::active(crate::mutants::Mutant::NoCleanupAfterFailedCreate) {
+            true
+        } else {
+            let c = self.client();
+            match c.guest_config(kind, node, vmid).await {
+                Err(e) => e.text().contains("does not exist"),
+                Ok(_) => match c.destroy_guest(kind, node, vmid).await {
+                    Ok(upid) => c.await_task(&upid, self.options.task_wait).await.is_ok(),
+                    Err(e) => e.text().contains("does not exist"),
+                },
+            }
+        };
         self.record(job, |r| {
-            r.vmid = None;
+            if gone {
+                r.vmid = None;
+            }
             r.stage = Stage::Pending;
         });
         mapped
