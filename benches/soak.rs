@@ -43,11 +43,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{ChildFake, SERVE_FAKE, fake_builder, options, point_at, serve_fake, status_kib};
-use fake_proxmox::exec::NodeFault;
-use fake_proxmox::{
-    ClockMode, ControlClient, ControlToken, FaultRule, JournalEntry, TenantInfo, TenantRequest,
+use common::{
+    ChildFake, SERVE_FAKE, fake_builder, options, point_at, serve_fake, shared, status_kib,
 };
+use fake_proxmox::exec::NodeFault;
+use fake_proxmox::{ClockMode, ControlClient, ControlToken, FaultRule, JournalEntry, TenantInfo};
 use parking_lot::Mutex;
 use provision_harness::deploy::{Deployer, Outcome};
 use provision_harness::rehearse::{RehearseOptions, Rollout, fixed_rollout, seed_rollout};
@@ -501,11 +501,10 @@ impl Soak {
     /// Create a tenant, roll the seed out against it under `faults`, destroy, read the
     /// journal, delete the tenant.
     async fn cycle(&self, name: &str, which: Which, faults: &[Fault]) -> Result<Cycle, String> {
-        let rollout = which.rollout();
-        let mut req = TenantRequest::default().name(name);
-        if which == Which::Fixed {
-            req = req.scenario(rollout.scenario.to_yaml());
-        }
+        // The rollout's snippets shares, where the deployer writes the userData, per cycle.
+        let shares = tempfile::tempdir().map_err(|e| format!("{name}: shares: {e}"))?;
+        let (rollout, req) = shared(which.rollout(), shares.path());
+        let req = req.name(name);
         let tenant: TenantInfo = self
             .host
             .create_tenant(&req)

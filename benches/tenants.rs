@@ -16,8 +16,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ChildFake, SERVE_FAKE, fake_builder, options, point_at, serve_fake, status_kib};
-use fake_proxmox::{ControlClient, TenantInfo, TenantRequest};
+use common::{
+    ChildFake, SERVE_FAKE, fake_builder, options, point_at, serve_fake, shared, status_kib,
+};
+use fake_proxmox::{ControlClient, TenantInfo};
 use provision_harness::deploy::{Deployer, RolloutResult};
 use provision_harness::rehearse::{RehearseOptions, Rollout, fixed_rollout, run, seed_rollout};
 
@@ -25,11 +27,10 @@ const TENANTS: usize = 100;
 
 /// A rollout against one tenant's sites; its result and wall time.
 async fn rollout(
-    make: fn() -> Rollout,
+    rollout: Rollout,
     tenant: &TenantInfo,
     opts: &RehearseOptions,
 ) -> (RolloutResult, Duration) {
-    let rollout = make();
     let mut provider = rollout.provider;
     point_at(&mut provider, tenant);
     let mut deploy = opts.deploy.clone();
@@ -69,14 +70,16 @@ fn phase(
         "{label}_reference_rollout: {} vms ready, {} failed, {} ms (a fake of its own)",
         sum.ready, sum.failed, reference.deploy.elapsed_ms
     );
-    let req = TenantRequest::default().scenario(make().scenario.to_yaml());
+    // Each tenant's snippets shares in a directory of its own.
+    let shares = tempfile::tempdir().unwrap();
     let t = Instant::now();
-    let tenants: Vec<TenantInfo> = rt.block_on(async {
+    let (tenants, rollouts): (Vec<TenantInfo>, Vec<Rollout>) = rt.block_on(async {
         let mut out = Vec::new();
-        for _ in 0..TENANTS {
-            out.push(ctl.create_tenant(&req).await.unwrap());
+        for i in 0..TENANTS {
+            let (r, req) = shared(make(), &shares.path().join(i.to_string()));
+            out.push((ctl.create_tenant(&req).await.unwrap(), r));
         }
-        out
+        out.into_iter().unzip()
     });
     println!(
         "{label}_create_{TENANTS}_tenants_wall: {} ms",
@@ -88,7 +91,10 @@ fn phase(
     );
     let t = Instant::now();
     let results: Vec<(RolloutResult, Duration)> = rt.block_on(async {
-        let runs = tenants.iter().map(|tn| rollout(make, tn, opts));
+        let runs = tenants
+            .iter()
+            .zip(rollouts)
+            .map(|(tn, r)| rollout(r, tn, opts));
         futures::future::join_all(runs).await
     });
     let wall = t.elapsed();

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fake_proxmox::{Builder, ClockMode, FakeProxmox, TenantInfo};
+use fake_proxmox::{Builder, ClockMode, FakeProxmox, TenantInfo, TenantRequest};
 use provision_harness::config::Provider;
 use provision_harness::pve::tls::{TlsMode, parse_fingerprint};
-use provision_harness::rehearse::RehearseOptions;
+use provision_harness::rehearse::{RehearseOptions, Rollout, share_snippets};
 
 /// The argument that puts the bench binary in child mode.
 pub const SERVE_FAKE: &str = "--serve-fake";
@@ -107,6 +107,16 @@ impl ChildFake {
         drop(self.child.stdin.take());
         self.child.wait().unwrap()
     }
+}
+
+/// `rollout` with each site's snippets storage shared under `dir` (made here), and the request
+/// for a tenant serving its scenario: the deployer writes the manifests' userData where the
+/// tenant's PVE reads it (the server runs on this machine).
+pub fn shared(mut rollout: Rollout, dir: &Path) -> (Rollout, TenantRequest) {
+    std::fs::create_dir_all(dir).unwrap();
+    share_snippets(&mut rollout, dir).unwrap();
+    let req = TenantRequest::default().scenario(rollout.scenario.to_yaml());
+    (rollout, req)
 }
 
 /// Point every site of `provider` at the tenant's listener of the same name, its certificate

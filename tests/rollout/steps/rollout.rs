@@ -216,6 +216,22 @@ fn storage_figures(w: &mut RolloutWorld, step: &Step) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[then(regex = r#"^the plan has an error mentioning "([^"]+)"$"#)]
+fn error_mentioning(w: &mut RolloutWorld, text: String) -> anyhow::Result<()> {
+    let p = plan(w)?;
+    let hit = p["findings"].as_array().is_some_and(|a| {
+        a.iter().any(|f| {
+            f["severity"] == "error" && f["message"].as_str().is_some_and(|m| m.contains(&text))
+        })
+    });
+    ensure!(
+        hit,
+        "no error finding mentions {text}; findings:\n{}",
+        findings(p)
+    );
+    Ok(())
+}
+
 #[then(regex = r#"^the plan has an error about "([^"]+)"$"#)]
 fn error_about(w: &mut RolloutWorld, subject: String) -> anyhow::Result<()> {
     let subject = w.target_text(&subject);

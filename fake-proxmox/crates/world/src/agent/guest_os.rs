@@ -105,7 +105,7 @@ pub struct GuestOs {
     pub passwords: BTreeMap<String, PasswordSet>,
     /// The cloud-init instance last applied at a boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cloud_init: Option<super::cloud_init::CloudInitRun>,
+    pub cloud_init: Option<super::cloud_config::CloudInitRun>,
 }
 
 /// QGA's answer to a failed command, as PVE's `mon_cmd` returns it.

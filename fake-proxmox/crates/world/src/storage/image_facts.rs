@@ -39,20 +39,6 @@ impl ImageFacts {
     };
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn facts_left_out_of_a_scenario_mean_cloud_init_without_the_agent() {
-        let f: ImageFacts = serde_norway::from_str("os: ubuntu-22.04").unwrap();
-        assert!(f.cloud_init);
-        assert!(!f.guest_agent);
-        assert!(serde_norway::from_str::<ImageFacts>("agent: true").is_err());
-    }
-}
-
 impl crate::world::Site {
     /// A copy of volume `from` was written to `to` (an import, a clone, a move, a storage
     /// copy): it holds the same image, and a snippet the same text.
@@ -84,5 +70,19 @@ impl crate::world::Site {
         if shared {
             self.share_storages();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn facts_left_out_of_a_scenario_mean_cloud_init_without_the_agent() {
+        let f: ImageFacts = serde_norway::from_str("os: ubuntu-22.04").unwrap();
+        assert!(f.cloud_init);
+        assert!(!f.guest_agent);
+        assert!(serde_norway::from_str::<ImageFacts>("agent: true").is_err());
     }
 }
