@@ -180,3 +180,37 @@ fn exists_text(s: &Storage, volname: &str) -> String {
         format!("volume '{}' already exists", s.volid(volname))
     }
 }
+
+impl crate::world::Site {
+    /// A copy of volume `from` was written to `to` (an import, a clone, a move, a storage
+    /// copy): it holds the same image, and a snippet the same text.
+    pub(crate) fn carry_volume_facts(&mut self, from: (&str, &str, &str), to: (&str, &str, &str)) {
+        let Some(src) = self
+            .nodes
+            .get(from.0)
+            .and_then(|n| n.storages.get(from.1))
+            .and_then(|s| s.volumes.get(from.2))
+        else {
+            return;
+        };
+        let (image, text) = (src.image.clone(), src.text.clone());
+        if image.is_none() && text.is_none() {
+            return;
+        }
+        let Some(storage) = self
+            .nodes
+            .get_mut(to.0)
+            .and_then(|n| n.storages.get_mut(to.1))
+        else {
+            return;
+        };
+        let shared = storage.shared;
+        storage.volumes.update(to.2, |v| {
+            v.image = image;
+            v.text = text;
+        });
+        if shared {
+            self.share_storages();
+        }
+    }
+}
