@@ -1,6 +1,8 @@
 //! Rehearse benchmark: wall time of `rehearse` on the seed's 30 manifests, and of generated
 //! rollouts of 1,000 VMs over 50 nodes and 10,000 VMs over 500 nodes, with the server's and the
-//! deployer's peak RSS. Prints `name: value unit` lines. Run: `cargo bench --bench rehearse`.
+//! deployer's peak RSS. Prints `name: value unit` lines, and whether issue 32's floors for the
+//! default mode hold: the 10,000-VM rollout under 20 s and at most 12 times the 1,000-VM one.
+//! Run: `cargo bench --bench rehearse`.
 //!
 //! For the generated rollouts the fake runs in a child process (this binary re-executed with
 //! `--serve-fake`), so its peak RSS and the deployer's are measured apart. The fake keeps its
@@ -128,8 +130,18 @@ fn serve_fake(scenario: &str, dir: &str) {
     });
 }
 
-/// A generated rollout against a fake in a child process; prints its figures under `label`.
-fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
+/// Issue 32's floors for the default mode (a listing per VM once made it quadratic): the
+/// 10,000-VM rollout under 20 s, and at most 12 times the 1,000-VM one.
+const FLOOR_10000_SECS: f64 = 20.0;
+const FLOOR_RATIO: f64 = 12.0;
+
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
+/// A generated rollout against a fake in a child process; prints its figures under `label`
+/// and returns its wall time.
+fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) -> Duration {
     let dir = tempfile::tempdir().unwrap();
     let scenario_path = dir.path().join("scenario.yaml");
     std::fs::write(&scenario_path, big_scenario(shape)).unwrap();
@@ -191,7 +203,8 @@ fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
     let deployer = Deployer::new(provider, deploy).unwrap();
     let t = Instant::now();
     let result = rt.block_on(deployer.deploy(&set)).unwrap();
-    println!("{label}_wall: {} ms", t.elapsed().as_millis());
+    let wall = t.elapsed();
+    println!("{label}_wall: {} ms", wall.as_millis());
     println!(
         "{label}_fake_cpu: {:.1} s",
         cpu_secs(&child.id().to_string()) - fake_cpu0
@@ -209,6 +222,7 @@ fn generated_rollout(rt: &tokio::runtime::Runtime, shape: Shape, label: &str) {
     );
     drop(child.stdin.take());
     let _ = child.wait();
+    wall
 }
 
 fn main() {
@@ -226,7 +240,7 @@ fn main() {
     //    the deployer's alone (the second's includes the first's high-water mark).
     //    `BENCH_ROLLOUTS=1000` or `=10000` runs only that one.
     let only = std::env::var("BENCH_ROLLOUTS").ok();
-    if only.as_deref() != Some("10000") {
+    let small = (only.as_deref() != Some("10000")).then(|| {
         generated_rollout(
             &rt,
             Shape {
@@ -235,9 +249,9 @@ fn main() {
                 vms: 1000,
             },
             "rollout_1000_vms_50_nodes",
-        );
-    }
-    if only.as_deref() != Some("1000") {
+        )
+    });
+    let large = (only.as_deref() != Some("1000")).then(|| {
         generated_rollout(
             &rt,
             Shape {
@@ -246,7 +260,24 @@ fn main() {
                 vms: 10_000,
             },
             "rollout_10000_vms_500_nodes",
+        )
+    });
+    // The floors are the default mode's (a listing per VM); `BENCH_LISTING_MAX_AGE_MS` runs
+    // print them too, for comparison.
+    if let Some(large) = large {
+        let secs = large.as_secs_f64();
+        println!(
+            "rollout_10000_floor: {} (< {FLOOR_10000_SECS} s, took {secs:.1} s)",
+            met(secs < FLOOR_10000_SECS)
         );
+        if let Some(small) = small {
+            let ratio = secs / small.as_secs_f64().max(1e-3);
+            println!("rollout_10000_vs_1000: {ratio:.1} x");
+            println!(
+                "rollout_scaling_floor: {} (<= {FLOOR_RATIO} x)",
+                met(ratio <= FLOOR_RATIO)
+            );
+        }
     }
 
     // 2. rehearse on the seed's 30 manifests, in-process (fake included), as the CLI runs it.

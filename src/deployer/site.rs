@@ -29,11 +29,38 @@ pub struct SiteCtx {
 
 #[derive(Default)]
 pub struct RecentReads {
-    pub resources: Recent<Vec<ClusterResource>>,
+    pub resources: Recent<GuestsByName>,
+    /// `/cluster/resources` as this run first read it, for every VM's look at the nodes other
+    /// than its own (its own node's guests it reads afresh): one site listing per run, not
+    /// one per VM.
+    pub run_resources: Recent<GuestsByName>,
     pub node_status: Recent<NodeStatus>,
     pub network: Recent<Vec<NetworkIface>>,
     pub storages: Recent<Vec<StorageInfo>>,
     pub content: Recent<Vec<ContentEntry>>,
+}
+
+/// A site listing's guest rows by name (rows without one under ""), so a VM finds the
+/// guests of its name without going through all of the site's.
+#[derive(Debug, Default)]
+pub struct GuestsByName(HashMap<String, Vec<ClusterResource>>);
+
+impl GuestsByName {
+    pub fn new(rows: Vec<ClusterResource>) -> Self {
+        let mut by_name: HashMap<String, Vec<ClusterResource>> = HashMap::new();
+        for r in rows {
+            by_name
+                .entry(r.name.clone().unwrap_or_default())
+                .or_default()
+                .push(r);
+        }
+        Self(by_name)
+    }
+
+    /// The rows named `name`, in the listing's order.
+    pub fn named(&self, name: &str) -> &[ClusterResource] {
+        self.0.get(name).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Answers this run read, by key, each with when it was asked for. Each key is read by one

@@ -3,11 +3,12 @@
 //! and resumed runs converge instead of creating duplicates.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Pipeline, VmJob};
 use crate::deployer::errors::StepError;
 use crate::deployer::pve::api::ClusterResource;
+use crate::deployer::site::GuestsByName;
 use crate::deployer::state::{Condition, Stage};
 
 impl Pipeline<'_> {
@@ -15,11 +16,10 @@ impl Pipeline<'_> {
     /// the lowest VMID with that name (adoption). Never a VM of another name.
     pub(super) async fn find_existing(&self, job: &VmJob<'_>) -> Result<Option<u32>, StepError> {
         let spec = job.spec;
-        let resources = self.resources_after_our_create(job).await?;
-        let named: Vec<&ClusterResource> = resources
+        let seen = self.named_after_our_create(job).await?;
+        let named: Vec<&ClusterResource> = seen
             .iter()
             .filter(|r| r.kind == spec.kind.family() && !r.template)
-            .filter(|r| r.name.as_deref() == Some(spec.name.as_str()))
             .collect();
         let rec = self.state.get(&job.key);
         let recorded = rec.as_ref().and_then(|r| r.vmid);
@@ -66,14 +66,21 @@ impl Pipeline<'_> {
         Ok(Some(vmid))
     }
 
-    /// `/cluster/resources`, read again once a create this rollout started (and was killed
+    /// The guests named like this VM, once a create this rollout started (and was killed
     /// during) has finished. PVE lists a VM under creation with `lock: create` and without its
     /// name, so matching by name alone would miss it and create a duplicate: the VMID recorded
     /// before the create call wins.
-    pub(super) async fn resources_after_our_create(
+    ///
+    /// The VM's own node is read afresh (`/nodes/{node}/qemu`, as often as the wait needs);
+    /// the other nodes come from the site listing this run read first (`/cluster/resources`,
+    /// once per run): a VM of the same name there means the manifest moved, and refusing it
+    /// does not take a site listing per VM. With `listing_max_age` and nothing recorded, the
+    /// recent site listing stands for every node.
+    pub(super) async fn named_after_our_create(
         &self,
         job: &VmJob<'_>,
-    ) -> Result<Arc<Vec<ClusterResource>>, StepError> {
+    ) -> Result<Vec<ClusterResource>, StepError> {
+        let name = job.spec.name.as_str();
         let rec = self.state.get(&job.key);
         let ours = rec
             .as_ref()
@@ -81,25 +88,31 @@ impl Pipeline<'_> {
             .and_then(|r| r.vmid)
             .map(u64::from);
         if self.may_reuse(job) {
-            return self.recent_listing(job).await;
+            return Ok(self.recent_listing(job).await?.named(name).to_vec());
         }
+        let node = job.spec.node.as_str();
+        let kind = job.spec.kind;
+        let elsewhere = self.run_listing(job).await?;
         let started = Instant::now();
         loop {
-            let resources = self
+            let here = self
                 .client()
-                .vm_resources()
+                .node_guests(kind, node)
                 .await
-                .map(Arc::new)
                 .map_err(|e| self.err(job, &e))?;
-            let creating = resources.iter().find(|r| {
-                r.kind == job.spec.kind.family()
-                    && ours.is_some()
+            let creating = here.iter().find(|r| {
+                ours.is_some()
                     && r.vmid == ours
                     && r.lock.as_deref() == Some("create")
-                    && r.name.as_deref() != Some(job.spec.name.as_str())
+                    && r.name.as_deref() != Some(name)
             });
             let Some(vm) = creating else {
-                return Ok(resources);
+                return Ok(named_here_and_elsewhere(
+                    here,
+                    elsewhere.named(name),
+                    node,
+                    name,
+                ));
             };
             if started.elapsed() >= self.options.task_wait.timeout {
                 return Err(StepError::Locked(format!(
@@ -116,18 +129,24 @@ impl Pipeline<'_> {
 
     /// The site's listing if this run asked for it at most `listing_max_age` ago, else a new
     /// one, read once for every VM that waits on it.
-    async fn recent_listing(
-        &self,
-        job: &VmJob<'_>,
-    ) -> Result<Arc<Vec<ClusterResource>>, StepError> {
+    async fn recent_listing(&self, job: &VmJob<'_>) -> Result<Arc<GuestsByName>, StepError> {
+        let read = async { self.client().vm_resources().await.map(GuestsByName::new) };
         self.site
             .recent
             .resources
-            .get_or_read(
-                "",
-                self.options.listing_max_age,
-                self.client().vm_resources(),
-            )
+            .get_or_read("", self.options.listing_max_age, read)
+            .await
+            .map_err(|e| self.err(job, &e))
+    }
+
+    /// The site's listing as this run first read it (read by the first VM that asks; the
+    /// others wait for it, and a failed read is tried again by the next).
+    async fn run_listing(&self, job: &VmJob<'_>) -> Result<Arc<GuestsByName>, StepError> {
+        let read = async { self.client().vm_resources().await.map(GuestsByName::new) };
+        self.site
+            .recent
+            .run_resources
+            .get_or_read("", Duration::MAX, read)
             .await
             .map_err(|e| self.err(job, &e))
     }
@@ -198,5 +217,64 @@ impl Pipeline<'_> {
         });
         self.persist().await?;
         Ok(false)
+    }
+}
+
+/// The guests named `name`: those of `node` as read afresh (`here`), and those of an
+/// earlier site listing (`site_named`) on other nodes; a VMID in both is where the fresh read
+/// puts it.
+fn named_here_and_elsewhere(
+    here: Vec<ClusterResource>,
+    site_named: &[ClusterResource],
+    node: &str,
+    name: &str,
+) -> Vec<ClusterResource> {
+    let mut named: Vec<ClusterResource> = site_named
+        .iter()
+        .filter(|r| r.node.as_deref() != Some(node))
+        .filter(|r| !here.iter().any(|h| h.vmid == r.vmid))
+        .cloned()
+        .collect();
+    named.extend(here.into_iter().filter(|r| r.name.as_deref() == Some(name)));
+    named
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn row(vmid: u64, node: &str, name: &str) -> ClusterResource {
+        ClusterResource {
+            id: format!("qemu/{vmid}"),
+            kind: "qemu".into(),
+            vmid: Some(vmid),
+            node: Some(node.into()),
+            name: Some(name.into()),
+            status: None,
+            lock: None,
+            template: false,
+            maxcpu: None,
+            maxmem: None,
+            maxdisk: None,
+        }
+    }
+
+    #[test]
+    fn the_fresh_node_read_wins_over_the_run_listing() {
+        // The run's listing: web on n1 (now gone from n1), web on n2, and 102 named web on n3
+        // that has since moved to n1 and been renamed.
+        let site = [
+            row(100, "n1", "web"),
+            row(101, "n2", "web"),
+            row(102, "n3", "web"),
+        ];
+        let here = vec![row(102, "n1", "db"), row(103, "n1", "web")];
+        let named = named_here_and_elsewhere(here, &site, "n1", "web");
+        let ids: Vec<(u64, &str)> = named
+            .iter()
+            .map(|r| (r.vmid.unwrap(), r.node.as_deref().unwrap()))
+            .collect();
+        assert_eq!(ids, [(101, "n2"), (103, "n1")]);
     }
 }

@@ -44,10 +44,14 @@ pub struct PipelineOptions {
     pub ci_user: String,
     /// How old what this run read of a site may be for a VM with nothing recorded to use it:
     /// `/cluster/resources` (to adopt by name) and its node's status, network, storages and
-    /// image storage content. Zero (the default) reads everything afresh for every VM. A VM
-    /// with a recorded VMID or on a retry always reads afresh. What a reused read can miss is
-    /// what changed in the last `listing_max_age`: a VM of the same name another creator made,
-    /// or space other VMs took (PVE's own refusal then applies).
+    /// image storage content. Zero (the default) reads the VM's node afresh for every VM —
+    /// its guests (`/nodes/{node}/qemu`, to adopt by name), status, network, storages and
+    /// image storage content — and the site listing, which only the other nodes' guests come
+    /// from, once per run. A VM with a recorded VMID or on a retry always reads its node
+    /// afresh. What a reused read can miss is what changed in the last `listing_max_age`: a
+    /// VM of the same name another creator made, or space other VMs took (PVE's own refusal
+    /// then applies); the once-per-run listing misses only a VM of the same name another
+    /// creator makes on another node during the run.
     pub listing_max_age: Duration,
 }
 

@@ -35,6 +35,7 @@ pub fn vm_requests(i: &VmRequestInputs<'_>) -> Vec<Request<'static>> {
         Request::network(node),
         Request::storages(node),
         Request::vm_resources(),
+        Request::node_guests(spec.kind, node),
     ];
     if i.create {
         out.extend(

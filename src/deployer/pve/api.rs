@@ -257,6 +257,41 @@ pub struct ClusterResource {
     pub maxdisk: Option<u64>,
 }
 
+/// One row of a node's guest listing (`GET /nodes/{node}/qemu` or `…/lxc`): what
+/// `/cluster/resources` says of the node's guests, without the row's `id`, `type` and `node`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NodeGuest {
+    #[serde(default, deserialize_with = "lenient_u64")]
+    pub vmid: Option<u64>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub lock: Option<String>,
+    #[serde(default, deserialize_with = "lenient_bool")]
+    pub template: bool,
+}
+
+impl NodeGuest {
+    /// The row as `/cluster/resources` lists it: `family` is `qemu` or `lxc`.
+    pub fn into_resource(self, family: &str, node: &str) -> ClusterResource {
+        ClusterResource {
+            id: format!("{family}/{}", self.vmid.unwrap_or_default()),
+            kind: family.to_string(),
+            vmid: self.vmid,
+            node: Some(node.to_string()),
+            name: self.name,
+            status: self.status,
+            lock: self.lock,
+            template: self.template,
+            maxcpu: None,
+            maxmem: None,
+            maxdisk: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct VmCurrent {
     pub status: String,

@@ -4,12 +4,21 @@
 
 use reqwest::Method;
 
-use super::api::{VmConfig, VmCurrent};
+use super::api::{ClusterResource, NodeGuest, VmConfig, VmCurrent};
 use super::request::{Request, node_param, vm_params};
 use super::{PveClient, PveError};
 use crate::deployer::guest::GuestKind;
 
 impl<'a> Request<'a> {
+    /// `GET /nodes/{node}/qemu` or `GET /nodes/{node}/lxc`: the node's guests of one kind.
+    pub fn node_guests(kind: GuestKind, node: &str) -> Self {
+        let template = match kind {
+            GuestKind::Vm => "/nodes/{node}/qemu",
+            GuestKind::Container => "/nodes/{node}/lxc",
+        };
+        Self::new(Method::GET, template, node_param(node))
+    }
+
     /// `POST /nodes/{node}/lxc`
     pub fn create_ct(node: &str, params: &super::Params<'a>) -> Self {
         Self::new(Method::POST, "/nodes/{node}/lxc", node_param(node)).with(params.to_vec())
@@ -111,6 +120,20 @@ impl PveClient {
         params: &super::Params<'_>,
     ) -> Result<String, PveError> {
         self.send(&Request::create_ct(node, params)).await
+    }
+
+    /// The guests of `kind` on `node`, as `/cluster/resources` rows of that node: what a
+    /// VM placed there needs to know of it, at the cost of the node's guests, not the site's.
+    pub async fn node_guests(
+        &self,
+        kind: GuestKind,
+        node: &str,
+    ) -> Result<Vec<ClusterResource>, PveError> {
+        let rows: Vec<NodeGuest> = self.send(&Request::node_guests(kind, node)).await?;
+        Ok(rows
+            .into_iter()
+            .map(|g| g.into_resource(kind.family(), node))
+            .collect())
     }
 
     pub async fn guest_config(

@@ -62,12 +62,18 @@ impl Site {
             n.online = false;
             n.powered_off = true;
             n.boot_at = reboot.then_some(now + BOOT_SECS);
+            if let Some(at) = n.boot_at {
+                self.boots_not_before = self.boots_not_before.min(at);
+            }
         }
         Vec::new()
     }
 
     /// Nodes whose boot time has come are up again, and start their `onboot` VMs.
     pub(crate) fn boot_due_nodes(&mut self, now: f64) {
+        if now < self.boots_not_before {
+            return;
+        }
         let due: Vec<(String, f64)> = self
             .nodes
             .values()
@@ -76,6 +82,11 @@ impl Site {
         for (node, at) in due {
             self.boot_node(&node, at);
         }
+        self.boots_not_before = self
+            .nodes
+            .values()
+            .filter_map(|n| n.boot_at)
+            .fold(f64::INFINITY, f64::min);
     }
 
     /// A powered-off node is up at `at` (its reboot, or the control plane switching it on).

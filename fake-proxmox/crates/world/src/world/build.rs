@@ -172,6 +172,7 @@ impl Site {
             exec: Arc::new(Simulated),
             disks: Arc::new(SimulatedDisks),
             node_runners: BTreeMap::new(),
+            boots_not_before: super::no_boot_known(),
             copy_logs: Vec::new(),
             firewall: crate::firewall::cluster::ClusterFirewall {
                 cluster_fw: spec.cluster_firewall.clone().unwrap_or_default(),

@@ -107,6 +107,11 @@ pub struct Site {
     /// Runtime only: attached again on load.
     #[serde(skip)]
     pub node_runners: BTreeMap<String, Runners>,
+    /// No node's `boot_at` comes before this, so a tick before it skips looking at the
+    /// nodes (a tick comes with every request). Lowered wherever a `boot_at` is set
+    /// (`finish_node_down`); runtime only: a built or loaded site looks on its first tick.
+    #[serde(skip, default = "no_boot_known")]
+    pub boots_not_before: f64,
     /// The log lines of the disk copies the task being completed ran, in order (see
     /// `tasks::model`): they replace its laid-out transfers. Empty between requests.
     #[serde(skip)]
@@ -118,6 +123,11 @@ pub struct Site {
     /// The appliance index `aplinfo` lists (absent in state files written before it).
     #[serde(default)]
     pub appliances: Vec<crate::storage::appliance::Appliance>,
+}
+
+/// What `boots_not_before` starts as: nothing known, look at the nodes.
+pub(crate) fn no_boot_known() -> f64 {
+    f64::NEG_INFINITY
 }
 
 impl Site {
