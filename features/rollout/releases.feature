@@ -1,4 +1,3 @@
-@fake
 Feature: One rollout on every PVE release teams run: 7.4, 8.4 and 9.1
   A fleet runs several releases at once. The same manifest goes to a site of each release, and
   each site validates its own release's whole API. Where a release lacks what the rollout needs,
@@ -11,6 +10,7 @@ Feature: One rollout on every PVE release teams run: 7.4, 8.4 and 9.1
     And the deployer authenticates with the API token "root@pam!harness"
     And the cloud image is placed for import as "local:import/ubuntu-22.04-cloud.qcow2" on every node
 
+  @fake
   Scenario Outline: on a PVE <release> site the seed's VM runs with its user-data and reports its address
     Given site "site-1" runs PVE version "<release>"
     And a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"
@@ -25,6 +25,7 @@ Feature: One rollout on every PVE release teams run: 7.4, 8.4 and 9.1
       | 8.4     |
       | 9.1     |
 
+  @fake
   Scenario: on a PVE 7.4 site an import volume cannot be the import source: planned, then refused before any create
     Given site "site-1" runs PVE version "7.4"
     And a VM manifest "nginx-proxy-vm" on node "ml110-01" at "site-1"

@@ -131,6 +131,20 @@ pub fn ubuntu_cloud_image() -> ImageFacts {
         .unwrap_or(ImageFacts::UNKNOWN)
 }
 
+/// A ProxmoxVM manifest's text without its `userData`, when it has one (`None`: left as it
+/// is, unreadable files included).
+fn without_user_data(text: &str) -> Option<String> {
+    let mut doc: serde_norway::Value = serde_norway::from_str(text).ok()?;
+    if doc["kind"].as_str() != Some("ProxmoxVM") {
+        return None;
+    }
+    doc.get_mut("spec")?
+        .get_mut("forProvider")?
+        .as_mapping_mut()?
+        .remove("userData")?;
+    serde_norway::to_string(&doc).ok()
+}
+
 impl RolloutWorld {
     async fn new() -> anyhow::Result<Self> {
         provision_harness::pve::tls::ensure_crypto_provider();
@@ -357,21 +371,25 @@ impl RolloutWorld {
             std::fs::remove_dir_all(dir)?;
         }
         std::fs::create_dir_all(dir)?;
+        // A real target without a snippets share cannot deliver user-data: leave it out.
+        let no_share = matches!(&self.target, Some(Target::Real(r)) if r.snippets.is_none());
         for (path, text) in &self.raw_manifests {
             let file = dir.join(path);
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent)?;
             }
+            let text = match no_share.then(|| without_user_data(text)).flatten() {
+                Some(t) => t,
+                None => text.clone(),
+            };
             match &self.map {
-                Some(map) => std::fs::write(file, map.manifest_text(text))?,
+                Some(map) => std::fs::write(file, map.manifest_text(&text))?,
                 None => std::fs::write(file, text)?,
             }
         }
-        // A real target without a snippets share cannot deliver user-data: leave it out.
-        let no_share = matches!(&self.target, Some(Target::Real(r)) if r.snippets.is_none());
         for m in manifests.values() {
             let mut m = m.clone();
-            if no_share {
+            if no_share && m.kind == "ProxmoxVM" {
                 m.user_data = None;
             }
             if let Some(map) = &self.map {
