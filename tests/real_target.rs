@@ -250,7 +250,9 @@ async fn interrupted_run_is_cleaned_up(s: &Server) -> anyhow::Result<()> {
     std::fs::create_dir_all(&manifests)?;
     let other_vm = format!("{other}s01-web");
     let write = |d: &Path, n: &str| {
-        let m = rollout::manifest::VmManifest::standard(n, NODE, "target");
+        let mut m = rollout::manifest::VmManifest::standard(n, NODE, "target");
+        // No snippets share with the container's storage: nothing to carry userData.
+        m.user_data = None;
         std::fs::write(d.join(format!("{n}.yaml")), m.to_yaml())
     };
     write(&theirs, &other_vm)?;
