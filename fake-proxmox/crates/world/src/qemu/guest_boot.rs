@@ -169,11 +169,7 @@ impl Site {
 
     /// cloud-init installed the agent on this disk: a later boot from it starts the agent.
     fn mark_agent_installed(&mut self, node: &str, sid: &str, volname: &str) {
-        let Some(storage) = self
-            .nodes
-            .get_mut(node)
-            .and_then(|n| n.storages.get_mut(sid))
-        else {
+        let Some(storage) = self.storage_mut(node, sid) else {
             return;
         };
         let marked = storage.volumes.update(volname, |v| {

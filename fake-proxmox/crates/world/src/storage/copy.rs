@@ -197,11 +197,7 @@ impl crate::world::Site {
         if image.is_none() && text.is_none() {
             return;
         }
-        let Some(storage) = self
-            .nodes
-            .get_mut(to.0)
-            .and_then(|n| n.storages.get_mut(to.1))
-        else {
+        let Some(storage) = self.storage_mut(to.0, to.1) else {
             return;
         };
         let shared = storage.shared;

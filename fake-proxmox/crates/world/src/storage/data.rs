@@ -9,7 +9,7 @@ use crate::storage::model::{Content, Storage, Volume};
 use crate::world::Site;
 
 impl Site {
-    fn storage_mut(&mut self, node: &str, sid: &str) -> Option<&mut Storage> {
+    pub(crate) fn storage_mut(&mut self, node: &str, sid: &str) -> Option<&mut Storage> {
         self.nodes.get_mut(node)?.storages.get_mut(sid)
     }
 

@@ -59,11 +59,7 @@ impl Site {
                 found.push((format!("snippets/{name}"), meta.len(), mtime));
             }
         }
-        let Some(storage) = self
-            .nodes
-            .get_mut(node)
-            .and_then(|n| n.storages.get_mut(sid))
-        else {
+        let Some(storage) = self.storage_mut(node, sid) else {
             return;
         };
         let gone: Vec<String> = storage
