@@ -154,12 +154,27 @@ fn the_main_job_command_is_in_the_readme_and_runs() {
     );
     let script = std::fs::read_to_string(repo().join("scripts/test")).unwrap();
     assert!(
-        script.contains("run) cargo test --workspace \"${cargo_args[@]}\""),
+        script.contains("python3 scripts/test-lanes.py")
+            && script.contains("cargo test --workspace \"${cargo_args[@]}\""),
         "scripts/test no longer runs every test"
+    );
+    // The lanes run what `cargo test --workspace` would: the targets cargo lists, doc tests too.
+    let lanes = std::fs::read_to_string(repo().join("scripts/test-lanes.py")).unwrap();
+    assert!(
+        lanes.contains("\"cargo\", \"test\", \"--workspace\", \"--no-run\"")
+            && lanes.contains("\"cargo\", \"test\", \"--workspace\", \"--doc\""),
+        "scripts/test-lanes.py must take its targets from cargo test --workspace"
     );
     let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
     assert!(
-        ci.lines().any(|l| l.trim() == "scripts/test"),
+        // The command itself, maybe after environment assignments (`VAR=value scripts/test`).
+        ci.lines().any(|l| {
+            let mut words = l.split_whitespace().skip_while(|w| {
+                w.split_once('=')
+                    .is_some_and(|(k, _)| !k.is_empty() && !k.contains('/'))
+            });
+            words.next() == Some("scripts/test") && words.next().is_none()
+        }),
         ".ci/run must call the README's test command"
     );
     let report = repo().join("target/rehearse-report.html");

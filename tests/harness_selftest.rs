@@ -7,7 +7,9 @@
 //! contract (reads the ProviderConfig YAML the harness writes, writes the status JSON), as it is
 //! or as the mutant named by `HARNESS_SELFTEST_MUTANT`.
 //!
-//! `HARNESS_SELFTEST_MUTANTS=0` skips the mutation score (the quick checks only).
+//! `HARNESS_SELFTEST_MUTANTS=0` skips the mutation score (the quick checks only);
+//! `HARNESS_SELFTEST_SCORE=full` runs every scenario that reaches each mutant instead of stopping
+//! at its first kill.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,7 +26,7 @@ use cucumber::{World as _, WriterExt as _};
 use rollout::RolloutWorld;
 use rollout::adapter::{self, Action, BuiltIn, Creds, Deployer, External, RunRequest, SiteTarget};
 use rollout::mutants::Mutant;
-use rollout::score::{Score, SuiteRun, run_suite};
+use rollout::score::{MutantRun, Score, Stop, SuiteRun, run_suite};
 
 use std::collections::BTreeSet;
 
@@ -196,8 +198,13 @@ async fn mutation_score() -> Result<(), String> {
         .into_iter()
         .filter(|m| only.is_empty() || only.split(',').any(|n| n.trim() == m.name()))
         .collect();
+    // The default stops each mutant's suite at its first kill (the test's verdict needs no
+    // more); `full` runs every scenario that reaches each mutant, to count the kills and list the
+    // scenarios no mutant fails. The do-nothing mutant always runs in full: its check is that it
+    // fails every scenario that runs a deployer.
+    let full = env("HARNESS_SELFTEST_SCORE") == "full";
     let started = std::time::Instant::now();
-    let control = run_suite(Arc::new(BuiltIn::default()), 8, None).await;
+    let control = run_suite(Arc::new(BuiltIn::default()), 8, None, Stop::Never).await;
     let failed: Vec<String> = control
         .failed()
         .map(|r| {
@@ -234,32 +241,46 @@ async fn mutation_score() -> Result<(), String> {
         })
         .collect();
     // Unordered: a long suite does not hold back the start of the next ones.
-    let mut runs: Vec<(usize, String, String, SuiteRun)> = futures::stream::iter(jobs)
+    let mut runs: Vec<(usize, MutantRun)> = futures::stream::iter(jobs)
         .enumerate()
         .map(|(i, (m, covering))| async move {
             let t = std::time::Instant::now();
+            let reaching = covering.len();
+            let stop = if full || m == Mutant::DoesNothing {
+                Stop::Never
+            } else {
+                Stop::AtFirstFailure
+            };
             let run = if covering.is_empty() {
                 SuiteRun::default()
             } else {
-                run_suite(mutant_deployer(m), 8, Some(covering)).await
+                run_suite(mutant_deployer(m), 8, Some(covering), stop).await
             };
             println!(
-                "  {}: {} scenario(s) reach it, run in {:.0} s",
+                "  {}: {} scenario(s) reach it, {} run in {:.0} s",
                 m.name(),
+                reaching,
                 run.results.len(),
                 t.elapsed().as_secs_f64()
             );
-            (i, m.name().to_string(), m.what().to_string(), run)
+            let run = MutantRun {
+                name: m.name().to_string(),
+                what: m.what().to_string(),
+                reaching,
+                stop,
+                run,
+            };
+            (i, run)
         })
         .buffer_unordered(PARALLEL_SUITES)
         .collect()
         .await;
     runs.sort_by_key(|r| r.0);
-    let runs: Vec<(String, String, SuiteRun)> =
-        runs.into_iter().map(|(_, n, w, r)| (n, w, r)).collect();
-    if let Some((_, _, nothing)) = runs
+    let runs: Vec<MutantRun> = runs.into_iter().map(|(_, r)| r).collect();
+    if let Some(nothing) = runs
         .iter()
-        .find(|(n, _, _)| n == Mutant::DoesNothing.name())
+        .find(|r| r.name == Mutant::DoesNothing.name())
+        .map(|r| &r.run)
     {
         let deploying = control.results.iter().filter(|r| r.ran_deployer).count();
         let passed: Vec<String> = nothing

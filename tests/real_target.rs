@@ -9,7 +9,8 @@
 //! name collision between them fails too.
 //!
 //! `HARNESS_BLACKBOX_IMAGE=fake-proxmox:dev` runs the same against the container image instead
-//! (`.ci/run` does both).
+//! (`.ci/run` runs it so, inside the README's test command; ci.yml's `real_target` step runs the
+//! process).
 //!
 //! Then an interrupted run: the `provision-harness` CLI starts deploying two VMs named with a run
 //! prefix and is killed (SIGKILL) as soon as the first exists, mid-create; `provision-harness

@@ -83,19 +83,35 @@ fn scenario_id(f: &cucumber::gherkin::Feature, sc: &cucumber::gherkin::Scenario)
     format!("{file}:{}", sc.position.line)
 }
 
+/// How much of a suite a run needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Every scenario, whatever fails.
+    Never,
+    /// No new scenario starts after the first failure (those already started finish): enough
+    /// to show a mutant killed, for a fraction of the time.
+    AtFirstFailure,
+}
+
 /// Runs the rollout scenarios not tagged `@wip` (only those in `only`, if given) with
 /// `deployer`, `concurrency` at a time.
 pub async fn run_suite(
     deployer: Arc<dyn Deployer>,
     concurrency: usize,
     only: Option<BTreeSet<String>>,
+    stop: Stop,
 ) -> SuiteRun {
     let results: Arc<Mutex<Vec<ScenarioResult>>> = Arc::default();
     let sink = Arc::clone(&results);
     let buf = SharedBuf::default();
     let run = RolloutWorld::cucumber()
         .with_default_cli()
-        .max_concurrent_scenarios(concurrency)
+        .max_concurrent_scenarios(concurrency);
+    let run = match stop {
+        Stop::Never => run,
+        Stop::AtFirstFailure => run.fail_fast(),
+    };
+    let run = run
         .after(move |f, r, sc, ev, w| {
             let ran_deployer = w
                 .as_ref()
@@ -147,54 +163,90 @@ pub async fn run_suite(
 
 /// The score: per mutant, the scenarios that killed it.
 pub struct Score {
-    /// (mutant name, what it does, the scenarios run, the killing ones).
-    pub mutants: Vec<(String, String, Vec<ScenarioResult>, Vec<ScenarioResult>)>,
-    /// Scenarios the deployer passes and no mutant fails.
-    pub unkilling: Vec<ScenarioResult>,
+    /// Per mutant: what ran and what killed it.
+    pub mutants: Vec<MutantScore>,
+    /// Scenarios the deployer passes and no mutant fails; `None` when the mutant suites stopped
+    /// at their first kill, which leaves most scenarios unasked.
+    pub unkilling: Option<Vec<ScenarioResult>>,
+}
+
+/// One mutant's line of the score.
+pub struct MutantScore {
+    pub name: String,
+    pub what: String,
+    /// How many scenarios reach its mutation point.
+    pub reaching: usize,
+    pub ran: Vec<ScenarioResult>,
+    pub killers: Vec<ScenarioResult>,
+}
+
+/// One mutant's suite run, as the score reads it.
+pub struct MutantRun {
+    pub name: String,
+    pub what: String,
+    pub reaching: usize,
+    pub stop: Stop,
+    pub run: SuiteRun,
 }
 
 impl Score {
-    /// `runs`: (mutant name, what, its suite run); `control`: the unmutated deployer's run.
-    pub fn new(control: &SuiteRun, runs: &[(String, String, SuiteRun)]) -> Score {
+    /// `runs`: each mutant's suite run; `control`: the unmutated deployer's run.
+    pub fn new(control: &SuiteRun, runs: &[MutantRun]) -> Score {
         let mutants = runs
             .iter()
-            .map(|(n, w, r)| {
-                let killers = r.failed().cloned().collect();
-                (n.clone(), w.clone(), r.results.clone(), killers)
+            .map(|m| MutantScore {
+                name: m.name.clone(),
+                what: m.what.clone(),
+                reaching: m.reaching,
+                ran: m.run.results.clone(),
+                killers: m.run.failed().cloned().collect(),
             })
             .collect::<Vec<_>>();
-        let mut kills: BTreeMap<&str, usize> = BTreeMap::new();
-        for (_, _, r) in runs {
-            for f in r.failed() {
-                *kills.entry(f.id.as_str()).or_default() += 1;
+        let unkilling = runs.iter().all(|m| m.stop == Stop::Never).then(|| {
+            let mut kills: BTreeMap<&str, usize> = BTreeMap::new();
+            for m in runs {
+                for f in m.run.failed() {
+                    *kills.entry(f.id.as_str()).or_default() += 1;
+                }
             }
-        }
-        let unkilling = control
-            .results
-            .iter()
-            .filter(|s| !kills.contains_key(s.id.as_str()))
-            .cloned()
-            .collect();
+            control
+                .results
+                .iter()
+                .filter(|s| !kills.contains_key(s.id.as_str()))
+                .cloned()
+                .collect()
+        });
         Score { mutants, unkilling }
     }
 
     pub fn killed(&self) -> usize {
-        self.mutants.iter().filter(|(.., k)| !k.is_empty()).count()
+        self.mutants
+            .iter()
+            .filter(|m| !m.killers.is_empty())
+            .count()
     }
 
     pub fn survivors(&self) -> Vec<&str> {
         self.mutants
             .iter()
-            .filter(|(.., k)| k.is_empty())
-            .map(|(n, ..)| n.as_str())
+            .filter(|m| m.killers.is_empty())
+            .map(|m| m.name.as_str())
             .collect()
     }
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for (name, what, ran, killers) in &self.mutants {
+        for m in &self.mutants {
+            let (name, what, ran, killers) = (&m.name, &m.what, &m.ran, &m.killers);
             let verdict = if killers.is_empty() {
                 format!("SURVIVED the {} scenario(s) that reach it", ran.len())
+            } else if ran.len() < m.reaching {
+                format!(
+                    "killed by {} of the {} scenario(s) run before it stopped ({} reach it)",
+                    killers.len(),
+                    ran.len(),
+                    m.reaching
+                )
             } else {
                 format!(
                     "killed by {} of the {} scenario(s) that reach it",
@@ -222,14 +274,20 @@ impl Score {
             self.killed(),
             self.mutants.len()
         ));
-        if !self.unkilling.is_empty() {
-            out.push_str(&format!(
-                "scenarios no mutant fails ({}; candidates for a sharper assertion, or for a new mutant):\n",
-                self.unkilling.len()
-            ));
-            for s in &self.unkilling {
-                out.push_str(&format!("  {} {}\n", s.id, s.name));
+        match &self.unkilling {
+            None => out.push_str(
+                "(each mutant stopped at its first kill; HARNESS_SELFTEST_SCORE=full runs every scenario that reaches it and lists the scenarios no mutant fails)\n",
+            ),
+            Some(unkilling) if !unkilling.is_empty() => {
+                out.push_str(&format!(
+                    "scenarios no mutant fails ({}; candidates for a sharper assertion, or for a new mutant):\n",
+                    unkilling.len()
+                ));
+                for s in unkilling {
+                    out.push_str(&format!("  {} {}\n", s.id, s.name));
+                }
             }
+            Some(_) => {}
         }
         out
     }
