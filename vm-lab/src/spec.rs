@@ -27,7 +27,8 @@ pub struct LabSpec {
     /// Which accelerator the nodes run under; `auto` when absent.
     #[serde(default)]
     pub accel: AccelChoice,
-    /// The lab's L2 segment; derived from the name when absent.
+    /// The lab's L2 segment; a missing group or port is derived from the name and a per-run
+    /// nonce (see [`LabSpec::mcast_link`]).
     #[serde(default)]
     pub network: NetworkSpec,
     /// What goes into the netboot image beyond the base system.

@@ -193,7 +193,8 @@ impl GuestHost {
         self.accel
     }
 
-    /// The host's run directory: one directory per guest and per segment's helpers.
+    /// The host's run directory: one directory per guest (named after it) and `dhcp` for the
+    /// segments' DHCP servers.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
     }
