@@ -15,10 +15,13 @@ use crate::spec::AccelChoice;
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(12);
 const PROBE_MARKERS: [&str; 2] = ["Linux version", "Decompressing Linux"];
 
+/// The accelerator a lab actually runs under, once [`resolve`] has decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Accel {
+    /// Hardware virtualisation through `/dev/kvm`, used only after a probe boot succeeded.
     Kvm,
+    /// QEMU's software emulator; default timeouts are multiplied by [`Accel::timeout_scale`].
     Tcg,
 }
 
@@ -31,6 +34,7 @@ impl Accel {
         }
     }
 
+    /// `kvm` or `tcg`, as QEMU's `-accel` and the lab's state file spell it.
     pub fn name(self) -> &'static str {
         match self {
             Accel::Kvm => "kvm",
@@ -160,6 +164,8 @@ async fn probe_boot(kernel: &Path, scratch: &Path) -> Result<(bool, String)> {
     Ok(verdict)
 }
 
+/// The probe's QEMU arguments: a KVM guest with only `kernel`, 256 MiB and its serial console
+/// written to `log`, which [`PROBE_TIMEOUT`] bounds waiting on.
 pub fn probe_argv(kernel: &Path, log: &Path) -> Vec<String> {
     vec![
         "-accel".into(),

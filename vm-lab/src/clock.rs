@@ -31,6 +31,7 @@ pub fn load(run_dir: &Path) -> Result<BTreeMap<String, i64>> {
     }
 }
 
+/// Write the run-time offsets (seconds, by node name) to `clock.json` in `run_dir`.
 pub fn save(run_dir: &Path, offsets: &BTreeMap<String, i64>) -> Result<()> {
     let p = state_path(run_dir);
     let t = serde_json::to_string_pretty(offsets).map_err(|e| Error::Lab(e.to_string()))?;

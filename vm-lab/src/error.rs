@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The crate's result type; the error defaults to [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Everything vm-lab can fail with. [`Error::is_guest_failure`] tells a guest that misbehaved
+/// (`CommandFailed`, `Timeout`) from a harness that broke (every other variant).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The lab spec is invalid; the message names the node or field.
@@ -27,14 +30,23 @@ pub enum Error {
 
     /// A host tool failed (qemu-img, unshare, apt-get, ssh-keygen…).
     #[error("{tool} failed: {detail}")]
-    Tool { tool: String, detail: String },
+    Tool {
+        /// The program that failed, e.g. `qemu-img`.
+        tool: String,
+        /// Why: its exit status and stderr, or the spawn error.
+        detail: String,
+    },
 
     /// QEMU of a node exited when it should be running; carries its stderr and last serial lines.
     #[error("node {node}: QEMU exited ({status}); stderr:\n{stderr}\nlast serial lines:\n{serial}")]
     QemuExited {
+        /// The node whose QEMU died.
         node: String,
+        /// Its exit status as the OS reported it (code or signal).
         status: String,
+        /// Everything QEMU wrote to stderr.
         stderr: String,
+        /// The node's last serial console lines before it died.
         serial: String,
     },
 
@@ -43,39 +55,57 @@ pub enum Error {
         "node {node}: timed out after {after:?} waiting for {what}; last serial lines:\n{serial}"
     )]
     Timeout {
+        /// The node that was waited on.
         node: String,
+        /// What was awaited, e.g. `VMLAB-READY` or `the guest agent`.
         what: String,
+        /// How long the wait lasted before giving up.
         after: Duration,
+        /// The node's last serial console lines when the wait gave up.
         serial: String,
     },
 
     /// A command in the guest exited non-zero where success was required.
     #[error("node {node}: `{command}` exited with {code}\nstdout: {stdout}\nstderr: {stderr}")]
     CommandFailed {
+        /// The node the command ran on.
         node: String,
+        /// The command line as given.
         command: String,
+        /// Its exit code; 128 + the signal number when a signal killed it.
         code: i64,
+        /// What it wrote to stdout, lossily decoded as UTF-8.
         stdout: String,
+        /// What it wrote to stderr, lossily decoded as UTF-8.
         stderr: String,
     },
 
     /// A QMP or guest-agent exchange failed.
     #[error("node {node}: {channel}: {detail}")]
     Control {
+        /// The node whose control socket failed.
         node: String,
+        /// Which channel or agent command: `"qmp"`, `"agent"`, `"guest-file-open"`, ….
         channel: &'static str,
+        /// The failure as the protocol or the socket reported it.
         detail: String,
     },
 
+    /// A node name that is not in the lab's spec.
     #[error("no node named {0:?} in this lab")]
     NoSuchNode(String),
 
+    /// A lab-level request could not be carried out: bad fault parameters, a node in the wrong
+    /// state for the verb, an unreadable state file in the run directory.
     #[error("lab: {0}")]
     Lab(String),
 
+    /// A file or socket operation failed; `path` is the file it was about.
     #[error("{path}: {source}")]
     Io {
+        /// The file, directory or socket the operation was on.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },

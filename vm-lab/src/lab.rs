@@ -93,27 +93,44 @@ pub fn default_run_root() -> PathBuf {
 /// What `lab.json` in the run directory records, for the CLI and for humans.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabState {
+    /// The lab's name, from its spec.
     pub name: String,
+    /// The run directory this file is in: node directories, logs, sockets, disks.
     pub run_dir: PathBuf,
     /// The process that owns the lab (the test, or `vm-lab supervise`).
     pub driver_pid: u32,
+    /// Host PID of the `unshare` process holding the lab's namespaces.
     pub holder_pid: u32,
+    /// Host PID of the namespace's init; `nsenter --target` takes it to enter the lab.
     pub ns_init_pid: u32,
+    /// The accelerator the nodes run under.
     pub accel: Accel,
+    /// The lab's L2 segment.
     pub mcast: McastLink,
+    /// Private key every node accepts for root over SSH.
     pub ssh_key: PathBuf,
+    /// The netboot kernel the nodes boot, in the image cache.
     pub kernel: PathBuf,
+    /// The netboot initramfs the nodes boot, in the image cache.
     pub initrd: PathBuf,
+    /// One entry per node, in spec order.
     pub nodes: Vec<NodeState>,
 }
 
+/// One node as `lab.json` records it: enough for another process (the CLI) to attach to it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeState {
+    /// The node's name.
     pub name: String,
+    /// Its lab address with prefix, e.g. `192.168.100.11/24`.
     pub address: String,
+    /// Its lab NIC's MAC, e.g. `52:54:00:00:00:11`.
     pub mac: String,
+    /// How it boots.
     pub boot: BootMode,
+    /// Port on `127.0.0.1` inside the lab's namespace that forwards to the guest's SSH port.
     pub ssh_port: u16,
+    /// The node's directory in the run directory (QMP and agent sockets, serial log, argv, disk).
     pub dir: PathBuf,
     /// The node's full spec (absent in state files of older versions).
     #[serde(default)]
@@ -153,12 +170,14 @@ impl LabState {
         Ok(Node::attached(spec, paths, argv, node.ssh_port, ctx))
     }
 
+    /// Read `lab.json` from a run directory. Fails when the file is missing or not a lab state.
     pub fn load(run_dir: &Path) -> Result<LabState> {
         let p = run_dir.join("lab.json");
         let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
         serde_json::from_str(&text).map_err(|e| Error::Lab(format!("{}: {e}", p.display())))
     }
 
+    /// The entry of the node named `name`; [`Error::NoSuchNode`] when there is none.
     pub fn node(&self, name: &str) -> Result<&NodeState> {
         self.nodes
             .iter()
@@ -167,6 +186,9 @@ impl LabState {
     }
 }
 
+/// A running lab: the namespace, the netboot image and the nodes. Dropping it kills every QEMU
+/// and the namespace and removes the run directory (kept when it failed and
+/// [`LabOptions::keep_on_failure`] is set); [`Lab::down`] does the same explicitly.
 pub struct Lab {
     spec: LabSpec,
     run_dir: PathBuf,
@@ -196,6 +218,8 @@ impl Lab {
         Lab::up_with(spec, LabOptions::default()).await
     }
 
+    /// [`Lab::up`] with options that are not part of the spec (run and cache directories, an
+    /// accelerator override, timeouts). On a failed wait the lab is marked failed and dropped.
     pub async fn up_with(spec: LabSpec, opts: LabOptions) -> Result<Lab> {
         let mut lab = Lab::start(spec, opts).await?;
         if let Err(e) = lab.wait_ready().await {
@@ -363,6 +387,7 @@ impl Lab {
         results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
     }
 
+    /// The node named `name`; [`Error::NoSuchNode`] when the lab has none.
     pub fn node(&self, name: &str) -> Result<&Node> {
         self.nodes
             .iter()
@@ -370,30 +395,37 @@ impl Lab {
             .ok_or_else(|| Error::NoSuchNode(name.to_string()))
     }
 
+    /// Every node, in spec order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }
 
+    /// The lab's name, from its spec.
     pub fn name(&self) -> &str {
         &self.spec.name
     }
 
+    /// The validated spec the lab was started from.
     pub fn spec(&self) -> &LabSpec {
         &self.spec
     }
 
+    /// The lab's run directory: `<run root>/<name>-<nonce>`.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
     }
 
+    /// The accelerator the nodes run under, as resolved at start.
     pub fn accel(&self) -> Accel {
         self.ctx.accel
     }
 
+    /// The lab's L2 segment (group, port and local address).
     pub fn mcast_link(&self) -> McastLink {
         self.link
     }
 
+    /// The netboot image the nodes boot.
     pub fn image(&self) -> &Image {
         &self.image
     }

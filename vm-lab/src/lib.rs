@@ -55,6 +55,8 @@
 
 // A library reports through its return values and `tracing`, never by printing; the binary prints.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
+// Every public item says what it is, its unit, and when it fails: the crate is used as a library.
+#![warn(missing_docs)]
 
 pub mod accel;
 pub mod clock;

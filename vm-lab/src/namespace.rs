@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 
 const HOLDER_SCRIPT: &str = "ip link set lo up || exit 1; echo ready; exec cat >/dev/null";
 
+/// The lab's user + network + PID namespaces, held open by an `unshare` child. Dropping it
+/// tears them down, and the kernel kills every process left inside.
 #[derive(Debug)]
 pub struct Namespace {
     holder: Child,
@@ -69,6 +71,7 @@ impl Namespace {
         self.init_pid
     }
 
+    /// Host PID of the `unshare` process that holds the namespaces.
     pub fn holder_pid(&self) -> u32 {
         self.holder.id()
     }
@@ -94,6 +97,8 @@ impl Drop for Namespace {
     }
 }
 
+/// The `unshare` arguments that create the lab's namespaces (`--kill-child`: the init dies with
+/// the holder) and run the holder script in them.
 pub fn holder_argv() -> Vec<String> {
     [
         "--user",

@@ -8,7 +8,7 @@
 //! The desired faults live in `net.json` in the lab's run directory, so the library and the
 //! CLI (another process) change the same state; every change rewrites the qdiscs of every
 //! running node from that state. A node powered off and on again comes back without its
-//! qdiscs until the next change (or [`heal`]).
+//! qdiscs until the next change (or [`NetFaults::heal`]).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -34,6 +34,7 @@ pub struct LinkFault {
     /// Every packet is lost (a partition in this direction).
     #[serde(default)]
     pub drop: bool,
+    /// Added one-way latency (`netem delay`); written in milliseconds in `net.json`.
     #[serde(default, with = "opt_ms")]
     pub delay: Option<Duration>,
     /// Uniform variation around `delay`.
@@ -51,6 +52,7 @@ pub struct LinkFault {
 }
 
 impl LinkFault {
+    /// True when the fault changes nothing (every field at its default).
     pub fn is_clear(&self) -> bool {
         *self == LinkFault::default()
     }
@@ -101,8 +103,11 @@ impl LinkFault {
 /// A fault on the packets from `from` to `to`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DirectedFault {
+    /// The sending node's name.
     pub from: String,
+    /// The receiving node's name.
     pub to: String,
+    /// What happens to the packets.
     pub fault: LinkFault,
 }
 
@@ -113,6 +118,7 @@ pub struct NetFaults {
 }
 
 impl NetFaults {
+    /// The fault on packets from `from` to `to`; a clear one when none is set.
     pub fn get(&self, from: &str, to: &str) -> LinkFault {
         self.links
             .get(from)
@@ -201,6 +207,7 @@ impl NetFaults {
         Ok(out)
     }
 
+    /// Read the faults in force from `net.json` in `run_dir`; none when the file does not exist yet.
     pub fn load(run_dir: &Path) -> Result<NetFaults> {
         let p = state_path(run_dir);
         match std::fs::read_to_string(&p) {
@@ -212,6 +219,7 @@ impl NetFaults {
         }
     }
 
+    /// Write the faults to `net.json` in `run_dir`, replacing what was there.
     pub fn save(&self, run_dir: &Path) -> Result<()> {
         let p = state_path(run_dir);
         let t = serde_json::to_string_pretty(self).map_err(|e| Error::Lab(e.to_string()))?;
@@ -219,6 +227,8 @@ impl NetFaults {
     }
 }
 
+/// Where a lab's faults are kept: `net.json` in its run directory, shared by the library and
+/// the CLI.
 pub fn state_path(run_dir: &Path) -> PathBuf {
     run_dir.join(STATE_FILE)
 }

@@ -27,26 +27,36 @@ const MAX_SOCKET_PATH: usize = 107;
 /// Where a node's files live; all under its directory in the lab's run dir.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodePaths {
+    /// The node's directory; every other path is a file in it.
     pub dir: PathBuf,
     /// QMP monitor held by the lab driver (event log).
     pub qmp: PathBuf,
     /// QMP monitor for one-shot commands (library verbs and the CLI).
     pub qmp_ctl: PathBuf,
+    /// Guest agent socket (`qga.sock`).
     pub qga: PathBuf,
+    /// Serial console socket (`serial.sock`): attach to type into the console.
     pub serial_sock: PathBuf,
+    /// Everything the serial console printed (`serial.log`), appended across restarts.
     pub serial_log: PathBuf,
     /// When each serial line arrived ([`crate::serial_stamps`]).
     pub serial_times: PathBuf,
+    /// QEMU's stderr (`qemu.stderr`).
     pub stderr: PathBuf,
+    /// QMP events the driver saw, one JSON object a line (`qmp-events.jsonl`).
     pub events: PathBuf,
+    /// QEMU's full command line as a JSON array (`argv.json`), program first; restarts reuse it.
     pub argv: PathBuf,
+    /// QEMU's host PID (`pid`).
     pub pid: PathBuf,
+    /// The node's data disk (`disk.qcow2`), attached only when the spec gives it a size.
     pub disk: PathBuf,
     /// Holds the node's saved memory images (lab snapshots), attached to no device.
     pub state: PathBuf,
 }
 
 impl NodePaths {
+    /// The paths of a node whose directory is `dir`; nothing is created.
     pub fn new(dir: &Path) -> NodePaths {
         NodePaths {
             dir: dir.to_path_buf(),
@@ -69,25 +79,42 @@ impl NodePaths {
 /// How a node boots.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Boot {
+    /// QEMU loads the kernel and initramfs itself and passes `cmdline`.
     Direct {
+        /// Host path of the netboot kernel.
         kernel: PathBuf,
+        /// Host path of the netboot initramfs.
         initrd: PathBuf,
+        /// The kernel command line, from [`kernel_cmdline`].
         cmdline: String,
     },
     /// iPXE fetches `bootfile` (a script) from QEMU's TFTP server serving `tftp_dir`.
-    Pxe { tftp_dir: PathBuf, bootfile: String },
+    Pxe {
+        /// Host directory QEMU's TFTP server serves (kernel, initramfs, script).
+        tftp_dir: PathBuf,
+        /// The iPXE script's file name in `tftp_dir`, from [`ipxe_script`].
+        bootfile: String,
+    },
 }
 
 /// Everything a node's command line depends on.
 #[derive(Debug, Clone)]
 pub struct NodeArgs<'a> {
+    /// Lab name; with the node's name it names the QEMU process (`-name lab-node`).
     pub lab: &'a str,
+    /// The node's spec (CPUs, memory, MAC).
     pub node: &'a NodeSpec,
+    /// The accelerator, resolved.
     pub accel: Accel,
+    /// The node's files.
     pub paths: &'a NodePaths,
+    /// The lab's L2 segment the lab NIC joins.
     pub link: McastLink,
+    /// Port on the namespace's `127.0.0.1` forwarded to the guest's port 22.
     pub ssh_port: u16,
+    /// How the node boots.
     pub boot: Boot,
+    /// Attach [`NodePaths::disk`] as `/dev/vda`.
     pub with_disk: bool,
 }
 
@@ -130,6 +157,8 @@ pub fn node_argv(a: &NodeArgs<'_>) -> Result<Vec<String>> {
     Ok(v)
 }
 
+/// Arguments every node gets: no default devices or config, no display, q35, the process name
+/// `name`, timestamped messages, and `-no-reboot` (a guest reboot or panic ends QEMU).
 pub fn base_args(name: &str) -> Vec<String> {
     strings(&[
         "-nodefaults",
@@ -147,6 +176,7 @@ pub fn base_args(name: &str) -> Vec<String> {
     ])
 }
 
+/// `-accel` and a matching `-cpu`: the host CPU under KVM, `max` under TCG.
 pub fn accel_args(accel: Accel) -> Vec<String> {
     match accel {
         Accel::Kvm => strings(&["-accel", "kvm", "-cpu", "host"]),
@@ -154,6 +184,7 @@ pub fn accel_args(accel: Accel) -> Vec<String> {
     }
 }
 
+/// `-smp` and `-m`: `vcpus` CPUs and `memory_mib` MiB of memory.
 pub fn cpu_mem_args(vcpus: u32, memory_mib: u32) -> Vec<String> {
     vec![
         "-smp".into(),
@@ -163,6 +194,7 @@ pub fn cpu_mem_args(vcpus: u32, memory_mib: u32) -> Vec<String> {
     ]
 }
 
+/// A QMP monitor listening on the unix socket `sock`, not waiting for a client to start.
 pub fn qmp_args(sock: &Path) -> Vec<String> {
     vec![
         "-qmp".into(),
@@ -184,6 +216,7 @@ pub fn serial_args(sock: &Path, log: &Path) -> Vec<String> {
     ]
 }
 
+/// The guest agent's virtio-serial port (`org.qemu.guest_agent.0`), on the unix socket `sock`.
 pub fn qga_args(sock: &Path) -> Vec<String> {
     vec![
         "-chardev".into(),
@@ -195,6 +228,7 @@ pub fn qga_args(sock: &Path) -> Vec<String> {
     ]
 }
 
+/// A virtio RNG, so the guest has entropy for SSH keys at once instead of waiting on the pool.
 pub fn rng_args() -> Vec<String> {
     strings(&["-device", "virtio-rng-pci"])
 }
@@ -254,6 +288,7 @@ pub fn mgmt_mac(lan: Mac) -> Mac {
     Mac([0x52, 0x54, 0x01, m[3], m[4], m[5]])
 }
 
+/// The node's qcow2 `disk` as a virtio-blk device (`/dev/vda`), write-back cached.
 pub fn disk_args(disk: &Path) -> Vec<String> {
     vec![
         "-drive".into(),
@@ -279,6 +314,8 @@ pub fn state_drive_args(state: &Path) -> Vec<String> {
     ]
 }
 
+/// `-kernel`, `-initrd` and `-append`: QEMU boots the kernel directly, without firmware boot
+/// devices.
 pub fn direct_boot_args(kernel: &Path, initrd: &Path, cmdline: &str) -> Vec<String> {
     vec![
         "-kernel".into(),
@@ -331,6 +368,7 @@ pub fn ipxe_script(kernel: &str, initrd: &str, cmdline: &str) -> String {
     )
 }
 
+/// The spelling of a boot mode in specs and in `lab.json`: `direct` or `pxe`.
 pub fn boot_mode_name(b: BootMode) -> &'static str {
     match b {
         BootMode::Direct => "direct",

@@ -19,6 +19,8 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Service = QapiService<QgaStreamTokio<OwnedWriteHalf>>;
 
+/// A synchronised connection to a guest agent socket, ready for commands. Drop it after a
+/// command timed out: a late reply would be taken for the next command's.
 pub struct QgaConn {
     service: Service,
     task: tokio::task::JoinHandle<()>,
@@ -51,6 +53,7 @@ pub async fn connect(sock: &Path, timeout: Duration) -> Result<QgaConn, String> 
 }
 
 impl QgaConn {
+    /// Run one agent command, bounded by `timeout`; the error is the agent's or a timeout, as text.
     pub async fn execute<C>(&self, cmd: C, timeout: Duration) -> Result<C::Ok, String>
     where
         C: QgaCommand + 'static,
@@ -117,6 +120,9 @@ pub async fn exec(
     }
 }
 
+/// Write the `0xFF` flush byte and a `guest-sync-delimited` request with `id`, then read until
+/// the reply carrying the same `id` (after a `0xFF` sentinel). Has no bound of its own: the
+/// caller wraps it in a timeout.
 pub async fn handshake(sock: &mut UnixStream, id: i64) -> std::io::Result<()> {
     sock.write_all(&[0xFF]).await?;
     sock.write_all(sync_request(id).as_bytes()).await?;
@@ -143,10 +149,12 @@ pub async fn handshake(sock: &mut UnixStream, id: i64) -> std::io::Result<()> {
     }
 }
 
+/// The `guest-sync-delimited` request line for `id`, newline-terminated.
 pub fn sync_request(id: i64) -> String {
     format!("{{\"execute\":\"guest-sync-delimited\",\"arguments\":{{\"id\":{id}}}}}\n")
 }
 
+/// Whether `line` is the agent's `{"return": id}` answer to a sync with `id`.
 pub fn sync_reply_matches(line: &[u8], id: i64) -> bool {
     serde_json::from_slice::<serde_json::Value>(line)
         .ok()

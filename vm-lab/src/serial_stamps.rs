@@ -35,6 +35,7 @@ pub struct SerialStamp {
 }
 
 impl SerialStamp {
+    /// True for the record QEMU's start leaves (no line): the boundary between two power-ons.
     pub fn is_power_on(&self) -> bool {
         self.line.is_none()
     }

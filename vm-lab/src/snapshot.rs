@@ -21,10 +21,13 @@ use crate::netfault::NetFaults;
 /// What a snapshot recorded besides the nodes' own state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotInfo {
+    /// The snapshot's name, as given to take and restore it.
     pub name: String,
     /// Unix seconds when it was taken.
     pub taken_at: u64,
+    /// The nodes whose memory and disks were saved.
     pub nodes: Vec<String>,
+    /// The network faults in force when it was taken; a restore puts them back.
     pub net: NetFaults,
     /// Run-time clock offsets in force (see `clock`).
     #[serde(default)]

@@ -17,30 +17,40 @@ pub const DEFAULT_VCPUS: u32 = 1;
 /// Default memory per node in MiB.
 pub const DEFAULT_MEMORY_MIB: u32 = 384;
 
+/// A whole lab: its name, accelerator, L2 network, guest image and nodes. Build one with
+/// [`LabSpec::from_file`] or [`LabSpec::from_yaml`], which both validate it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LabSpec {
     /// Lab name: names the run directory and seeds the multicast group/port.
     pub name: String,
+    /// Which accelerator the nodes run under; `auto` when absent.
     #[serde(default)]
     pub accel: AccelChoice,
+    /// The lab's L2 segment; a missing group or port is derived from the name and a per-run
+    /// nonce (see [`LabSpec::mcast_link`]).
     #[serde(default)]
     pub network: NetworkSpec,
+    /// What goes into the netboot image beyond the base system.
     #[serde(default)]
     pub image: ImageSpec,
+    /// The nodes, 1 to 200; names, MACs and addresses must be unique.
     pub nodes: Vec<NodeSpec>,
     /// Directory that relative paths in the spec (extra image files) are resolved against.
     #[serde(skip)]
     pub base_dir: PathBuf,
 }
 
+/// The accelerator a lab asks for (`accel:` in the spec, `--accel` on the command line).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum AccelChoice {
     /// KVM if a probe boot proves it works, otherwise TCG.
     #[default]
     Auto,
+    /// KVM, or fail: the lab refuses to start when the KVM probe boot does not succeed.
     Kvm,
+    /// QEMU's software emulator; slow (waits get four times longer) but works everywhere.
     Tcg,
 }
 
@@ -58,12 +68,14 @@ impl FromStr for AccelChoice {
     }
 }
 
+/// The `network:` section of a spec: where the lab's multicast L2 lives.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkSpec {
     /// Multicast group of the lab's L2; derived from the lab name and a per-run nonce when absent.
     #[serde(default)]
     pub mcast_group: Option<Ipv4Addr>,
+    /// UDP port of the multicast group (1024 or above); derived like the group when absent.
     #[serde(default)]
     pub mcast_port: Option<u16>,
     /// The address QEMU binds its multicast socket to. Only loopback is accepted: anything else
@@ -86,6 +98,8 @@ impl Default for NetworkSpec {
     }
 }
 
+/// The `image:` section of a spec: extra Debian packages and host files baked into the
+/// netboot image. Changing it changes the image's cache key.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ImageSpec {
@@ -98,6 +112,7 @@ pub struct ImageSpec {
     pub files: Vec<ExtraFile>,
 }
 
+/// A host file copied into the netboot image.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ExtraFile {
@@ -111,6 +126,7 @@ pub struct ExtraFile {
     pub mode: Option<u32>,
 }
 
+/// How a node's netboot image reaches it.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum BootMode {
@@ -121,19 +137,27 @@ pub enum BootMode {
     Pxe,
 }
 
+/// One node of a lab.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
+    /// Host name in the guest and in every node's `/etc/hosts`: 1–40 characters of a–z, 0–9 and
+    /// `-`, not starting or ending with `-`.
     pub name: String,
+    /// Virtual CPUs, 1–16; [`DEFAULT_VCPUS`] when absent.
     #[serde(default = "default_vcpus")]
     pub vcpus: u32,
+    /// Guest memory in MiB, 128–65536; [`DEFAULT_MEMORY_MIB`] when absent.
     #[serde(default = "default_memory")]
     pub memory_mib: u32,
     /// Size of the node's sparse qcow2 disk (`/dev/vda` in the guest); 0 = no disk.
     #[serde(default)]
     pub disk_gib: u64,
+    /// MAC of the node's lab NIC (`eth0`); unicast, unique in the lab.
     pub mac: Mac,
+    /// Address and prefix of `eth0` on the lab L2; unique in the lab.
     pub address: Cidr,
+    /// Direct kernel boot (the default) or PXE.
     #[serde(default)]
     pub boot: BootMode,
     /// Extra kernel command-line arguments.
@@ -206,7 +230,9 @@ impl fmt::Display for Mac {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Cidr {
+    /// The address.
     pub ip: Ipv4Addr,
+    /// Prefix length, 8–30.
     pub prefix: u8,
 }
 
@@ -257,8 +283,11 @@ impl fmt::Display for Cidr {
 /// The lab's L2 link: a multicast group joined through a loopback local address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McastLink {
+    /// Multicast group address (224.0.0.0/4).
     pub group: Ipv4Addr,
+    /// UDP port of the group.
     pub port: u16,
+    /// The loopback address QEMU's socket binds to, so frames never leave the host.
     pub localaddr: Ipv4Addr,
 }
 
@@ -380,6 +409,7 @@ impl LabSpec {
         Ok(())
     }
 
+    /// The node named `name`, if the spec has one.
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {
         self.nodes.iter().find(|n| n.name == name)
     }

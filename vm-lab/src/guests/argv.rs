@@ -19,15 +19,23 @@ pub const AGENT_PORT: &str = "org.qemu.guest_agent.0";
 /// Where a guest's files live (its directory in the host's run dir).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestPaths {
+    /// The guest's directory; the sockets and logs below are files in it.
     pub dir: PathBuf,
+    /// QMP monitor socket (`qmp.sock`).
     pub qmp: PathBuf,
+    /// Guest agent socket (`qga.sock`), present when the spec asks for the agent.
     pub qga: PathBuf,
+    /// Serial console socket (`serial.sock`).
     pub serial_sock: PathBuf,
+    /// Where the serial console is logged: the spec's `serial_log`, else `serial.log` here.
     pub serial_log: PathBuf,
+    /// QEMU's stderr (`qemu.stderr`).
     pub stderr: PathBuf,
 }
 
 impl GuestPaths {
+    /// The paths of a guest whose directory is `dir`, logging its console to `serial_log` when
+    /// given; nothing is created.
     pub fn new(dir: &Path, serial_log: Option<&Path>) -> GuestPaths {
         GuestPaths {
             dir: dir.to_path_buf(),
@@ -44,9 +52,17 @@ impl GuestPaths {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NicBackend {
     /// A tap device (already made, enslaved to the segment's bridge) inside the namespace.
-    Tap { ifname: String },
+    Tap {
+        /// The tap's interface name, at most [`MAX_IFNAME`] bytes.
+        ifname: String,
+    },
     /// A multicast socket inside the namespace (the fallback when taps cannot be made).
-    Mcast { group: Ipv4Addr, port: u16 },
+    Mcast {
+        /// The segment's multicast group.
+        group: Ipv4Addr,
+        /// The group's UDP port.
+        port: u16,
+    },
     /// QEMU's user-mode network, restricted: the guest reaches nothing outside.
     User,
 }
@@ -54,10 +70,13 @@ pub enum NicBackend {
 /// Everything the command line depends on besides the spec.
 #[derive(Debug, Clone)]
 pub struct LaunchArgs<'a> {
+    /// The guest to launch.
     pub spec: &'a GuestSpec,
+    /// The accelerator, resolved.
     pub accel: Accel,
     /// Memory QEMU gets (the spec's, capped).
     pub memory_mib: u64,
+    /// The guest's files.
     pub paths: &'a GuestPaths,
     /// One backend per NIC, in the order of `spec.nics`.
     pub backends: &'a [NicBackend],
@@ -101,6 +120,8 @@ pub fn guest_argv(a: &LaunchArgs<'_>) -> Result<Vec<String>> {
     Ok(v)
 }
 
+/// Arguments every guest gets: the process name `name`, the machine type without a display
+/// (firmware output goes to the serial console), no default devices or config, UTC clock.
 pub fn base_args(name: &str, machine: Machine) -> Vec<String> {
     // `graphics=off`: a lab guest has no display, so the firmware writes what it would show on
     // one (SeaBIOS's boot attempts, "No bootable device.") to the serial console, whose log is
@@ -126,6 +147,7 @@ pub fn base_args(name: &str, machine: Machine) -> Vec<String> {
     ])
 }
 
+/// `-accel` and a matching `-cpu`: the host CPU under KVM, `max` under TCG.
 pub fn accel_args(accel: Accel) -> Vec<String> {
     match accel {
         Accel::Kvm => strings(&["-accel", "kvm", "-cpu", "host"]),
@@ -133,6 +155,7 @@ pub fn accel_args(accel: Accel) -> Vec<String> {
     }
 }
 
+/// `-smp` with `sockets` × `cores` CPUs, all present from boot.
 pub fn smp_args(sockets: u32, cores: u32) -> Vec<String> {
     let n = sockets.saturating_mul(cores);
     vec![
@@ -141,6 +164,7 @@ pub fn smp_args(sockets: u32, cores: u32) -> Vec<String> {
     ]
 }
 
+/// A QMP monitor listening on the unix socket `sock`, not waiting for a client to start.
 pub fn qmp_args(sock: &Path) -> Vec<String> {
     vec![
         "-qmp".into(),
@@ -287,6 +311,7 @@ pub fn nic_args(nic: &GuestNic, backend: &NicBackend) -> Result<Vec<String>> {
     Ok(vec!["-netdev".into(), netdev, "-device".into(), device])
 }
 
+/// `-kernel`, `-initrd` and `-append` for a test guest that skips the firmware.
 pub fn direct_boot_args(d: &DirectBoot) -> Vec<String> {
     vec![
         "-kernel".into(),
@@ -303,6 +328,8 @@ pub fn qemu_escape(s: &str) -> String {
     s.replace(',', ",,")
 }
 
+/// Refuses a unix socket path longer than the 107 bytes `sun_path` holds (a deep run directory
+/// would otherwise fail inside QEMU with a vaguer message).
 pub fn socket_path_ok(p: &Path) -> Result<()> {
     let n = p.as_os_str().len();
     if n > MAX_SOCKET_PATH {

@@ -27,6 +27,8 @@ const SERIAL_TAIL: usize = 30;
 /// QEMU's run state as `query-status` names it (`running`, `paused`, `shutdown`, …).
 pub type RunState = String;
 
+/// One guest's QEMU, running inside a [`super::GuestHost`]'s namespace: its spec, files,
+/// process, and the QMP and agent verbs. Made by [`super::GuestHost::launch`].
 #[derive(Debug)]
 pub struct Guest {
     pub(super) spec: GuestSpec,
@@ -46,10 +48,12 @@ pub struct Guest {
 }
 
 impl Guest {
+    /// The guest's name, from its spec.
     pub fn name(&self) -> &str {
         &self.spec.name
     }
 
+    /// The validated spec the guest was launched from.
     pub fn spec(&self) -> &GuestSpec {
         &self.spec
     }
@@ -69,10 +73,12 @@ impl Guest {
         &self.taps
     }
 
+    /// The guest's directory in the host's run directory.
     pub fn dir(&self) -> &Path {
         &self.paths.dir
     }
 
+    /// The file its first serial port is logged to.
     pub fn serial_log(&self) -> &Path {
         &self.paths.serial_log
     }

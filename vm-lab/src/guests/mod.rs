@@ -62,6 +62,7 @@ pub struct HostOptions {
     /// vm-lab's cache (accelerator probe verdict, busybox for DHCP); default
     /// [`crate::image::default_cache_dir`].
     pub cache_dir: Option<PathBuf>,
+    /// Which accelerator the guests run under; `Auto` probes KVM first.
     pub accel: AccelChoice,
     /// A kernel for the KVM probe boot; default: the newest netboot kernel in the cache. With
     /// none, `Auto` means TCG.
@@ -187,10 +188,13 @@ impl GuestHost {
         })
     }
 
+    /// The accelerator every guest of this host runs under, as resolved when it was made.
     pub fn accel(&self) -> Accel {
         self.accel
     }
 
+    /// The host's run directory: one directory per guest (named after it) and `dhcp` for the
+    /// segments' DHCP servers.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
     }
@@ -205,10 +209,12 @@ impl GuestHost {
         self.ns.lock().map(|n| n.holder_pid()).unwrap_or(0)
     }
 
+    /// The most memory (MiB) one guest's QEMU gets, whatever its spec asks.
     pub fn memory_cap_mib(&self) -> u64 {
         self.opts.memory_cap_mib
     }
 
+    /// The most memory (MiB) all running guests get together; a launch past it is refused.
     pub fn memory_budget_mib(&self) -> u64 {
         self.budget_mib
     }

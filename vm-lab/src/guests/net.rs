@@ -79,6 +79,7 @@ impl NsProcess {
         self.exit.clone()
     }
 
+    /// True until the program has exited (checked without blocking).
     pub fn running(&mut self) -> bool {
         self.exit_status().is_none()
     }
@@ -215,6 +216,7 @@ fn mask(prefix: u8) -> u32 {
     }
 }
 
+/// Whether `a` and `b` lie in the same IPv4 subnet of `prefix` bits.
 pub fn same_subnet(a: Ipv4Addr, b: Ipv4Addr, prefix: u8) -> bool {
     u32::from(a) & mask(prefix) == u32::from(b) & mask(prefix)
 }

@@ -21,13 +21,17 @@ pub enum Machine {
 /// A disk image's format, as `-drive format=` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DiskFormat {
+    /// A raw image: the file is the disk, byte for byte.
     #[default]
     Raw,
+    /// QEMU's copy-on-write format (sparse, snapshots inside the file).
     Qcow2,
+    /// VMware's format, as an imported disk may come.
     Vmdk,
 }
 
 impl DiskFormat {
+    /// `raw`, `qcow2` or `vmdk`, as `-drive format=` takes it.
     pub fn name(self) -> &'static str {
         match self {
             DiskFormat::Raw => "raw",
@@ -53,13 +57,18 @@ pub enum ScsiController {
     /// `lsi` (LSI 53C895A): seven targets, one LUN each here.
     #[default]
     Lsi,
+    /// `lsi53c810` (LSI 53C810).
     Lsi53c810,
+    /// `virtio-scsi-pci`: every disk is a LUN of one target, up to index 30.
     VirtioScsiPci,
+    /// `megasas` (LSI MegaRAID SAS).
     Megasas,
+    /// `pvscsi` (VMware paravirtual SCSI).
     Pvscsi,
 }
 
 impl ScsiController {
+    /// The QEMU device name, e.g. `virtio-scsi-pci`.
     pub fn device(self) -> &'static str {
         match self {
             ScsiController::Lsi => "lsi",
@@ -79,9 +88,13 @@ impl ScsiController {
 /// The bus a disk hangs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskBus {
+    /// A virtio-blk PCI device per disk (`virtio0`–`virtio15`).
     VirtioBlk,
+    /// A target or LUN on the guest's one SCSI controller of this model.
     Scsi(ScsiController),
+    /// The machine's IDE buses (`ide0`–`ide3`).
     Ide,
+    /// An AHCI SATA port (`sata0`–`sata5`).
     Sata,
 }
 
@@ -124,6 +137,7 @@ pub enum ErrorAction {
 }
 
 impl ErrorAction {
+    /// `report`, `ignore`, `stop` or `enospc`, as `-drive werror=`/`rerror=` take it.
     pub fn name(self) -> &'static str {
         match self {
             ErrorAction::Report => "report",
@@ -146,10 +160,13 @@ impl ErrorAction {
     }
 }
 
+/// What a drive presents to the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Media {
+    /// A hard disk.
     #[default]
     Disk,
+    /// A CD-ROM drive (read-only; may be empty).
     Cdrom,
 }
 
@@ -158,15 +175,19 @@ pub enum Media {
 pub struct GuestDisk {
     /// The image file; `None` is an empty CD-ROM drive.
     pub path: Option<PathBuf>,
+    /// The image file's format.
     pub format: DiskFormat,
+    /// The bus the drive is on.
     pub bus: DiskBus,
     /// The index on its bus (`scsi0` is 0).
     pub index: u32,
+    /// Hard disk or CD-ROM.
     pub media: Media,
     /// Firmware boot priority (lower first); `None`: not bootable.
     pub bootindex: Option<u32>,
     /// `werror` / `rerror`; `None`: QEMU's defaults (writes `enospc`, reads `report`).
     pub on_write_error: Option<ErrorAction>,
+    /// What a failed read does; see `on_write_error`.
     pub on_read_error: Option<ErrorAction>,
 }
 
@@ -180,15 +201,21 @@ impl GuestDisk {
 /// A NIC model (QEMU device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NicModel {
+    /// `virtio-net-pci`.
     #[default]
     Virtio,
+    /// Intel 82540EM (`e1000`).
     E1000,
+    /// Intel 82574L (`e1000e`).
     E1000e,
+    /// Realtek RTL8139 (`rtl8139`).
     Rtl8139,
+    /// VMware's paravirtual NIC (`vmxnet3`).
     Vmxnet3,
 }
 
 impl NicModel {
+    /// The QEMU device name, e.g. `virtio-net-pci`.
     pub fn device(self) -> &'static str {
         match self {
             NicModel::Virtio => "virtio-net-pci",
@@ -217,13 +244,16 @@ impl NicModel {
 pub struct GuestNic {
     /// The index (`net0` is 0): the QEMU ids are `net{index}`.
     pub index: u32,
+    /// The NIC's MAC.
     pub mac: Mac,
+    /// The emulated device.
     pub model: NicModel,
     /// The L2 segment (see [`super::BridgeSpec`]); `None`: QEMU's user-mode network,
     /// restricted (no way out), as PVE gives a NIC without a bridge.
     pub bridge: Option<String>,
     /// `false`: the link starts down (`set_link` right after QEMU starts, as PVE does).
     pub link_up: bool,
+    /// Firmware boot priority (lower first); `None`: the NIC does not boot.
     pub bootindex: Option<u32>,
 }
 
@@ -231,8 +261,11 @@ pub struct GuestNic {
 /// boots through its firmware.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectBoot {
+    /// Host path of the kernel.
     pub kernel: PathBuf,
+    /// Host path of the initramfs.
     pub initrd: PathBuf,
+    /// The kernel command line.
     pub cmdline: String,
 }
 
@@ -241,12 +274,17 @@ pub struct DirectBoot {
 pub struct GuestSpec {
     /// Unique on the host; names the run directory (letters, digits, `-`, `_`, `.`).
     pub name: String,
+    /// The machine family.
     pub machine: Machine,
+    /// CPU sockets, at least 1.
     pub sockets: u32,
+    /// Cores per socket, at least 1.
     pub cores: u32,
     /// What the config asks for; QEMU gets at most the host's `memory_cap_mib`.
     pub memory_mib: u64,
+    /// The drives; ids (`bus` + `index`) are unique and all SCSI disks share one controller model.
     pub disks: Vec<GuestDisk>,
+    /// The NICs; indexes are unique.
     pub nics: Vec<GuestNic>,
     /// A virtio-serial port named `org.qemu.guest_agent.0` for qemu-ga.
     pub agent: bool,
@@ -273,6 +311,7 @@ impl GuestSpec {
         }
     }
 
+    /// Virtual CPUs in all: sockets × cores.
     pub fn vcpus(&self) -> u32 {
         self.sockets.saturating_mul(self.cores)
     }
@@ -345,7 +384,9 @@ impl GuestSpec {
 /// A DHCP pool on a bridge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DhcpPool {
+    /// First address handed out.
     pub start: Ipv4Addr,
+    /// Last address handed out.
     pub end: Ipv4Addr,
     /// The router option handed out (the bridge's gateway).
     pub router: Option<Ipv4Addr>,
@@ -354,14 +395,17 @@ pub struct DhcpPool {
 /// A private L2 segment inside the host's namespace, named as the hypervisor names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeSpec {
+    /// The bridge's name as the hypervisor's config uses it, e.g. `vmbr0`.
     pub name: String,
     /// Addresses the namespace itself holds on the segment (the node's address, the
     /// gateway): SSH to guests and the DHCP server use them.
     pub addresses: Vec<(Ipv4Addr, u8)>,
+    /// A DHCP server for guests on the segment; `None`: guests configure themselves.
     pub dhcp: Option<DhcpPool>,
 }
 
 impl BridgeSpec {
+    /// A bridge named `name` with no addresses and no DHCP.
     pub fn new(name: &str) -> BridgeSpec {
         BridgeSpec {
             name: name.to_string(),

@@ -10,9 +10,23 @@ const S_IFLNK: u32 = 0o120000;
 /// One entry of the image tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
-    Dir { mode: u32 },
-    File { mode: u32, data: Vec<u8> },
-    Symlink { target: String },
+    /// A directory.
+    Dir {
+        /// Permission bits, e.g. `0o755`.
+        mode: u32,
+    },
+    /// A regular file.
+    File {
+        /// Permission bits, e.g. `0o644`.
+        mode: u32,
+        /// Its contents.
+        data: Vec<u8>,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Where it points, as stored in the archive.
+        target: String,
+    },
 }
 
 /// The image's file tree, keyed by absolute guest path. Parent directories are created on
@@ -23,21 +37,26 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// An empty tree.
     pub fn new() -> Tree {
         Tree::default()
     }
 
+    /// Add a directory with permission bits `mode` (e.g. `0o755`), and any missing parents.
     pub fn dir(&mut self, path: &str, mode: u32) {
         self.parents(path);
         self.entries.insert(normalize(path), Entry::Dir { mode });
     }
 
+    /// Add a regular file with permission bits `mode` and contents `data`, replacing whatever was at
+    /// `path`, and any missing parents.
     pub fn file(&mut self, path: &str, mode: u32, data: Vec<u8>) {
         self.parents(path);
         self.entries
             .insert(normalize(path), Entry::File { mode, data });
     }
 
+    /// Add a symbolic link at `path` pointing to `target` (taken as is: relative or absolute).
     pub fn symlink(&mut self, path: &str, target: &str) {
         self.parents(path);
         self.entries.insert(
@@ -48,10 +67,12 @@ impl Tree {
         );
     }
 
+    /// Whether anything (file, directory or link) is at `path`.
     pub fn contains(&self, path: &str) -> bool {
         self.entries.contains_key(&normalize(path))
     }
 
+    /// The entry at `path`, if any.
     pub fn get(&self, path: &str) -> Option<&Entry> {
         self.entries.get(&normalize(path))
     }
@@ -69,10 +90,12 @@ impl Tree {
         }
     }
 
+    /// Number of entries, directories included.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// True when the tree has no entries at all.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

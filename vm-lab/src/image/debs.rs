@@ -35,6 +35,8 @@ pub fn kernel_package(meta: &str) -> Result<String> {
     })
 }
 
+/// The `linux-image-*` package a kernel meta-package depends on, from `apt-cache depends`
+/// output; `None` when there is none.
 pub fn parse_kernel_dep(text: &str) -> Option<String> {
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
@@ -97,6 +99,8 @@ pub fn candidate_versions(pkgs: &BTreeSet<String>) -> Result<BTreeMap<String, St
     Ok(out)
 }
 
+/// Candidate versions by package name, from `apt-cache policy` output; a package apt knows
+/// no candidate for maps to `(none)`.
 pub fn parse_policy(text: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut current: Option<String> = None;

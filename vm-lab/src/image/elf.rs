@@ -6,9 +6,13 @@ const PT_INTERP: u32 = 3;
 const SHT_DYNAMIC: u32 = 6;
 const DT_NEEDED: u64 = 1;
 
+/// What an ELF64 binary needs at run time, from its program headers and dynamic section.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Dynamic {
+    /// The program interpreter (`PT_INTERP`), e.g. `/lib64/ld-linux-x86-64.so.2`; `None` for a
+    /// static binary.
     pub interpreter: Option<String>,
+    /// The `DT_NEEDED` library names (sonames such as `libc.so.6`), in file order.
     pub needed: Vec<String>,
 }
 

@@ -28,6 +28,8 @@ use cpio::Tree;
 
 /// Bump when the builder's output changes for the same inputs.
 const BUILDER_VERSION: &str = "vm-lab-image-5";
+/// The Debian meta-package whose kernel the netboot image boots (resolved to a concrete
+/// `linux-image-*` package through `apt-cache depends`).
 pub const KERNEL_META_PACKAGE: &str = "linux-image-cloud-amd64";
 /// Packages every image carries; their programs are copied in.
 /// iproute2 brings `tc` for the per-link network faults (busybox's has no netem).
@@ -74,18 +76,24 @@ pub(crate) const SHUTDOWN: &str = "#!/bin/sh\nsync\ncase \"$1\" in\n  -r) exec r
 /// The built artifacts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Image {
+    /// The image's directory in the cache, named by the hash of its inputs.
     pub dir: PathBuf,
+    /// The kernel (`vmlinuz`), extracted from the Debian kernel package.
     pub kernel: PathBuf,
+    /// The gzip-compressed `newc` cpio initramfs holding the whole root file system.
     pub initrd: PathBuf,
+    /// The kernel's release string (`uname -r` in the guest), e.g. `6.1.0-27-cloud-amd64`.
     pub kernel_release: String,
     /// Package name → version of everything the image was made from.
     pub packages: BTreeMap<String, String>,
+    /// Size of the initramfs file in bytes.
     pub initrd_bytes: u64,
 }
 
 /// What goes into an image besides the base.
 #[derive(Debug, Clone)]
 pub struct ImageRequest {
+    /// Extra packages and files from the lab spec.
     pub spec: ImageSpec,
     /// Directory that relative `spec.files[].src` resolve against.
     pub base_dir: PathBuf,

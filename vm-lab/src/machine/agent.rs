@@ -16,6 +16,8 @@ impl Node {
         self.exec_timeout(command, self.ctx.timeouts.command).await
     }
 
+    /// [`Node::exec`] with an explicit bound: `timeout` covers connecting to the agent, the
+    /// command and collecting its output. Only one agent exchange runs at a time per node.
     pub async fn exec_timeout(&self, command: &str, timeout: Duration) -> Result<ExecOutput> {
         let _one_at_a_time = self.qga_lock.lock().await;
         let start = Instant::now();

@@ -64,6 +64,7 @@ impl Node {
         self.qmp(qmp::stop {}).await.map(|_| ())
     }
 
+    /// Let paused vCPUs run again (QMP `cont`).
     pub async fn resume(&self) -> Result<()> {
         self.qmp(qmp::cont {}).await.map(|_| ())
     }

@@ -43,6 +43,8 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
+    /// The default timeouts under `accel`: boot 60 s and commands 30 s under KVM, four times that
+    /// under TCG; QMP [`crate::qmp::QMP_TIMEOUT`] either way.
     pub fn for_accel(accel: Accel) -> Timeouts {
         let s = accel.timeout_scale();
         Timeouts {
@@ -68,11 +70,14 @@ pub(crate) struct LabCtx {
 pub struct ExecOutput {
     /// Exit code; a command killed by a signal reports 128 + signal.
     pub code: i64,
+    /// What the command wrote to stdout, lossily decoded as UTF-8.
     pub stdout: String,
+    /// What the command wrote to stderr, lossily decoded as UTF-8.
     pub stderr: String,
 }
 
 impl ExecOutput {
+    /// True when the command exited with code 0.
     pub fn success(&self) -> bool {
         self.code == 0
     }
@@ -81,7 +86,9 @@ impl ExecOutput {
 /// A network interface as the guest agent reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interface {
+    /// The interface name in the guest, e.g. `eth0`.
     pub name: String,
+    /// Its hardware address, when the agent reports one.
     pub mac: Option<String>,
     /// `ip/prefix` strings.
     pub addresses: Vec<String>,
@@ -164,10 +171,12 @@ impl Node {
             .filter(|p| namespace::alive(*p))
     }
 
+    /// The node's name, from its spec.
     pub fn name(&self) -> &str {
         &self.spec.name
     }
 
+    /// The node's spec (CPUs, memory, MAC, address, boot mode).
     pub fn spec(&self) -> &NodeSpec {
         &self.spec
     }
@@ -177,6 +186,7 @@ impl Node {
         self.spec.address.ip
     }
 
+    /// Where the node's files are (sockets, serial log, argv, disk).
     pub fn paths(&self) -> &NodePaths {
         &self.paths
     }
@@ -191,6 +201,7 @@ impl Node {
         self.ssh_port
     }
 
+    /// The timeouts the node's verbs use, already scaled for the accelerator.
     pub fn timeouts(&self) -> Timeouts {
         self.ctx.timeouts
     }
@@ -380,6 +391,8 @@ impl Node {
         self.wait_ready_timeout(self.ctx.timeouts.boot).await
     }
 
+    /// [`Node::wait_ready`] with an explicit bound: the serial console prints `VMLAB-READY` and
+    /// the guest agent answers a ping within `timeout`, else [`crate::Error::Timeout`].
     pub async fn wait_ready_timeout(&self, timeout: Duration) -> Result<()> {
         let start = Instant::now();
         self.wait_for_serial(READY_MARKER, timeout).await?;
@@ -466,6 +479,7 @@ impl Node {
         }
     }
 
+    /// The name of the lab the node belongs to.
     pub fn lab_name(&self) -> &str {
         &self.ctx.name
     }

@@ -14,7 +14,9 @@ use std::process::Command;
 
 use crate::error::{Error, Result};
 
+/// Bytes in a disk sector, the unit partition tables count in.
 pub const SECTOR: u64 = 512;
+/// Bytes in a mebibyte.
 pub const MIB: u64 = 1024 * 1024;
 /// Partitions start on 1 MiB boundaries, as every partitioning tool does today.
 pub const ALIGN_SECTORS: u64 = MIB / SECTOR;
@@ -31,10 +33,15 @@ const TYPE_LINUX: u8 = 0x83;
 /// Where the two partitions lie, in 512-byte sectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
+    /// Size of the whole disk in sectors.
     pub disk_sectors: u64,
+    /// First sector of the boot (FAT) partition: 1 MiB in.
     pub boot_start: u64,
+    /// Length of the boot partition in sectors.
     pub boot_sectors: u64,
+    /// First sector of the data (ext4) partition, right after the boot partition.
     pub data_start: u64,
+    /// Length of the data partition in sectors: the rest of the disk.
     pub data_sectors: u64,
 }
 
@@ -70,10 +77,12 @@ impl Layout {
         })
     }
 
+    /// Byte offset of the boot partition in the image file (what mtools' `@@OFFSET` takes).
     pub fn boot_offset_bytes(&self) -> u64 {
         self.boot_start * SECTOR
     }
 
+    /// Byte offset of the data partition in the image file (what `mkfs.ext4 -E offset=` takes).
     pub fn data_offset_bytes(&self) -> u64 {
         self.data_start * SECTOR
     }
@@ -147,12 +156,15 @@ pub fn syslinux_cfg(kernel: &str, initrd: &str, cmdline: &str) -> String {
 
 /// The files the boot partition receives: (name on the FAT, source path).
 pub struct BootFiles<'a> {
+    /// (name on the FAT, host path) of each file to copy, e.g. the kernel and the initramfs.
     pub files: Vec<(&'a str, &'a Path)>,
+    /// The contents of `syslinux.cfg`, from [`syslinux_cfg`].
     pub syslinux_cfg: &'a str,
 }
 
 /// Host programs the writer runs; the syslinux installer comes from the unpacked package.
 pub struct Tools<'a> {
+    /// The mtools-based `syslinux` installer from the unpacked syslinux package.
     pub syslinux: &'a Path,
     /// The host's `mkfs.ext4`, for the data partition.
     pub mkfs_ext4: &'a Path,

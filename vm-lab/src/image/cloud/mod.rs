@@ -58,6 +58,7 @@ pub enum CloudKernel {
 }
 
 impl CloudKernel {
+    /// The Debian meta-package this kernel comes from.
     pub fn meta_package(self) -> &'static str {
         match self {
             CloudKernel::Cloud => "linux-image-cloud-amd64",
@@ -144,6 +145,7 @@ const CMDLINE: &str = "console=tty0 console=ttyS0,115200 panic=30 no_timer_check
 pub struct CloudImageRequest {
     /// The disk's virtual size; the data partition takes what the boot partition leaves.
     pub disk_mib: u64,
+    /// Which Debian kernel the image boots; see [`CloudKernel`] for what each drives.
     pub kernel: CloudKernel,
     /// Debian packages baked in besides the image's own (with their dependencies), as a team
     /// bakes its software into a golden image: `etcd-server` for the cluster, say.
@@ -163,13 +165,17 @@ impl Default for CloudImageRequest {
 /// The built image.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CloudImage {
+    /// The image's directory in the cache, named by the hash of its inputs.
     pub dir: PathBuf,
     /// The raw disk image (sparse): give it to `import-from`, or attach it to a VM.
     pub path: PathBuf,
+    /// The disk's virtual size in bytes.
     pub disk_bytes: u64,
     /// Bytes the file really occupies (it is sparse).
     pub allocated_bytes: u64,
+    /// The kernel's release string (`uname -r` in the guest).
     pub kernel_release: String,
+    /// Size of the initramfs on the boot partition, in bytes.
     pub initrd_bytes: u64,
     /// Package name → version of everything the image was made from.
     pub packages: BTreeMap<String, String>,
