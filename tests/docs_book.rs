@@ -2,11 +2,17 @@
 //! network or mdbook: every entry of `docs/src/SUMMARY.md` is a page that exists, every page is
 //! in the summary, and every relative link of a page or of the README names a file that exists
 //! (a book page stays inside `docs/src/`, as mdbook renders nothing else) and, with `#anchor`, a
-//! heading of that page under the id mdbook gives it. CI also runs `mdbook build docs`.
+//! heading of that page under the id mdbook gives it. CI also runs `mdbook build docs`. And every
+//! command a page's `sh` blocks show that this repository defines (cargo targets, the three
+//! binaries' arguments, `scripts/test`, the variables set before them) is one it accepts
+//! (`docs_book/commands.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
+
+#[path = "docs_book/commands.rs"]
+mod commands;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -279,5 +285,125 @@ fn heading_ids_follow_mdbook() {
     assert_eq!(
         resolve(Path::new("/r/docs/src/x"), "../y.md"),
         PathBuf::from("/r/docs/src/y.md")
+    );
+}
+
+/// Every file of the repository that is not documentation or a build product, as one text: what
+/// an environment variable a page names must appear in.
+fn code_corpus() -> String {
+    let mut text = String::new();
+    let mut todo: Vec<PathBuf> = [
+        "src",
+        "tests",
+        "benches",
+        "scripts",
+        "examples",
+        "features",
+        "fake-proxmox",
+        "vm-lab",
+        ".ci",
+        ".github",
+    ]
+    .iter()
+    .map(|d| repo().join(d))
+    .collect();
+    while let Some(p) = todo.pop() {
+        if p.is_dir() {
+            if p.file_name().is_some_and(|n| n == "target" || n == "docs") {
+                continue;
+            }
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                todo.push(e.path());
+            }
+        } else if p.extension().is_none_or(|x| x != "md")
+            && let Ok(t) = std::fs::read_to_string(&p)
+        {
+            text.push_str(&t);
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// Variables the environment or the toolchain defines, which a page may set for any program.
+const STANDARD_ENV: &[&str] = &[
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "CARGO_TARGET_DIR",
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "NO_COLOR",
+];
+
+/// A built binary of the workspace (`cargo build` first when this test target ran alone).
+fn workspace_binary(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_provision-harness"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = dir.join(name);
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = std::process::Command::new(cargo)
+            .args(["build", "-p", name, "--bin", name])
+            .current_dir(repo())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cargo build -p {name} failed");
+    }
+    path
+}
+
+#[test]
+fn every_command_the_pages_show_is_one_this_repository_accepts() {
+    let ws = commands::Workspace::load(&repo());
+    let corpus = code_corpus();
+    let env_known = |name: &str| STANDARD_ENV.contains(&name) || corpus.contains(name);
+    let mut parsed: BTreeMap<(String, Vec<String>), Result<(), String>> = BTreeMap::new();
+    let mut run_binary = |bin: &str, args: &[String]| {
+        parsed
+            .entry((bin.to_string(), args.to_vec()))
+            .or_insert_with(|| commands::parses(&workspace_binary(bin), args))
+            .clone()
+    };
+    let mut pages: Vec<(String, PathBuf)> =
+        ["README.md", "fake-proxmox/README.md", "vm-lab/README.md"]
+            .iter()
+            .map(|p| (p.to_string(), repo().join(p)))
+            .collect();
+    for page in markdown_files(&book_src()) {
+        pages.push((
+            format!("docs/src/{}", page.display()),
+            book_src().join(&page),
+        ));
+    }
+    let (mut checked, mut other) = (0, 0);
+    let mut wrong = Vec::new();
+    for (name, path) in &pages {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        for line in commands::shell_lines(&text, name) {
+            for command in commands::simple_commands(&line.text) {
+                match commands::check_command(&command, &ws, &env_known, &mut run_binary) {
+                    commands::Verdict::Checked => checked += 1,
+                    commands::Verdict::Other => other += 1,
+                    commands::Verdict::Wrong(why) => {
+                        wrong.push(format!("{}: `{command}`: {why}", line.place))
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "commands on the pages: {checked} checked against this repository, {other} of other programs, {} wrong",
+        wrong.len()
+    );
+    assert!(checked > 50, "only {checked} commands found to check");
+    assert!(
+        wrong.is_empty(),
+        "commands the pages show that this repository refuses:\n{}",
+        wrong.join("\n")
     );
 }
