@@ -325,7 +325,7 @@ fn prepare(
         (who, via_ticket)
     };
     let api_token = matches!(creds, Creds::Token(_));
-    let (route, caps) = match find_route(version, method, rel, api_token) {
+    let (route, info, caps) = match find_route(version, method, rel, api_token) {
         Ok(found) => found,
         Err(e) => {
             // A method of PVE's schema the fake does not model yet: PVE would check its
@@ -345,7 +345,7 @@ fn prepare(
     let node = caps.get("node").cloned();
     rec.node = node.clone();
     // Validate (needs the typed check before node resolution: PVE validates first).
-    let params = crate::validate::validate(version, method, route.template, raw)?;
+    let params = crate::validate::validate_method(info, raw)?;
     if let Some(n) = node.as_ref().filter(|_| !route.local) {
         check_node_reachable(site, n)?;
     }
@@ -431,28 +431,38 @@ fn authenticate(
     }
 }
 
-/// The route and its URI captures. Unknown routes answer like PVE's rest_handler; the
-/// version's schema tree resolves the template as PVE's find_handler does (literal first,
-/// no backtracking).
+/// The route, its schema method and its URI captures. Unknown routes answer like PVE's
+/// rest_handler; the version's schema tree resolves the template as PVE's find_handler does
+/// (literal first, no backtracking). The schema method is looked up once, here.
 fn find_route(
     version: crate::version::PveVersion,
     method: &str,
     rel: &str,
     api_token: bool,
-) -> Result<(&'static crate::route::Route, BTreeMap<String, String>), PveError> {
-    let found = crate::schema::ApiSchema::get(version)
-        .find_template(rel)
-        .and_then(|(t, caps)| handler_for(method, t).map(|r| (r, caps)))
-        .filter(|(r, _)| crate::validate::route_exists(version, method, r.template));
-    let Some((route, caps)) = found else {
+) -> Result<
+    (
+        &'static crate::route::Route,
+        &'static crate::schema::MethodInfo,
+        BTreeMap<String, String>,
+    ),
+    PveError,
+> {
+    let schema = crate::schema::ApiSchema::get(version);
+    let found = schema.find_template(rel).and_then(|(t, caps)| {
+        let route = handler_for(method, t)?;
+        let info = schema.method(method, route.template)?;
+        Some((route, info, caps))
+    });
+    let Some((route, info, caps)) = found else {
         return Err(PveError::not_implemented(method, rel));
     };
-    if api_token && !crate::validate::allows_token(version, method, route) {
+    // `allowtoken => 0` in PVE's schema, or ours for a route we pin.
+    if api_token && !(route.allowtoken && info.allows_token()) {
         return Err(PveError::perm(Some(format!(
             "URI '{rel}' not available with API token, need proper ticket.\n"
         ))));
     }
-    Ok((route, caps))
+    Ok((route, info, caps))
 }
 
 /// URI parameters win, but a conflicting duplicate in the body is refused.
