@@ -139,12 +139,17 @@ async fn durable(
         axum::http::Method::GET | axum::http::Method::HEAD
     );
     let resp = next.run(req).await;
-    let change = {
-        let mut inner = ctx.shared.inner.lock();
-        if writes {
-            inner.dirty += 1;
+    // An API answer says what it saw (`dispatch::Seen`, its change counted); the control
+    // plane's are counted here.
+    let change = match resp.extensions().get::<dispatch::Seen>() {
+        Some(seen) => seen.0,
+        None => {
+            let mut inner = ctx.shared.inner.lock();
+            if writes {
+                inner.dirty += 1;
+            }
+            inner.dirty
         }
-        inner.dirty
     };
     if persist.is_durable(change) {
         return resp;
