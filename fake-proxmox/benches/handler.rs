@@ -6,6 +6,12 @@
 //! `GET …/status/current`, `GET /cluster/resources` and a task status poll, over a site
 //! of 1,000 VMs on 50 nodes (`HANDLER_ITERS` sets the number of calls per figure,
 //! `HANDLER_ONLY` picks one figure by name prefix).
+//!
+//! Each figure is given twice: wall-clock time per call, and the process's CPU time per call
+//! (user + system, from `/proc/self/stat`), which stays meaningful on a shared machine.
+//! `bare_status_current_handler` is the reference: a one-route axum app answering a fixed
+//! body of the fake's size, called the same way; `status_current_vs_bare_cpu` is the fake's
+//! CPU per call over it.
 
 use std::time::Instant;
 
@@ -50,20 +56,60 @@ async fn per_request(
     iters: u32,
     mut uri: impl FnMut(u32) -> String,
     app: &Router,
-) -> Result<()> {
-    if std::env::var("HANDLER_ONLY").is_ok_and(|o| !name.starts_with(o.as_str())) {
-        return Ok(());
+) -> Result<Option<f64>> {
+    // The bare reference goes with the figure it is the reference of.
+    let plain = name.trim_start_matches("bare_");
+    if std::env::var("HANDLER_ONLY").is_ok_and(|o| !plain.starts_with(o.as_str())) {
+        return Ok(None);
     }
     for i in 0..iters / 10 {
         call(app, "GET", &uri(i), None).await?;
     }
+    let cpu0 = cpu_secs();
     let t = Instant::now();
     for i in 0..iters {
         call(app, "GET", &uri(i), None).await?;
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+    let cpu_us = (cpu_secs() - cpu0) * 1e6 / f64::from(iters);
     println!("{name}: {us:.2} us/req");
-    Ok(())
+    println!("{name}_cpu: {cpu_us:.2} us/req");
+    Ok(Some(cpu_us))
+}
+
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
+fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // utime and stime: fields 14 and 15, indexes 11 and 12 after the `(comm)`.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// One axum route answering `body` as the fake answers `status/current` (same content type).
+fn bare_app(body: bytes::Bytes) -> Router {
+    Router::new().route(
+        "/api2/json/nodes/{node}/qemu/{vmid}/status/current",
+        axum::routing::get(move || {
+            let body = body.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/json;charset=UTF-8",
+                    )],
+                    body,
+                )
+            }
+        }),
+    )
 }
 
 fn main() -> Result<()> {
@@ -95,16 +141,18 @@ fn main() -> Result<()> {
         let enc: String =
             percent_encoding::utf8_percent_encode(&upid, percent_encoding::NON_ALPHANUMERIC).to_string();
         let last = FIRST_VMID + VMS - 1;
-        per_request(
-            "status_current_handler",
-            iters,
-            |i| {
-                let vmid = FIRST_VMID + (i.wrapping_mul(7919) % VMS);
-                format!("/api2/json/nodes/{}/qemu/{vmid}/status/current", node_of(vmid))
-            },
-            &app,
-        )
-        .await?;
+        let status_uri = |i: u32| {
+            let vmid = FIRST_VMID + (i.wrapping_mul(7919) % VMS);
+            format!("/api2/json/nodes/{}/qemu/{vmid}/status/current", node_of(vmid))
+        };
+        let fake_cpu = per_request("status_current_handler", iters, status_uri, &app).await?;
+        let body = call(&app, "GET", &status_uri(0), None).await?;
+        let bare = bare_app(body.into());
+        let bare_cpu =
+            per_request("bare_status_current_handler", iters, status_uri, &bare).await?;
+        if let (Some(f), Some(b)) = (fake_cpu, bare_cpu) {
+            println!("status_current_vs_bare_cpu: {:.2}", f / b);
+        }
         per_request(
             "task_status_handler",
             iters,

@@ -16,6 +16,8 @@
 //! the same TLS configuration and acceptor, a process of its own: this bench binary run again
 //! with `BENCH_BARE_SERVE`). `…_vs_bare` is the fake's throughput over the bare handler's, in
 //! turns of the same length in the same run: what a request costs beyond routing and rendering.
+//! `…_vs_bare_cpu` is the same comparison by the servers' CPU time per request (bare over
+//! fake, medians of the turns), which other work on the machine disturbs less.
 
 use std::io::{BufRead, BufReader as StdBufReader};
 use std::path::Path;
@@ -503,6 +505,9 @@ async fn bare_reference(
     let next = Arc::new(AtomicU32::new(0));
     for clients in [1usize, 64] {
         let (mut f, mut b) = (Vec::new(), Vec::new());
+        // Server CPU per request of each turn: steadier than throughput on a shared machine.
+        let (mut fc, mut bc) = (Vec::new(), Vec::new());
+        let per_req = |o: &Outcome| o.server_cpu * 1e6 / o.requests.max(1) as f64;
         for _ in 0..3 {
             let o = run(
                 fake,
@@ -514,6 +519,7 @@ async fn bare_reference(
             )
             .await?;
             f.push(o.ops as f64 / o.elapsed.as_secs_f64());
+            fc.push(per_req(&o));
             let o = run(
                 &bare.target,
                 bare_pid,
@@ -524,6 +530,7 @@ async fn bare_reference(
             )
             .await?;
             b.push(o.ops as f64 / o.elapsed.as_secs_f64());
+            bc.push(per_req(&o));
         }
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
@@ -536,6 +543,17 @@ async fn bare_reference(
         );
         println!("{proto}_status_current_c{clients}_turns: {fm:.0} req/s (median of 3)");
         println!("{proto}_status_current_c{clients}_vs_bare: {:.2}", fm / bm);
+        let (fcm, bcm) = (median(&mut fc), median(&mut bc));
+        println!(
+            "{proto}_bare_status_current_c{clients}_server_cpu: {bcm:.1} us/req (median of 3)"
+        );
+        println!(
+            "{proto}_status_current_c{clients}_turns_server_cpu: {fcm:.1} us/req (median of 3)"
+        );
+        println!(
+            "{proto}_status_current_c{clients}_vs_bare_cpu: {:.2}",
+            bcm / fcm
+        );
     }
     Ok(())
 }

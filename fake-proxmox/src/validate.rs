@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::route::Route;
-use crate::schema::{ApiSchema, RawValue};
+use crate::schema::{ApiSchema, MethodInfo, RawValue};
 use crate::version::PveVersion;
 use crate::wire::{Params, PveError, RawParam};
 
@@ -18,19 +18,31 @@ pub fn validate(
     template: &str,
     raw: BTreeMap<String, RawParam>,
 ) -> Result<Params, PveError> {
-    let input: BTreeMap<String, RawValue> = raw
-        .into_iter()
+    ApiSchema::get(version)
+        .validate(method, template, &raw_values(raw))
+        .map(Params)
+        .map_err(PveError::params)
+}
+
+/// [`validate`] against a schema method the dispatcher has already looked up.
+pub fn validate_method(
+    info: &MethodInfo,
+    raw: BTreeMap<String, RawParam>,
+) -> Result<Params, PveError> {
+    ApiSchema::validate_method(info, &raw_values(raw))
+        .map(Params)
+        .map_err(PveError::params)
+}
+
+fn raw_values(raw: BTreeMap<String, RawParam>) -> BTreeMap<String, RawValue> {
+    raw.into_iter()
         .filter_map(|(k, v)| match v {
             RawParam::Text(s) => Some((k, RawValue::Text(s))),
             RawParam::Json(j) => Some((k, RawValue::Json(j))),
             // `?key` without a value: Perl sees undef, i.e. the parameter is absent.
             RawParam::Null => None,
         })
-        .collect();
-    ApiSchema::get(version)
-        .validate(method, template, &input)
-        .map(Params)
-        .map_err(PveError::params)
+        .collect()
 }
 
 /// Whether the site's PVE version has this route at all (e.g. `oci-registry-pull` is 9.x only).

@@ -59,7 +59,33 @@ struct Record {
     hold_ms: u64,
 }
 
-fn journal(inner: &mut Inner, site: &str, method: &str, rec: Record, status: u16, text: String) {
+/// The change count of the state a request saw (counting its own change, if it may have
+/// made one): set on every API response, so the durability middleware needs no second
+/// acquisition of the lock to learn it.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen(pub u64);
+
+impl Seen {
+    fn on(self, mut resp: Response<Body>) -> Response<Body> {
+        resp.extensions_mut().insert(self);
+        resp
+    }
+}
+
+/// Journal a request's outcome; the request is done with the state here, so this is also
+/// where it counts its change (any method but GET and HEAD may have made one).
+fn journal(
+    inner: &mut Inner,
+    site: &str,
+    method: &str,
+    rec: Record,
+    status: u16,
+    text: String,
+) -> Seen {
+    if !matches!(method, "GET" | "HEAD") {
+        inner.dirty += 1;
+    }
+    let seen = Seen(inner.dirty);
     let time = inner.clock.now();
     let duration_ms = rec.arrived.elapsed().as_secs_f64() * 1000.0 + rec.hold_ms as f64;
     inner.journal.record(JournalEntry {
@@ -76,6 +102,7 @@ fn journal(inner: &mut Inner, site: &str, method: &str, rec: Record, status: u16
         received_at: rec.received_at,
         duration_ms,
     });
+    seen
 }
 
 fn site_version(inner: &Inner, site: &str) -> crate::version::PveVersion {
@@ -110,9 +137,9 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         Err(e) => {
             let mut inner = ctx.shared.inner.lock();
             let version = site_version(&inner, &ctx.site);
-            journal(&mut inner, &ctx.site, &method, rec, e.status, e.reason());
+            let seen = journal(&mut inner, &ctx.site, &method, rec, e.status, e.reason());
             drop(inner);
-            return render_err(&e, version);
+            return seen.on(render_err(&e, version));
         }
     };
     rec.path = rel.clone();
@@ -227,9 +254,9 @@ fn locked_part(ctx: &SiteCtx, incoming: Incoming, mut rec: Record) -> Locked {
             if e.status == 401 && ctx.shared.auth_failure_delay {
                 rec.hold_ms = AUTH_DELAY.as_millis() as u64;
             }
-            journal(&mut inner, &ctx.site, method, rec, e.status, e.reason());
+            let seen = journal(&mut inner, &ctx.site, method, rec, e.status, e.reason());
             drop(inner);
-            let resp = render_err(&e, version);
+            let resp = seen.on(render_err(&e, version));
             return if e.status == 401 {
                 Locked::AuthFailed(resp)
             } else {
@@ -272,14 +299,14 @@ fn finish(
     };
     match outcome {
         Ok(reply) => {
-            journal(&mut inner, site, method, rec, 200, "OK".into());
+            let seen = journal(&mut inner, site, method, rec, 200, "OK".into());
             drop(inner);
-            render_ok(reply)
+            seen.on(render_ok(reply))
         }
         Err(e) => {
-            journal(&mut inner, site, method, rec, e.status, e.reason());
+            let seen = journal(&mut inner, site, method, rec, e.status, e.reason());
             drop(inner);
-            render_err(&e, version)
+            seen.on(render_err(&e, version))
         }
     }
 }
@@ -325,7 +352,7 @@ fn prepare(
         (who, via_ticket)
     };
     let api_token = matches!(creds, Creds::Token(_));
-    let (route, caps) = match find_route(version, method, rel, api_token) {
+    let (route, info, caps) = match find_route(version, method, rel, api_token) {
         Ok(found) => found,
         Err(e) => {
             // A method of PVE's schema the fake does not model yet: PVE would check its
@@ -345,7 +372,7 @@ fn prepare(
     let node = caps.get("node").cloned();
     rec.node = node.clone();
     // Validate (needs the typed check before node resolution: PVE validates first).
-    let params = crate::validate::validate(version, method, route.template, raw)?;
+    let params = crate::validate::validate_method(info, raw)?;
     if let Some(n) = node.as_ref().filter(|_| !route.local) {
         check_node_reachable(site, n)?;
     }
@@ -431,28 +458,38 @@ fn authenticate(
     }
 }
 
-/// The route and its URI captures. Unknown routes answer like PVE's rest_handler; the
-/// version's schema tree resolves the template as PVE's find_handler does (literal first,
-/// no backtracking).
+/// The route, its schema method and its URI captures. Unknown routes answer like PVE's
+/// rest_handler; the version's schema tree resolves the template as PVE's find_handler does
+/// (literal first, no backtracking). The schema method is looked up once, here.
 fn find_route(
     version: crate::version::PveVersion,
     method: &str,
     rel: &str,
     api_token: bool,
-) -> Result<(&'static crate::route::Route, BTreeMap<String, String>), PveError> {
-    let found = crate::schema::ApiSchema::get(version)
-        .find_template(rel)
-        .and_then(|(t, caps)| handler_for(method, t).map(|r| (r, caps)))
-        .filter(|(r, _)| crate::validate::route_exists(version, method, r.template));
-    let Some((route, caps)) = found else {
+) -> Result<
+    (
+        &'static crate::route::Route,
+        &'static crate::schema::MethodInfo,
+        BTreeMap<String, String>,
+    ),
+    PveError,
+> {
+    let schema = crate::schema::ApiSchema::get(version);
+    let found = schema.find_template(rel).and_then(|(t, caps)| {
+        let route = handler_for(method, t)?;
+        let info = schema.method(method, route.template)?;
+        Some((route, info, caps))
+    });
+    let Some((route, info, caps)) = found else {
         return Err(PveError::not_implemented(method, rel));
     };
-    if api_token && !crate::validate::allows_token(version, method, route) {
+    // `allowtoken => 0` in PVE's schema, or ours for a route we pin.
+    if api_token && !(route.allowtoken && info.allows_token()) {
         return Err(PveError::perm(Some(format!(
             "URI '{rel}' not available with API token, need proper ticket.\n"
         ))));
     }
-    Ok((route, caps))
+    Ok((route, info, caps))
 }
 
 /// URI parameters win, but a conflicting duplicate in the body is refused.

@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum_server::accept::{Accept, NoDelayAcceptor};
 use serde_json::json;
@@ -53,29 +52,25 @@ impl Default for Limits {
     }
 }
 
-/// Refuse a request whose `Content-Length` passes `max_body`, before its body is read:
+/// The refusal of a request whose `Content-Length` passes `max_body`, before its body is read:
 /// the control plane with a JSON `{"error"}`, the API with PVE's envelope. (A body without
 /// a length is bounded by the extractors: the API refuses chunked bodies, the control plane
 /// reads at most `max_body`.)
-pub async fn body_limit(State(max): State<usize>, req: Request, next: Next) -> Response {
-    let len = req
+pub fn body_refusal(max: usize, req: &Request) -> Option<Response> {
+    let n = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match len {
-        Some(n) if n > max as u64 => {
-            let msg = format!(
-                "request body too large: {n} bytes, the most this server takes is {max} (--max-body)"
-            );
-            if req.uri().path().starts_with("/_fake") {
-                (StatusCode::PAYLOAD_TOO_LARGE, Json(json!({"error": msg}))).into_response()
-            } else {
-                crate::wire::render_err(&PveError::new(413, msg), crate::version::PveVersion::V9_1)
-            }
-        }
-        _ => next.run(req).await,
-    }
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| *n > max as u64)?;
+    let msg = format!(
+        "request body too large: {n} bytes, the most this server takes is {max} (--max-body)"
+    );
+    Some(if req.uri().path().starts_with("/_fake") {
+        (StatusCode::PAYLOAD_TOO_LARGE, Json(json!({"error": msg}))).into_response()
+    } else {
+        crate::wire::render_err(&PveError::new(413, msg), crate::version::PveVersion::V9_1)
+    })
 }
 
 /// The refusal of a create or clone past `max_guests`, or `None`.
@@ -141,7 +136,7 @@ impl Drop for Slot {
 }
 
 /// Whether a connection is past its tenant's limit: a request extension, read by
-/// [`connection_limit`].
+/// [`connection_refusal`].
 #[derive(Clone, Copy, Debug)]
 struct OverLimit(usize);
 
@@ -215,11 +210,9 @@ where
     }
 }
 
-/// Answer `503` and close a connection past its tenant's limit.
-pub async fn connection_limit(req: Request, next: Next) -> Response {
-    let Some(OverLimit(max)) = req.extensions().get::<OverLimit>().copied() else {
-        return next.run(req).await;
-    };
+/// The `503` that closes a connection past its tenant's limit, or `None`.
+pub fn connection_refusal(req: &Request) -> Option<Response> {
+    let OverLimit(max) = req.extensions().get::<OverLimit>().copied()?;
     let msg = format!(
         "too many connections: this tenant has {max} open, the most it may (--max-tenant-connections); close some or reuse them"
     );
@@ -232,5 +225,5 @@ pub async fn connection_limit(req: Request, next: Next) -> Response {
         header::CONNECTION,
         header::HeaderValue::from_static("close"),
     );
-    resp
+    Some(resp)
 }

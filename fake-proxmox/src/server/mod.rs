@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::any;
 // API clients wait for each answer before the next request: Nagle's algorithm only adds delay.
 use limits::{Connections, CountingAcceptor, Limits};
 
@@ -49,7 +48,7 @@ fn app_with(
 ) -> Router {
     let ctx = SiteCtx {
         shared,
-        site: site.to_string(),
+        site: Arc::from(site),
         ca_pem,
     };
     let control = crate::control::router()
@@ -61,15 +60,18 @@ fn app_with(
             control_token,
             crate::control::auth::require,
         ));
+    // One middleware for the checks every request passes (a layer each cost a boxed future
+    // and a clone of its state per request, a measurable part of a status read).
     let router = Router::new()
         .nest("/_fake", control)
-        .fallback(any(dispatch::api_handler))
-        .layer(axum::middleware::from_fn_with_state(ctx.clone(), durable))
+        .fallback(dispatch::api_handler)
         .layer(axum::middleware::from_fn_with_state(
-            limits.max_body,
-            limits::body_limit,
+            Gate {
+                ctx: ctx.clone(),
+                max_body: limits.max_body,
+            },
+            gate,
         ))
-        .layer(axum::middleware::from_fn(limits::connection_limit))
         .with_state(ctx);
     match activity {
         Some(a) => router.layer(axum::middleware::from_fn_with_state(a, active)),
@@ -97,15 +99,39 @@ async fn active(
     next.run(req).await
 }
 
+/// What [`gate`] needs: the site, and the largest body it takes.
+#[derive(Clone)]
+struct Gate {
+    ctx: SiteCtx,
+    max_body: usize,
+}
+
+/// The checks in front of every request of a listener, in this order: a tenant's connection
+/// past its limit (`503`), a body past `max_body` (`413`), then the request, made
+/// [`durable`].
+async fn gate(
+    axum::extract::State(gate): axum::extract::State<Gate>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if let Some(refused) = limits::connection_refusal(&req) {
+        return refused;
+    }
+    if let Some(refused) = limits::body_refusal(gate.max_body, &req) {
+        return refused;
+    }
+    durable(&gate.ctx, req, next).await
+}
+
 /// With a state dir, an answer leaves only once the state it reflects is durable: a request
 /// that may have changed it (any method but GET/HEAD) counts a change, and every request
 /// waits for the changes it saw (a read must not show what a crash could still undo).
 async fn durable(
-    axum::extract::State(ctx): axum::extract::State<SiteCtx>,
+    ctx: &SiteCtx,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let Some(persist) = ctx.shared.persist.clone() else {
+    let Some(persist) = ctx.shared.persist.as_ref() else {
         return next.run(req).await;
     };
     let writes = !matches!(
@@ -113,12 +139,17 @@ async fn durable(
         axum::http::Method::GET | axum::http::Method::HEAD
     );
     let resp = next.run(req).await;
-    let change = {
-        let mut inner = ctx.shared.inner.lock();
-        if writes {
-            inner.dirty += 1;
+    // An API answer says what it saw (`dispatch::Seen`, its change counted); the control
+    // plane's are counted here.
+    let change = match resp.extensions().get::<dispatch::Seen>() {
+        Some(seen) => seen.0,
+        None => {
+            let mut inner = ctx.shared.inner.lock();
+            if writes {
+                inner.dirty += 1;
+            }
+            inner.dirty
         }
-        inner.dirty
     };
     if persist.is_durable(change) {
         return resp;

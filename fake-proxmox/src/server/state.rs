@@ -125,7 +125,8 @@ impl Shared {
 #[derive(Clone)]
 pub struct SiteCtx {
     pub shared: SharedRef,
-    pub site: String,
+    /// Shared, not owned: the context is cloned for every request.
+    pub site: Arc<str>,
     /// The certificate the listener serves (self-signed: its own root), which the fake's
     /// nodes hand out where PVE hands out `/etc/pve/pve-root-ca.pem`. `None` for an app
     /// made without one (`server::app`).

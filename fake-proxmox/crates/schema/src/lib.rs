@@ -271,6 +271,15 @@ impl ApiSchema {
         };
         check::validate_params(info, params)
     }
+
+    /// [`ApiSchema::validate`] for a method already looked up with [`ApiSchema::method`]: a
+    /// dispatcher that has it saves looking the template up again on every request.
+    pub fn validate_method(
+        info: &MethodInfo,
+        params: &BTreeMap<String, RawValue>,
+    ) -> Result<BTreeMap<String, serde_json::Value>, ParamErrors> {
+        check::validate_params(info, params)
+    }
 }
 
 #[cfg(test)]
