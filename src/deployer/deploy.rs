@@ -297,6 +297,7 @@ impl Deployer {
         let run = Arc::clone(run);
         let attempts = async move {
             let vm = &run.rollout.vms[i];
+            // Deployable: checked above (the task owns the rollout, so it takes the spec again).
             match vm.deployable() {
                 Ok(spec) => me.attempts(vm, spec, &run.sites).await,
                 Err(_) => false,
