@@ -7,6 +7,10 @@
 //! For the generated rollouts the fake runs in a child process (this binary re-executed with
 //! `--serve-fake`), so its peak RSS and the deployer's are measured apart. The fake keeps its
 //! world in memory only (no `--state-dir`): the figure is the API's, not the disk's.
+//!
+//! Knobs: `BENCH_ROLLOUTS=1000|10000` runs one rollout only; `BENCH_LISTING_MAX_AGE_MS=N` and
+//! `BENCH_NO_STATE=1` (see `generated_rollout`); `BENCH_REQUESTS=1` has the fake print what it
+//! was sent, by method and path shape, on stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -126,8 +130,47 @@ fn serve_fake(scenario: &str, dir: &str) {
             let _ = std::io::stdin().read_line(&mut s);
         })
         .await;
+        // `BENCH_REQUESTS=1`: what the deployer sent, by method and path shape (from the
+        // fake's journal, which keeps each site's last 20,000 requests).
+        if std::env::var("BENCH_REQUESTS").as_deref() == Ok("1") {
+            let mut counts = std::collections::BTreeMap::<String, usize>::new();
+            for site in fake.sites() {
+                for e in site.control().journal().await.unwrap_or_default() {
+                    *counts
+                        .entry(format!("{} {}", e.method, path_shape(&e.path)))
+                        .or_default() += 1;
+                }
+            }
+            for (k, n) in counts {
+                eprintln!("requests: {n} {k}");
+            }
+        }
         fake.shutdown().await;
     });
+}
+
+/// A journal path with its node, VMID, UPID and storage parts generalised.
+fn path_shape(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').collect();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let after = |k: &str| i > 0 && parts[i - 1] == k;
+            if p.starts_with("UPID:") {
+                "{upid}"
+            } else if after("nodes") {
+                "{node}"
+            } else if after("storage") && i > 2 {
+                "{storage}"
+            } else if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                "{vmid}"
+            } else {
+                p
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// Issue 32's floors for the default mode (a listing per VM once made it quadratic): the

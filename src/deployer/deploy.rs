@@ -137,18 +137,37 @@ pub enum DeployError {
     State(#[from] crate::deployer::state::StateError),
 }
 
+/// Cheap to clone (shared provider, options and state): each VM's attempts run as a task of
+/// their own with a clone (see `deploy_rollout`).
+#[derive(Clone)]
 pub struct Deployer {
-    provider: Provider,
-    options: DeployOptions,
+    provider: Arc<Provider>,
+    options: Arc<DeployOptions>,
     state: StateStore,
+}
+
+/// What the VM tasks of one `deploy` run share: the rollout (a VM's spec) and the sites.
+struct Run {
+    rollout: Rollout,
+    sites: SiteSlots,
+}
+
+/// A spawned task that is aborted when its handle is dropped: a `deploy` future dropped (a
+/// killed run) takes its VMs' tasks with it, as it took their inline futures before.
+struct Task<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Deployer {
     pub fn new(provider: Provider, options: DeployOptions) -> Result<Self, DeployError> {
         let state = StateStore::open(options.state_path.as_deref())?;
         Ok(Self {
-            provider,
-            options,
+            provider: Arc::new(provider),
+            options: Arc::new(options),
             state,
         })
     }
@@ -190,6 +209,12 @@ impl Deployer {
 
     /// Deploys a rollout wave by wave; inside a wave, VMs run with bounded concurrency and wait
     /// for the VMs they depend on.
+    ///
+    /// The gate (a VM's dependencies, then a permit of the semaphore) is polled here, in
+    /// manifest order as before, so VMs take permits in the same order; what a VM does once it
+    /// holds one (its attempts: the API calls, their encoding and decoding) runs as a task of
+    /// its own, so a large rollout's work spreads over the runtime's threads instead of all
+    /// running on the one polling this future.
     #[tracing::instrument(name = "deploy", skip_all, fields(vms = rollout.vms.len()))]
     pub async fn deploy_rollout(&self, rollout: &Rollout) -> Result<RolloutResult, DeployError> {
         let started = Instant::now();
@@ -204,16 +229,20 @@ impl Deployer {
         let signals: Signals = deployable()
             .map(|p| (p.name.clone(), watch::channel(None)))
             .collect();
-        let semaphore = Arc::new(Semaphore::new(self.options.concurrency.max(1)));
+        let run = Arc::new(Run {
+            rollout: rollout.clone(),
+            sites,
+        });
+        let semaphore = Semaphore::new(self.options.concurrency.max(1));
         for wave in &rollout.waves {
             let futs = wave.iter().map(|&i| {
                 let vm = &rollout.vms[i];
-                let sem = Arc::clone(&semaphore);
-                let sites = &sites;
+                let run = &run;
+                let sem = &semaphore;
                 let signals = &signals;
                 let span = tracing::info_span!("vm", vm = %vm.name);
                 async move {
-                    let ok = self.run_vm(vm, sites, signals, &sem).await;
+                    let ok = self.run_vm(i, run, signals, sem).await;
                     self.announce_done(vm, signals, ok);
                 }
                 .instrument(span)
@@ -248,13 +277,8 @@ impl Deployer {
 
     /// One VM: refused if invalid, failed if a dependency failed, else run through the pipeline
     /// until it is ready, fails for good, or runs out of attempts. Returns whether it is ready.
-    async fn run_vm(
-        &self,
-        vm: &RolloutVm,
-        sites: &SiteSlots,
-        signals: &Signals,
-        sem: &Semaphore,
-    ) -> bool {
+    async fn run_vm(&self, i: usize, run: &Arc<Run>, signals: &Signals, sem: &Semaphore) -> bool {
+        let vm = &run.rollout.vms[i];
         let spec = match vm.deployable() {
             Ok(p) => p,
             Err(e) => {
@@ -269,7 +293,23 @@ impl Deployer {
         let Ok(_permit) = sem.acquire().await else {
             return false;
         };
-        self.attempts(vm, spec, sites).await
+        let me = self.clone();
+        let run = Arc::clone(run);
+        let attempts = async move {
+            let vm = &run.rollout.vms[i];
+            // Deployable: checked above (the task owns the rollout, so it takes the spec again).
+            match vm.deployable() {
+                Ok(spec) => me.attempts(vm, spec, &run.sites).await,
+                Err(_) => false,
+            }
+        };
+        let mut task = Task(tokio::spawn(attempts.in_current_span()));
+        match (&mut task.0).await {
+            Ok(ok) => ok,
+            // A panic in a VM's attempts is a bug: surface it as the inline future did.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => false,
+        }
     }
 
     /// The retry loop around the pipeline: backoff while the error is retryable, cleanup and

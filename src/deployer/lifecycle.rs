@@ -1,7 +1,7 @@
 //! `status` (read-only: what each manifest's VM is right now) and `destroy` (delete, with purge,
 //! the VMs this rollout created — never adopted ones).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ use crate::deployer::errors::StepError;
 use crate::deployer::guest::GuestKind;
 use crate::deployer::manifest::ManifestSet;
 use crate::deployer::rollout::{Rollout, RolloutVm};
-use crate::deployer::site::SiteCtx;
+use crate::deployer::site::{GuestsByName, SiteCtx};
 use crate::deployer::state::{Condition, Stage, VmRecord};
 
 impl Deployer {
@@ -31,10 +31,13 @@ impl Deployer {
     }
 
     /// What exists for each manifest, from the live API (the state file only supplies VMIDs).
+    /// Each site's guests are listed once per run (`/cluster/resources`, when its first VM
+    /// needs it), not once per VM.
     pub async fn status(&self, set: &ManifestSet) -> Result<RolloutResult, DeployError> {
         let started = Instant::now();
         let rollout = Rollout::new(set);
         let sites = self.sites_for(&rollout).await;
+        let mut listings = Listings::new();
         let mut out = Vec::new();
         for vm in &rollout.vms {
             let mut rec = self.state().get(&vm.key).unwrap_or_else(|| VmRecord {
@@ -45,7 +48,7 @@ impl Deployer {
                 manifest: vm.manifest.clone(),
                 ..VmRecord::default()
             });
-            let outcome = status_of(vm, sites.get(&vm.site), &mut rec).await;
+            let outcome = status_of(vm, sites.get(&vm.site), &mut listings, &mut rec).await;
             out.push(to_outcome(&rec, "", outcome));
         }
         Ok(RolloutResult::finish(out, rollout.unreadable, started))
@@ -114,10 +117,15 @@ impl Deployer {
     }
 }
 
+/// Each site's guest listing as `status` read it, by site name (the error text if the read
+/// failed: every VM of that site reports it).
+type Listings = HashMap<String, Result<Arc<GuestsByName>, String>>;
+
 /// One manifest's status: invalid spec, unreachable or unknown site, or what the API shows.
 async fn status_of(
     vm: &RolloutVm,
     site: Option<&Result<Arc<SiteCtx>, StepError>>,
+    listings: &mut Listings,
     rec: &mut VmRecord,
 ) -> Outcome {
     if let Err(e) = &vm.spec {
@@ -125,7 +133,22 @@ async fn status_of(
         return Outcome::Failed;
     }
     let e = match site {
-        Some(Ok(site)) => return live(site, rec).await,
+        Some(Ok(site)) => {
+            let listing = match listings.get(&site.name) {
+                Some(l) => l.clone(),
+                None => {
+                    let read = site
+                        .client
+                        .vm_resources()
+                        .await
+                        .map(|rows| Arc::new(GuestsByName::new(rows)))
+                        .map_err(|e| e.to_string());
+                    listings.insert(site.name.clone(), read.clone());
+                    read
+                }
+            };
+            return live(site, listing, rec).await;
+        }
         Some(Err(e)) => e.clone(),
         None => StepError::SiteUnknown(vm.site.clone()),
     };
@@ -138,21 +161,22 @@ async fn status_of(
     Outcome::Failed
 }
 
-async fn live(site: &SiteCtx, rec: &mut VmRecord) -> Outcome {
+/// What the site's listing (read once per run) and the VM's agent show of `rec`'s VM.
+async fn live(
+    site: &SiteCtx,
+    listing: Result<Arc<GuestsByName>, String>,
+    rec: &mut VmRecord,
+) -> Outcome {
     let c = &site.client;
-    let resources = match c.vm_resources().await {
+    let resources = match listing {
         Ok(r) => r,
         Err(e) => {
-            rec.set_condition(Condition::new(
-                "Reachable",
-                false,
-                "ApiError",
-                e.to_string(),
-            ));
+            rec.set_condition(Condition::new("Reachable", false, "ApiError", e));
             return Outcome::Failed;
         }
     };
     let found = resources
+        .named(&rec.name)
         .iter()
         .filter(|r| r.kind == rec.kind.family() && r.name.as_deref() == Some(rec.name.as_str()))
         .min_by_key(|r| (r.vmid.map(|v| Some(v as u32) != rec.vmid), r.vmid));

@@ -337,6 +337,32 @@ async fn destroy_then_status() {
     env.shutdown().await;
 }
 
+/// `status` lists a site's guests once per run, not once per manifest, and still finds each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_the_site_listing_once() {
+    let env = start(fixed_scenario()).await;
+    let names = ["seen-a", "seen-b", "seen-c"];
+    let files: Vec<(String, String)> = names.iter().map(|n| vm1(n)).collect();
+    let d = Deployer::new(env.provider.clone(), options(Some(env.state_path()))).unwrap();
+    let r = d.deploy(&set(&files)).await.unwrap();
+    assert!(r.all_ready(), "{r:#?}");
+    env.ctl("site-1").clear_journal().await.unwrap();
+
+    let st = d.status(&set(&files)).await.unwrap();
+    for n in names {
+        assert_eq!(vm(&st, n).outcome, Outcome::Ready, "{n}");
+        assert_eq!(vm(&st, n).vmid, vm(&r, n).vmid, "{n}");
+    }
+    let listings = env
+        .journal("site-1")
+        .await
+        .iter()
+        .filter(|e| e.method == "GET" && e.path == "/cluster/resources")
+        .count();
+    assert_eq!(listings, 1, "three manifests, one listing");
+    env.shutdown().await;
+}
+
 /// `dependsOn` holds a VM until its dependency is ready, and fails it if the dependency fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn depends_on_is_respected() {

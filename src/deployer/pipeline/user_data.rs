@@ -151,7 +151,10 @@ pub fn write(spec: &ValidSpec, snippet: &Snippet) -> Result<(), StepError> {
     if std::fs::read_to_string(path).is_ok_and(|t| t == snippet.text) {
         return Ok(());
     }
-    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    // Named after the snippet as well as the process: VMs of one run write their snippets
+    // into the same directory at the same time, from several threads.
+    let file = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
     let result = std::fs::File::create(&tmp)
         .and_then(|mut f| {
             f.write_all(snippet.text.as_bytes())?;
