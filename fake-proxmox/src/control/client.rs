@@ -128,9 +128,9 @@ impl ControlClient {
             .map(|_| ())
     }
 
-    /// Keep a copy of the whole world in memory (`POST /_fake/snapshot`); its id (`"1"`,
-    /// `"2"`, … counting up per server) is what [`restore`](Self::restore) takes. Faults,
-    /// journal and clock are not part of it.
+    /// Keep a copy of the whole world in memory (`POST /_fake/snapshot`), brought up to the
+    /// clock's present first; its id (`"1"`, `"2"`, … counting up) is what
+    /// [`restore`](Self::restore) takes. Faults, journal and clock are not part of it.
     pub async fn snapshot(&self) -> Result<String, ControlError> {
         let v = self.post("/snapshot", json!({})).await?;
         Ok(v["id"].as_str().unwrap_or_default().to_string())
@@ -153,8 +153,9 @@ impl ControlClient {
     }
 
     /// Advance the simulated clock by `by` (`POST /_fake/clock/advance`), in any clock mode;
-    /// returns the new simulated time in UNIX seconds. Tasks and timers due in between
-    /// complete as they would have.
+    /// returns the new simulated time in UNIX seconds. The world is brought up to it before
+    /// the answer, so tasks due in between have finished. `by` is always accepted (the
+    /// server refuses only negative or non-finite seconds, which a `Duration` cannot be).
     pub async fn advance_clock(&self, by: Duration) -> Result<f64, ControlError> {
         let v = self
             .post("/clock/advance", json!({"seconds": by.as_secs_f64()}))
@@ -162,10 +163,10 @@ impl ControlClient {
         Ok(v["now"].as_f64().unwrap_or_default())
     }
 
-    /// Add a fault rule (`POST /_fake/faults`); returns its id (counting up from the
-    /// server's first rule). Refused (400) when the rule has no effect (no status, latency or
-    /// clock stop), a status outside 100..=999, a probability outside 0..=1, or a bad
-    /// `path_pattern` glob.
+    /// Add a fault rule (`POST /_fake/faults`); returns its id (1, 2, … counting up; a
+    /// reset or scenario load starts again at 1). Refused (400) when the rule has no effect
+    /// (no status, latency or clock stop), a status outside 100..=999, a probability outside
+    /// 0..=1, or a bad `path_pattern` glob.
     pub async fn add_fault(&self, rule: FaultRule) -> Result<u64, ControlError> {
         let v = self.post("/faults", json!(rule)).await?;
         Ok(v["id"].as_u64().unwrap_or_default())
@@ -184,8 +185,9 @@ impl ControlClient {
     }
 
     /// Take a node off the cluster network or back (`PUT /_fake/nodes/{node}/online`). An
-    /// offline node shows `offline` in the cluster's status and every API path through it
-    /// answers 595 `No route to host`, as PVE's proxy does; its guests keep their state.
+    /// offline node shows as offline in `/nodes` and `/cluster/status`, and every API path
+    /// through it answers 595 `No route to host`, as PVE's proxy does; its guests keep their
+    /// state.
     /// Setting a powered-off node online boots it (and starts its `onboot` guests). Refused
     /// (404) for an unknown node.
     pub async fn set_node_online(&self, node: &str, online: bool) -> Result<(), ControlError> {
@@ -425,9 +427,9 @@ impl ControlClient {
         .map(|_| ())
     }
 
-    /// The API requests (`/api2/…`, not `/_fake/…`) the fake answered since the start or the
-    /// last clear, oldest first, secrets redacted; at most the newest `--max-journal`
-    /// (default 20 000) are kept.
+    /// The PVE API requests (every path but `/_fake/…`) the fake answered since the start,
+    /// the last clear, reset or scenario load, oldest first, secrets redacted; at most the
+    /// newest `--max-journal` (default 20 000) are kept.
     pub async fn journal(&self) -> Result<Vec<JournalEntry>, ControlError> {
         self.send(self.http.get(self.url("/journal"))).await
     }
