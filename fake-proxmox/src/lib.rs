@@ -136,19 +136,31 @@ pub use version::PveVersion;
 /// Errors of starting and running the fake.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A site's listener could not be bound (address in use, no permission for the port,
+    /// an address not on this host).
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// The operating system's refusal.
         source: std::io::Error,
     },
+    /// The self-signed certificate could not be made, or a kept one (or its key) could not
+    /// be loaded into the TLS configuration.
     #[error("TLS setup failed: {0}")]
     Tls(String),
+    /// The `--state-dir` could not be created, its state writer not started, or its kept
+    /// `cert.pem`/`key.pem` not parsed.
     #[error("state dir: {0}")]
     StateDir(String),
+    /// The state file in `--state-dir` could not be read, parsed or written.
     #[error("state dir: {0}")]
     State(#[from] crate::persist::PersistError),
+    /// The scenario is invalid (does not parse, or fails its checks).
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// The start options contradict each other or the scenario (e.g. `--listen` names a
+    /// site the scenario does not have) or the lab backend cannot be set up.
     #[error("{0}")]
     Config(String),
 }

@@ -27,6 +27,7 @@ use crate::control::ControlClient;
 
 /// The image `build.sh` tags by default.
 pub const DEFAULT_IMAGE: &str = "fake-proxmox";
+/// The tag `build.sh` gives the image by default (`fake-proxmox:dev`).
 pub const DEFAULT_TAG: &str = "dev";
 /// The container port of the first site served (PVE's own port); further sites take the next ones.
 pub const API_PORT: u16 = 8006;
@@ -38,9 +39,13 @@ pub const SCENARIO_PATH: &str = "/etc/fake-proxmox/scenario.yaml";
 /// The embedded default scenario's credentials (the same on both seed sites).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credentials {
+    /// The user to log in as (`POST /access/ticket`), `user@realm`; default `root@pam`.
     pub username: String,
+    /// That user's password.
     pub password: String,
+    /// The API token's id, `user@realm!name`.
     pub token_id: String,
+    /// The API token's secret (a UUID, as PVE makes them).
     pub token_secret: String,
 }
 
@@ -247,6 +252,7 @@ impl Image for FakeProxmoxImage {
 /// One served site, as seen from the machine running the tests.
 #[derive(Debug, Clone)]
 pub struct SiteEndpoint {
+    /// The site's name in the scenario (`site-1`, …).
     pub site: String,
     /// Base URL without `/api2/json`, e.g. `https://127.0.0.1:49153`.
     pub url: String,
@@ -254,6 +260,8 @@ pub struct SiteEndpoint {
     pub fingerprint: String,
     /// The self-signed certificate (valid for `127.0.0.1` and `localhost`).
     pub cert_pem: String,
+    /// Who may log in: the image's [`FakeProxmoxImage::credentials`], as given (they are not
+    /// read back from the container).
     pub credentials: Credentials,
     /// The control plane's token, when the server requires one.
     pub control_token: Option<String>,
@@ -276,28 +284,39 @@ impl SiteEndpoint {
     }
 }
 
+/// Why the container could not be started or its sites read.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The container did not start (no Docker engine, image not built, ports taken).
     #[error(
         "cannot start the fake-proxmox container {image}: {source}\n(is Docker running and the image built? `fake-proxmox/container/build.sh --tag {image}`)"
     )]
     Start {
+        /// The image asked for, `name:tag`.
         image: String,
+        /// testcontainers' error.
         source: testcontainers::TestcontainersError,
     },
+    /// Talking to the started container failed: reading its output, copying its
+    /// certificate out, or looking up its mapped ports.
     #[error("fake-proxmox container: {0}")]
     Container(#[from] testcontainers::TestcontainersError),
+    /// A site the image serves printed no readiness line (or has no port), so its endpoint
+    /// is unknown.
     #[error("the container never printed a readiness line for site '{0}'")]
     NotReady(String),
 }
 
 /// A running container and its sites. Dropping it removes the container.
 pub struct RunningFake {
+    /// The container itself (its logs, `exec`, stopping it early).
     pub container: ContainerAsync<FakeProxmoxImage>,
+    /// Every served site's endpoint, in the image's site order.
     pub sites: Vec<SiteEndpoint>,
 }
 
 impl RunningFake {
+    /// The endpoint of the site named `name`, if the container serves it.
     pub fn site(&self, name: &str) -> Option<&SiteEndpoint> {
         self.sites.iter().find(|s| s.site == name)
     }
@@ -364,9 +383,12 @@ pub async fn endpoints(
 /// One `ready site=… url=… fingerprint=…` line of `fake-proxmox serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadyLine {
+    /// The site's name (`site=`).
     pub site: String,
     /// The URL as the server sees itself (inside a container: its bind address).
     pub url: String,
+    /// The certificate's fingerprint (`fingerprint=`), `AA:BB:…`; empty when the line has
+    /// none (plain HTTP).
     pub fingerprint: String,
     /// `control=open` or `control=token`: whether the control plane needs a token.
     pub control_open: bool,

@@ -9,6 +9,10 @@ use crate::access::users::tfa_type;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
+/// The `/api2/json` routes of PVE's access administration: users, groups, roles, ACL and
+/// realms (`/access/users…`, `/access/groups…`, `/access/roles…`, `/access/acl`,
+/// `/access/domains…`, including `POST /access/domains/{realm}/sync`) and the TFA listings
+/// (`/access/tfa…`, `/access/users/{userid}/tfa`); collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/access/users", users),

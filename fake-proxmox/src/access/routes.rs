@@ -6,6 +6,10 @@ use crate::access::model::Token;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
+/// The `/api2/json` routes of login and permissions: `GET /access`, `GET`/`POST
+/// /access/ticket` (the ticket and CSRF token PVE's login hands out),
+/// `GET /access/permissions` and the API tokens under
+/// `/access/users/{userid}/token[/{tokenid}]`; collected into the router's table.
 pub fn routes() -> Vec<Route> {
     let mut v = vec![
         route("GET", "/access", index),

@@ -42,6 +42,9 @@ fn with_guest(
     Ok(Json(f(&mut vm.guest)).into_response())
 }
 
+/// `POST /_fake/nodes/{node}/qemu/{vmid}/agent`: apply a [`GuestSetup`] to the VM's
+/// simulated guest (scripted command results, files) and answer the guest's view after it.
+/// 400 when a scripted command has an empty argv, 404 for an unknown node or a VM not on it.
 pub async fn setup(
     State(ctx): State<SiteCtx>,
     Path((node, vmid)): Path<(String, u32)>,
@@ -59,6 +62,9 @@ pub async fn setup(
     })
 }
 
+/// `GET /_fake/nodes/{node}/qemu/{vmid}/agent`: the VM's simulated guest as JSON (files,
+/// freeze state, passwords set, scripts, processes); 404 for an unknown node or a VM not on
+/// it.
 pub async fn view(
     State(ctx): State<SiteCtx>,
     Path((node, vmid)): Path<(String, u32)>,

@@ -12,6 +12,10 @@ use crate::wire::{PveError, Reply};
 
 const BASE: &str = "/nodes/{node}/qemu/{vmid}/agent";
 
+/// The `/api2/json` routes of the QEMU guest agent under
+/// `/nodes/{node}/qemu/{vmid}/agent…`: one per agent command PVE exposes (`ping`,
+/// `get-osinfo`, `network-get-interfaces`, `fsfreeze-*`, `exec`, `file-read`, …) and the
+/// generic `POST …/agent` with the command in its body; collected into the router's table.
 pub fn routes() -> Vec<Route> {
     use AgentCommand::*;
     let g = |p: &'static str, h| route("GET", p, h);

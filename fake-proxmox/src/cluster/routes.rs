@@ -5,6 +5,9 @@ use serde_json::{Value, json};
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 
+/// The `/api2/json` routes `GET /cluster`, `/cluster/nextid` (the lowest free VMID from 100
+/// up, or the one given if it is free), `/cluster/resources` and `/cluster/status`;
+/// collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/cluster", index),

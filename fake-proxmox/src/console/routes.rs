@@ -9,6 +9,9 @@ use crate::qemu::model::Power;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
+/// The `/api2/json` console routes of VMs and containers (`vncproxy`, `termproxy`,
+/// `vncwebsocket`, `spiceproxy`), and a VM's `sendkey`, `monitor` and `dbus-vmstate`;
+/// collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("POST", "/nodes/{node}/qemu/{vmid}/vncproxy", vncproxy),

@@ -47,6 +47,7 @@ impl ControlToken {
         ControlToken(Arc::from(hex.as_str()))
     }
 
+    /// The token's text, as a client sends it after `Bearer `.
     pub fn as_str(&self) -> &str {
         &self.0
     }

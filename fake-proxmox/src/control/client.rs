@@ -10,16 +10,31 @@ use crate::faults::FaultRule;
 use crate::journal::JournalEntry;
 use crate::tenants::{TenantInfo, TenantRequest, TenantSite};
 
+/// Why a control-plane call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
+    /// No answer, or one that could not be read: connection refused, TLS failure, the
+    /// 30 s timeout, or a success body that is not the JSON the call expects.
     #[error("control request failed: {0}")]
     Http(#[from] reqwest::Error),
+    /// The control plane answered with a non-2xx status; `message` is its JSON `error`
+    /// text (`"unknown error"` when the body has none).
     #[error("control plane answered {status}: {message}")]
-    Refused { status: u16, message: String },
+    Refused {
+        /// The HTTP status, e.g. 400 for a bad body, 401 without the right token, 404 for
+        /// an unknown node, storage, snapshot or tenant, 409 for a conflict with the state.
+        status: u16,
+        /// The refusal's text, as the server wrote it.
+        message: String,
+    },
+    /// A certificate given to the client could not be used.
     #[error("bad certificate: {0}")]
     Cert(String),
 }
 
+/// A typed client for the `/_fake/…` control plane of one fake listener (and so of the
+/// world behind it). Every call is one HTTP request with a 30 s timeout; a non-2xx answer
+/// becomes [`ControlError::Refused`]. Cheap to clone (the connection pool is shared).
 #[derive(Clone, Debug)]
 pub struct ControlClient {
     base: String,
@@ -30,7 +45,8 @@ pub struct ControlClient {
 
 impl ControlClient {
     /// `base_url` is the site URL (`https://127.0.0.1:PORT`); `cert_pem` the fake's
-    /// certificate to trust, or `None` to accept any certificate (or for plain HTTP).
+    /// certificate to trust, or `None` to accept any certificate (or for plain HTTP). A PEM
+    /// that does not parse is not an error: the client then accepts any certificate too.
     pub fn new(base_url: &str, cert_pem: Option<&str>) -> ControlClient {
         let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
         match cert_pem.map(|p| reqwest::Certificate::from_pem(p.as_bytes())) {
@@ -95,33 +111,51 @@ impl ControlClient {
         self.send(self.http.put(self.url(p)).json(&body)).await
     }
 
-    /// Back to the loaded scenario; faults and journal cleared.
+    /// Back to the loaded scenario (`POST /_fake/reset`): the world is rebuilt from it at
+    /// the clock's present, fault rules and the journal are cleared; snapshots and the clock
+    /// mode are kept.
     pub async fn reset(&self) -> Result<(), ControlError> {
         self.post("/reset", json!({})).await.map(|_| ())
     }
 
+    /// Replace the world with one built from scenario `yaml` (`POST /_fake/scenario`);
+    /// faults and journal cleared as by [`reset`](Self::reset). Refused (400) when the YAML
+    /// does not parse or its site names (in order) differ from the served ones: listeners
+    /// are bound per site, so changing sites takes a restart.
     pub async fn load_scenario_yaml(&self, yaml: &str) -> Result<(), ControlError> {
         self.send::<Value>(self.http.post(self.url("/scenario")).body(yaml.to_string()))
             .await
             .map(|_| ())
     }
 
+    /// Keep a copy of the whole world in memory (`POST /_fake/snapshot`), brought up to the
+    /// clock's present first; its id (`"1"`, `"2"`, … counting up) is what
+    /// [`restore`](Self::restore) takes. Faults, journal and clock are not part of it.
     pub async fn snapshot(&self) -> Result<String, ControlError> {
         let v = self.post("/snapshot", json!({})).await?;
         Ok(v["id"].as_str().unwrap_or_default().to_string())
     }
 
+    /// Put back the world of snapshot `id` (`POST /_fake/restore/{id}`); the snapshot stays
+    /// and can be restored again. Refused (404) for an unknown id.
     pub async fn restore(&self, id: &str) -> Result<(), ControlError> {
         self.post(&format!("/restore/{id}"), json!({}))
             .await
             .map(|_| ())
     }
 
+    /// Switch the clock's mode (`PUT /_fake/clock`) from the present simulated time on:
+    /// real, scaled by a factor, or stepped (time moves only by
+    /// [`advance_clock`](Self::advance_clock)). Refused (400) for a scaled factor that is not
+    /// finite and > 0.
     pub async fn set_clock(&self, mode: ClockMode) -> Result<(), ControlError> {
         self.put("/clock", json!(mode)).await.map(|_| ())
     }
 
-    /// Advance the simulated clock; returns the new simulated time.
+    /// Advance the simulated clock by `by` (`POST /_fake/clock/advance`), in any clock mode;
+    /// returns the new simulated time in UNIX seconds. The world is brought up to it before
+    /// the answer, so tasks due in between have finished. `by` is always accepted (the
+    /// server refuses only negative or non-finite seconds, which a `Duration` cannot be).
     pub async fn advance_clock(&self, by: Duration) -> Result<f64, ControlError> {
         let v = self
             .post("/clock/advance", json!({"seconds": by.as_secs_f64()}))
@@ -129,27 +163,43 @@ impl ControlClient {
         Ok(v["now"].as_f64().unwrap_or_default())
     }
 
+    /// Add a fault rule (`POST /_fake/faults`); returns its id (1, 2, … counting up; a
+    /// reset or scenario load starts again at 1). Refused (400) when the rule has no effect
+    /// (no status, latency or clock stop), a status outside 100..=999, a probability outside
+    /// 0..=1, or a bad `path_pattern` glob.
     pub async fn add_fault(&self, rule: FaultRule) -> Result<u64, ControlError> {
         let v = self.post("/faults", json!(rule)).await?;
         Ok(v["id"].as_u64().unwrap_or_default())
     }
 
+    /// The fault rules in force, in the order they were added, each with its id.
     pub async fn faults(&self) -> Result<Vec<FaultRule>, ControlError> {
         self.send(self.http.get(self.url("/faults"))).await
     }
 
+    /// Remove every fault rule (`DELETE /_fake/faults`); ids keep counting up.
     pub async fn clear_faults(&self) -> Result<(), ControlError> {
         self.send::<Value>(self.http.delete(self.url("/faults")))
             .await
             .map(|_| ())
     }
 
+    /// Take a node off the cluster network or back (`PUT /_fake/nodes/{node}/online`). An
+    /// offline node shows as offline in `/nodes` and `/cluster/status`, and every API path
+    /// through it answers 595 `No route to host`, as PVE's proxy does; its guests keep their
+    /// state.
+    /// Setting a powered-off node online boots it (and starts its `onboot` guests). Refused
+    /// (404) for an unknown node.
     pub async fn set_node_online(&self, node: &str, online: bool) -> Result<(), ControlError> {
         self.put(&format!("/nodes/{node}/online"), json!({"online": online}))
             .await
             .map(|_| ())
     }
 
+    /// Make a storage report no free space (used = total), or lift that
+    /// (`PUT /_fake/nodes/{node}/storage/{storage}/full`): allocations on it then fail with
+    /// PVE's out-of-space error. On a shared storage this holds on every node. Refused (404)
+    /// for an unknown node or storage.
     pub async fn set_storage_full(
         &self,
         node: &str,
@@ -164,6 +214,10 @@ impl ControlClient {
         .map(|_| ())
     }
 
+    /// Set a storage's total size in bytes
+    /// (`PUT /_fake/nodes/{node}/storage/{storage}/capacity`); volumes already on it stay,
+    /// even if they no longer fit. On a shared storage this holds on every node. Refused
+    /// (404) for an unknown node or storage.
     pub async fn set_storage_capacity(
         &self,
         node: &str,
@@ -178,7 +232,9 @@ impl ControlClient {
         .map(|_| ())
     }
 
-    /// The next task of `task_type` (e.g. `qmcreate`, `qmstart`) on `node` fails with `exitstatus`.
+    /// The next task of `task_type` (e.g. `qmcreate`, `qmstart`) on `node` fails with
+    /// `exitstatus` as its PVE exit status (armings queue up, one per task). Refused (400)
+    /// when `exitstatus` is empty or `OK`, 404 for an unknown node.
     pub async fn fail_next_task(
         &self,
         node: &str,
@@ -193,7 +249,10 @@ impl ControlClient {
         .map(|_| ())
     }
 
-    /// Place a file on a storage (test setup), e.g. `iso/ubuntu-22.04-cloud.img`. Returns the volid.
+    /// Place a file on a storage (test setup), e.g. `iso/ubuntu-22.04-cloud.img`, of
+    /// `size_bytes` bytes. Returns the volid (`storage:volname`). Refused with 400 when
+    /// `volname` is not a valid volume name for the storage's type, 404 for an unknown node
+    /// or storage, 409 when the storage has less space free.
     pub async fn upload_volume(
         &self,
         node: &str,
@@ -351,7 +410,8 @@ impl ControlClient {
             .unwrap_or_default())
     }
 
-    /// Remove a file from a storage (`volid` or volume name).
+    /// Remove a file from a storage (`volid` or volume name). Refused (404) for an unknown
+    /// node, storage or volume.
     pub async fn delete_volume(
         &self,
         node: &str,
@@ -367,17 +427,23 @@ impl ControlClient {
         .map(|_| ())
     }
 
+    /// The PVE API requests (every path but `/_fake/…`) the fake answered since the start,
+    /// the last clear, reset or scenario load, oldest first, secrets redacted; at most the
+    /// newest `--max-journal` (default 20 000) are kept.
     pub async fn journal(&self) -> Result<Vec<JournalEntry>, ControlError> {
         self.send(self.http.get(self.url("/journal"))).await
     }
 
+    /// Forget the journal's entries (`DELETE /_fake/journal`).
     pub async fn clear_journal(&self) -> Result<(), ControlError> {
         self.send::<Value>(self.http.delete(self.url("/journal")))
             .await
             .map(|_| ())
     }
 
-    /// VMs, volumes, tasks per node, for assertions.
+    /// The world for assertions (`GET /_fake/state`): `{"now", "sites": [...]}` with, per
+    /// site, its nodes (online, storages with their volumes), VMs and containers (power,
+    /// lock, config, pending, snapshots) and tasks. Its shape is for tests, not PVE's.
     pub async fn state(&self) -> Result<Value, ControlError> {
         self.send(self.http.get(self.url("/state"))).await
     }

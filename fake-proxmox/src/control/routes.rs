@@ -25,6 +25,12 @@ use crate::storage::model::Volume;
 use crate::storage::volid::{parse_volid, parse_volname};
 use crate::world::Site;
 
+/// The control plane's routes, to be nested under `/_fake` on every site listener: health,
+/// reset, scenario, snapshot/restore, clock, faults, node and storage knobs, volumes, guest
+/// access and faults, the journal and the state (dump, export, import). Every handler
+/// answers JSON; a refusal is `{"error": …}` with 400 (bad body), 404 (unknown node,
+/// storage, VM, snapshot) or 409 (conflicts with the world's state). The server puts them
+/// behind [`super::auth::require`] (401 without the control token, when one is set).
 pub fn router() -> Router<SiteCtx> {
     Router::new()
         .route("/health", get(|| async { Json(json!({"ok": true})) }))

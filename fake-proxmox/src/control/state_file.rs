@@ -15,6 +15,10 @@ fn refuse(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(json!({"error": msg.into()}))).into_response()
 }
 
+/// The whole state as one JSON file, the document a `--state-dir` holds (world, faults,
+/// snapshots, clock), brought up to the clock's present first; served as an attachment
+/// named `fake-proxmox-state.json`. [`import`] on another server with the same sites takes
+/// it back.
 pub async fn export(State(ctx): State<SiteCtx>) -> Response {
     let bytes = {
         let mut inner = ctx.shared.inner.lock();

@@ -67,6 +67,10 @@ macro_rules! guest_firewall {
     };
 }
 
+/// The `/api2/json` routes of the guest firewall, the same set under
+/// `/nodes/{node}/qemu/{vmid}/firewall` and `/nodes/{node}/lxc/{vmid}/firewall`: options,
+/// rules (`rules/{pos}`), aliases, IP sets and their entries, `refs` and `log`; collected
+/// into the router's table.
 pub fn routes() -> Vec<Route> {
     let mut v = guest_firewall!("/nodes/{node}/qemu/{vmid}/firewall");
     v.extend(guest_firewall!("/nodes/{node}/lxc/{vmid}/firewall"));

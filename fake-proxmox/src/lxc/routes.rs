@@ -5,6 +5,10 @@ use serde_json::{Value, json};
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
+/// The `/api2/json` routes of containers under `/nodes/{node}/lxc[/{vmid}…]`: create,
+/// list, delete, config and pending, status and power (`status/start`, `stop`, `shutdown`,
+/// `reboot`, `suspend`, `resume`), interfaces, feature, template, resize, snapshots,
+/// clone, migrate and the rest pve-container serves; collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/nodes/{node}/lxc", list),

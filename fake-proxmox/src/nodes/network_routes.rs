@@ -8,6 +8,10 @@ use crate::nodes::network_ops::IfaceParams;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
+/// The `/api2/json` routes of a node's network configuration: `/nodes/{node}/network`
+/// (list, create, apply pending changes with `PUT`, revert them with `DELETE`) and
+/// `/nodes/{node}/network/{iface}` (read, update, delete); collected into the router's
+/// table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/nodes/{node}/network", list),

@@ -4,6 +4,8 @@
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
+/// The `/api2/json` route `POST /nodes/{node}/status` (`command=reboot|shutdown`), which
+/// powers a node off or reboots it; collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![route("POST", "/nodes/{node}/status", node_cmd)]
 }

@@ -6,6 +6,9 @@ use super::model::{cpu_with, node_loads};
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
+/// The `/api2/json` routes `GET /version`, `GET /nodes`, `GET /nodes/{node}`,
+/// `GET /nodes/{node}/status` and `GET /nodes/{node}/version`; collected into the router's
+/// table.
 pub fn routes() -> Vec<Route> {
     let mut v = vec![
         route("GET", "/version", version),

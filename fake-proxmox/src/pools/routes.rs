@@ -7,6 +7,9 @@ use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply, b};
 use crate::world::Site;
 
+/// The `/api2/json` routes of resource pools: `/pools` (list, create, update, delete) and
+/// the deprecated `/pools/{poolid}` forms PVE still answers; collected into the router's
+/// table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/pools", index),

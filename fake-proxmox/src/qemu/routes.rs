@@ -8,6 +8,11 @@ use crate::qemu::status::VmStatus;
 use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 
+/// The `/api2/json` routes of VMs under `/nodes/{node}/qemu[/{vmid}…]`: create, list,
+/// delete, config (`POST` async, `PUT` sync) and pending, cloud-init, status and power
+/// (`status/start`, `stop`, `shutdown`, `reboot`, `reset`, `suspend`, `resume`), clone,
+/// migrate, snapshots, disk moves and resizes and the rest qemu-server serves; collected
+/// into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/nodes/{node}/qemu", list),

@@ -9,6 +9,9 @@ use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 use fake_proxmox_world::guest::GuestKind;
 
+/// The `/api2/json` routes of usage statistics: `rrd` and `rrddata` of VMs, containers and
+/// storages (`/nodes/{node}/{qemu,lxc}/{vmid}/rrd[data]`,
+/// `/nodes/{node}/storage/{storage}/rrd[data]`); collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/nodes/{node}/qemu/{vmid}/rrddata", guest_rrddata),

@@ -11,6 +11,10 @@ use crate::storage::content::volume_name;
 use crate::storage::model::{Content, Storage, Volume};
 use crate::wire::{PveError, Reply, b};
 
+/// The `/api2/json` routes of storages under `/nodes/{node}/storage[/{storage}…]`: list,
+/// status, content (list, allocate, read, update, copy, delete volumes), prunes,
+/// import metadata, file restore, `download-url`, `upload` and OCI pulls, plus the
+/// appliance index `/nodes/{node}/aplinfo`; collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         // The appliance index and its downloads (`pveam`): templates onto a storage.

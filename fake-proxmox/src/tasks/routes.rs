@@ -6,6 +6,9 @@ use crate::route::{Ctx, Route, route};
 use crate::wire::{PveError, Reply};
 use crate::world::work::Task;
 
+/// The `/api2/json` routes of tasks: `/nodes/{node}/tasks` (list), `…/tasks/{upid}` (read,
+/// `DELETE` stops a running one), `…/tasks/{upid}/status` and `…/tasks/{upid}/log`, and
+/// `GET /cluster/tasks`; collected into the router's table.
 pub fn routes() -> Vec<Route> {
     vec![
         route("GET", "/nodes/{node}/tasks", list),

@@ -98,6 +98,8 @@ impl Activity {
     }
 }
 
+/// Marks one request on a tenant's listeners as in flight (from [`Activity::begin`]); while
+/// any guard lives the tenant is not idle, and dropping it stamps the time of last activity.
 pub struct ActivityGuard(Arc<Activity>);
 
 impl Drop for ActivityGuard {
@@ -109,8 +111,12 @@ impl Drop for ActivityGuard {
 
 /// What the server needs to start a tenant's world.
 pub struct WorldSpec {
+    /// The checked scenario: the request's or the server's, with the requested PVE release
+    /// already applied to every site; it has at least one site and none on the lab backend.
     pub scenario: Scenario,
+    /// Whether the world's listeners reuse the server's certificate or make their own.
     pub certificate: CertChoice,
+    /// The world's clock: the request's mode, else the server's.
     pub clock: ClockMode,
     /// Every request on the world's listeners stamps it.
     pub activity: Arc<Activity>,
@@ -136,6 +142,7 @@ pub type Spawn = Box<dyn Fn(WorldSpec) -> Result<Box<dyn TenantWorld>, TenantErr
 pub struct WorldProbe(pub Weak<dyn Any + Send + Sync>);
 
 impl WorldProbe {
+    /// True while anything still holds the world's state; false once it is freed.
     pub fn is_alive(&self) -> bool {
         self.0.strong_count() > 0
     }
@@ -205,6 +212,8 @@ impl Tenants {
         })
     }
 
+    /// The limits the host server was started with (`--max-tenants`,
+    /// `--tenant-idle-timeout`).
     pub fn limits(&self) -> TenantLimits {
         self.limits
     }
@@ -309,11 +318,14 @@ impl Tenants {
         Ok(info)
     }
 
+    /// Every live tenant, ordered by id (tenants still being started are not listed).
     pub fn list(&self) -> Vec<TenantInfo> {
         let reg = self.reg.lock();
         reg.live.iter().map(|(id, e)| e.info(id)).collect()
     }
 
+    /// The live tenant `id`; [`TenantError::Reaped`] if the reaper deleted it recently,
+    /// else [`TenantError::NotFound`].
     pub fn get(&self, id: &str) -> Result<TenantInfo, TenantError> {
         let reg = self.reg.lock();
         match reg.live.get(id) {

@@ -17,6 +17,9 @@ use super::{TenantError, TenantRequest, Tenants};
 /// The registry a listener's control plane manages; `None` on a tenant's own listeners.
 pub type TenantsState = Option<Arc<Tenants>>;
 
+/// `GET`/`POST /tenants` and `GET`/`DELETE /tenants/{id}`, to be nested under `/_fake`.
+/// Refusals are JSON `{"error": …}` with [`TenantError::status`]; a successful `POST`
+/// answers 201 with the new [`TenantInfo`](super::TenantInfo).
 pub fn router() -> Router<TenantsState> {
     Router::new()
         .route("/tenants", get(list).post(create))

@@ -27,15 +27,28 @@ const MAX_HEAD: usize = 64 * 1024;
 /// An API version, `(major, minor)`.
 pub type ApiVersion = (usize, usize);
 
+/// Why the engine's API version could not be learnt or the shim not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ShimError {
+    /// The engine's Unix socket could not be connected to.
     #[error("cannot reach the Docker engine at {path}: {source}")]
     Connect {
+        /// The engine's socket.
         path: PathBuf,
+        /// The connection's error.
         source: std::io::Error,
     },
+    /// `GET /version` got no answer within 10 s, failed mid-exchange, or answered a body
+    /// that is not JSON or has no parsable `ApiVersion`.
     #[error("the Docker engine at {path} did not answer GET /version: {detail}")]
-    Version { path: PathBuf, detail: String },
+    Version {
+        /// The engine's socket.
+        path: PathBuf,
+        /// What was wrong with the answer.
+        detail: String,
+    },
+    /// A local step failed: building the runtime, binding the shim's socket, or finding and
+    /// re-running the test executable.
     #[error("docker API shim: {0}")]
     Io(#[from] std::io::Error),
 }

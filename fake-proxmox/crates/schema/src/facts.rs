@@ -16,6 +16,9 @@ pub struct MethodInfo {
     /// `allowtoken`: absent means allowed (PVE's default is 1).
     #[serde(default)]
     pub allowtoken: Option<bool>,
+    /// `protected => 1` in PVE: the method runs in the privileged daemon (`pvedaemon`, as
+    /// root) rather than in `pveproxy`; absent means not protected. Kept as a fact; the fake
+    /// answers both alike.
     #[serde(default)]
     pub protected: Option<bool>,
     /// The parameter naming the node the call is proxied to (`node` on most routes).
@@ -24,6 +27,10 @@ pub struct MethodInfo {
     /// PVE's permission check (`check` in prefix notation, or `user: all|world`).
     #[serde(default)]
     pub permissions: Option<serde_json::Value>,
+    /// `additionalProperties` of the method's parameter object: when true, parameters the
+    /// schema does not list are passed through unchecked; when false (the default) each one
+    /// is refused with PVE's `property is not defined in schema and the schema does not
+    /// allow additional properties`.
     #[serde(rename = "additionalProperties", default)]
     pub additional_properties: bool,
     /// Parameters by name; indexed options appear once, e.g. `net[n]`.
@@ -90,35 +97,59 @@ pub(crate) fn max_index(prefix: &str) -> Option<u32> {
 /// A parameter or property-string sub-property definition.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Prop {
+    /// The JSON-schema `type`: `string`, `integer`, `number`, `boolean`, `array`, `object`
+    /// or `null`; `None` when the schema gives none (then the value is not type-checked).
     #[serde(rename = "type", default)]
     pub ty: Option<String>,
+    /// The value's `format`, checked after the type: a named format or an inline
+    /// property-string definition.
     #[serde(default)]
     pub format: Option<PropFormat>,
+    /// Whether the parameter may be left out; a required one that is missing gets PVE's
+    /// `property is missing and it is not optional`.
     #[serde(default)]
     pub optional: bool,
+    /// The default PVE documents for it. Informational: the checks never fill it in (PVE's
+    /// handlers apply defaults, not its schema check).
     #[serde(default)]
     pub default: Option<serde_json::Value>,
+    /// The allowed values, when the schema lists them (`enum`); any other value is refused
+    /// with PVE's `value '…' does not have a value in the enumeration '…'`.
     #[serde(rename = "enum", default)]
     pub enumeration: Option<Vec<String>>,
+    /// Inclusive lower bound of an `integer` or `number`.
     #[serde(default)]
     pub minimum: Option<f64>,
+    /// Inclusive upper bound of an `integer` or `number`.
     #[serde(default)]
     pub maximum: Option<f64>,
+    /// Fewest characters a `string` may have.
     #[serde(rename = "minLength", default)]
     pub min_length: Option<usize>,
+    /// Most characters a `string` may have.
     #[serde(rename = "maxLength", default)]
     pub max_length: Option<usize>,
     /// The Perl pattern as the schema has it (matched anchored: `^pattern$`).
     #[serde(default)]
     pub pattern: Option<String>,
+    /// Another parameter (or sub-property) that must be present, non-null, whenever this one
+    /// is; else PVE's `missing property - '…' requires this property` on the other one.
     #[serde(default)]
     pub requires: Option<String>,
+    /// In a property string: this key is another name for the key given here (e.g. an old
+    /// spelling); its value is checked against that key's definition. An aliased key is
+    /// never required.
     #[serde(default)]
     pub alias: Option<String>,
+    /// With [`alias`](Self::alias): the key under which the alias's own name is recorded in
+    /// the parsed result (a second use of it is refused: `key alias '…' is already defined`).
     #[serde(rename = "keyAlias", default)]
     pub key_alias: Option<String>,
+    /// In a property string: the key a bare value without `key=` belongs to (e.g. `file` in
+    /// `local-lvm:vm-100-disk-0,size=8G`); at most one bare value is accepted.
     #[serde(default)]
     pub default_key: bool,
+    /// For an `array`: the definition each element is checked against.
     #[serde(default)]
     pub items: Option<Box<Prop>>,
     /// `pattern` compiled on first use: a 9.1 site knows all 649 methods of the API and a run
@@ -131,7 +162,12 @@ pub struct Prop {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum PropFormat {
+    /// A format PVE registers in code by name (`pve-vmid`, `pve-volume-id`, `mac-addr`, …),
+    /// checked by [`crate::formats`]; a `-list` suffix means a list of such values. Names
+    /// this crate does not know are accepted unchecked.
     Named(String),
+    /// A property string (`key=value,key=value`): its sub-properties by key, each checked
+    /// like a parameter.
     Hash(BTreeMap<String, Prop>),
 }
 
@@ -173,6 +209,7 @@ impl Prop {
             .as_ref()
     }
 
+    /// Whether the parameter may be left out of a request (its `optional` flag).
     pub fn is_optional(&self) -> bool {
         self.optional
     }

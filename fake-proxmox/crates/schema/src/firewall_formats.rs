@@ -100,6 +100,9 @@ pub fn has_ports(proto: &str) -> bool {
     )
 }
 
+/// Whether `proto` names an ICMP protocol (`icmp`, `icmpv6`, `ipv6-icmp`; by name only, a
+/// protocol number such as `1` is not matched): the rules that may carry an `icmp-type`, and
+/// whose `dport` may hold an ICMP type instead of a port.
 pub fn is_icmp(proto: &str) -> bool {
     matches!(proto, "icmp" | "icmpv6" | "ipv6-icmp")
 }

@@ -8,7 +8,7 @@
 //! (`pve-userid`, `pve-realm`).
 //!
 //! The firewall's formats (`pve-fw-*-spec`, `IPorCIDR`, …) are `firewall::formats`'.
-//! Formats not listed in [`check_named`] (`pve-qm-hostpci`, `pve-priv`, `pve-poolid`, …)
+//! Formats not listed in `check_named` (`pve-qm-hostpci`, `pve-priv`, `pve-poolid`, …)
 //! are accepted unchecked — a deliberate leniency: real PVE checks them.
 
 use std::collections::BTreeMap;

@@ -40,6 +40,8 @@
 //! release         per-release facts (`/version` strings) of PveVersion
 //! ```
 
+#![warn(missing_docs)]
+
 mod check;
 mod errors;
 mod facts;
@@ -143,7 +145,10 @@ pub enum RawValue {
 pub enum RouteMatch<'a> {
     /// The path matches a template that has this method.
     Found {
+        /// The schema's path template the path matched, e.g. `/nodes/{node}/qemu/{vmid}`.
         template: &'a str,
+        /// The values of the template's `{…}` segments by name, e.g. `node` → `pve1`, as
+        /// they appear in the path.
         path_params: BTreeMap<String, String>,
     },
     /// No template has this method for this path: PVE answers
@@ -212,6 +217,7 @@ impl ApiSchema {
         }
     }
 
+    /// The PVE release whose API dump this schema was loaded from.
     pub fn version(&self) -> PveVersion {
         self.version
     }

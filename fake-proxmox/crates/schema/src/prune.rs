@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 /// The retention of one prune: `keep-all`, or how many of each interval to keep.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Keep {
+    /// `keep-all=1`, or no positive count at all (PVE then keeps everything): nothing is
+    /// pruned.
     pub all: bool,
+    /// How many backups to keep per interval, by option name (`keep-last`, `keep-daily`,
+    /// … see [`INTERVALS`]); counts of 0 are kept as given. Empty when `all` is set.
     pub counts: BTreeMap<String, u64>,
 }
 

@@ -7,10 +7,14 @@
 pub use crate::PveVersion;
 
 impl PveVersion {
+    /// The release named `s` (`"7.1"`, `"7.4"`, `"8.4"`, `"9.1"`, surrounding whitespace
+    /// ignored); `None` for any other text, including fuller versions like `"8.4.5"`.
     pub fn parse(s: &str) -> Option<Self> {
         s.trim().parse().ok()
     }
 
+    /// The release's short name, `"7.1"` … `"9.1"` (as [`PveVersion::as_str`]): the form a
+    /// scenario's `version:` takes and `GET /version` reports as `release`.
     pub fn release(self) -> &'static str {
         self.as_str()
     }

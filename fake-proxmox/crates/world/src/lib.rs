@@ -51,3 +51,8 @@ pub mod storage;
 pub mod tasks;
 pub mod wire;
 pub mod world;
+
+/// The README's example compiles and runs as a doc test, so what it shows stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
