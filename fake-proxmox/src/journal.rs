@@ -12,31 +12,55 @@ pub enum AuthKind {
     /// No credentials at all.
     None,
     /// A valid ticket (cookie or `Authorization: PVEAuthCookie=`).
-    Ticket { userid: String },
+    Ticket {
+        /// The ticket's user, `user@realm`.
+        userid: String,
+    },
     /// A valid `Authorization: PVEAPIToken=` header.
-    ApiToken { tokenid: String },
+    ApiToken {
+        /// The token's id, `user@realm!name`.
+        tokenid: String,
+    },
     /// An API token (`user@realm!name=secret`) sent where a ticket belongs — the
     /// `PVEAuthCookie` cookie. PVE treats it as a (bad) ticket.
-    TokenInCookie { tokenid: String },
+    TokenInCookie {
+        /// The token id the cookie carried, `user@realm!name`.
+        tokenid: String,
+    },
     /// A ticket that did not verify (forged, expired, unknown user).
     InvalidTicket,
     /// A token header that did not verify.
-    InvalidToken { tokenid: String },
+    InvalidToken {
+        /// The token id the header named (unknown, or its secret wrong).
+        tokenid: String,
+    },
 }
 
+/// One request as the fake saw it and answered it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JournalEntry {
+    /// Its number in the journal, from 1, in the order the answers were recorded; numbers go on
+    /// rising when old entries drop out of the ring.
     pub seq: u64,
     /// Simulated UNIX time of the request.
     pub time: f64,
+    /// The site (simulated cluster) whose listener took the request.
     pub site: String,
+    /// The HTTP method, upper case (`GET`, `POST`, `PUT`, `DELETE`).
     pub method: String,
     /// Path below `/api2/json` (or the full path when it is not under it).
     pub path: String,
+    /// The request's parameters (query string and form or JSON body), secrets replaced by
+    /// `<redacted>` (see [`redact`]).
     pub params: BTreeMap<String, String>,
+    /// How the request authenticated.
     pub auth: AuthKind,
+    /// The HTTP status of the answer.
     pub status: u16,
+    /// The status line's reason as PVE words it (e.g. `authentication failure`), which clients
+    /// show as the error.
     pub status_text: String,
+    /// The node the path names (`/nodes/{node}/…`), if any.
     pub node: Option<String>,
     /// Wall-clock UNIX time (seconds) the request arrived, whatever the simulated clock does:
     /// what lines a request up with the client's own timeline. 0 in journals written before
@@ -61,6 +85,8 @@ const SECRET_KEYS: &[&str] = &[
     "CSRFPreventionToken",
 ];
 
+/// Replaces the values of secret parameters (passwords, token secrets, CSRF tokens, OTPs) with
+/// `<redacted>`, so a journal can be shown or saved as it is.
 pub fn redact(params: &mut BTreeMap<String, String>) {
     for (k, v) in params.iter_mut() {
         if SECRET_KEYS.contains(&k.as_str()) {
@@ -73,6 +99,7 @@ pub fn redact(params: &mut BTreeMap<String, String>) {
 /// default of `--max-journal`.
 pub const MAX_ENTRIES: usize = 20_000;
 
+/// The journal of one fake: a ring of the latest entries, [`MAX_ENTRIES`] unless set otherwise.
 #[derive(Clone, Debug, Default)]
 pub struct Journal {
     entries: VecDeque<JournalEntry>,
@@ -82,6 +109,8 @@ pub struct Journal {
 }
 
 impl Journal {
+    /// Records an answered request: numbers it, redacts its secrets, and drops the oldest entry
+    /// when the ring is full.
     pub fn record(&mut self, mut e: JournalEntry) {
         self.next_seq += 1;
         e.seq = self.next_seq;
@@ -101,10 +130,12 @@ impl Journal {
         }
     }
 
+    /// The entries kept, oldest first.
     pub fn entries(&self) -> Vec<JournalEntry> {
         self.entries.iter().cloned().collect()
     }
 
+    /// Forgets every entry; numbering goes on from where it was.
     pub fn clear(&mut self) {
         self.entries.clear();
     }

@@ -7,7 +7,9 @@ use crate::world::Site;
 
 /// Everything a handler sees: the site under lock and the request.
 pub struct Ctx<'a> {
+    /// The site (simulated cluster) the request reached, locked for the handler's whole run.
     pub site: &'a mut Site,
+    /// The parsed request: who sent it, its path captures and its parameters.
     pub req: Request,
     /// The cluster's root CA as the nodes keep it (`/etc/pve/pve-root-ca.pem`): the
     /// listener's own self-signed certificate, if it has one.
@@ -15,9 +17,12 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The `{node}` of the path; an error (PVE's parameter error) if the route has none.
     pub fn node(&self) -> Result<String, PveError> {
         self.req.node()
     }
+    /// The caller must hold `privilege` on the ACL `path` (e.g. `/vms/100`, `VM.Config.Disk`),
+    /// else PVE's 403 naming both (`Permission check failed (/vms/100, VM.Config.Disk)`).
     pub fn require(&self, path: &str, privilege: &str) -> Result<(), PveError> {
         self.site.require(&self.req.who, path, privilege)
     }
@@ -27,12 +32,18 @@ impl Ctx<'_> {
     }
 }
 
+/// A route's handler: reads and changes the locked site, answers a reply or PVE's error.
 pub type Handler = fn(&mut Ctx) -> Result<Reply, PveError>;
 
+/// One API method: where it is and what answers it.
 #[derive(Clone, Copy)]
 pub struct Route {
+    /// The HTTP method, upper case.
     pub method: &'static str,
+    /// The path below `/api2/json`, parameters in braces as PVE's schema writes them
+    /// (`/nodes/{node}/qemu/{vmid}/status/current`).
     pub template: &'static str,
+    /// What answers it.
     pub handler: Handler,
     /// `allowtoken => 0` in PVE: refused when called with an API token.
     pub allowtoken: bool,
@@ -51,6 +62,8 @@ impl Route {
     }
 }
 
+/// A route that API tokens may call and that is proxied to the path's node, as most PVE
+/// methods are.
 pub const fn route(method: &'static str, template: &'static str, handler: Handler) -> Route {
     Route {
         method,

@@ -40,6 +40,7 @@ static TABLE: LazyLock<Vec<Route>> = LazyLock::new(|| {
     v
 });
 
+/// Every route the fake answers, all families together.
 pub fn table() -> &'static [Route] {
     &TABLE
 }
@@ -102,6 +103,8 @@ pub fn find_template(path: &str) -> Option<(&'static str, BTreeMap<String, Strin
 static BY_TEMPLATE: LazyLock<HashMap<(&'static str, &'static str), &'static Route>> =
     LazyLock::new(|| TABLE.iter().map(|r| ((r.method, r.template), r)).collect());
 
+/// The route of `method` on the schema's `template` (as [`table`] declares it), if the fake
+/// implements it.
 pub fn handler_for(method: &str, template: &str) -> Option<&'static Route> {
     BY_TEMPLATE.get(&(method, template)).copied()
 }

@@ -112,6 +112,9 @@ fn site_version(inner: &Inner, site: &str) -> crate::version::PveVersion {
         .map_or(crate::version::PveVersion::V9_1, |s| s.version)
 }
 
+/// Answers one `/api2/json` request of a site's listener: authentication,
+/// the route and its schema check, the faults that match, the handler under the state's lock,
+/// and the journal entry, in PVE's envelope.
 pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();

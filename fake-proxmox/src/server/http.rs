@@ -42,11 +42,16 @@ pub(super) fn extract(header: &str, name: &str, after_semicolon: bool) -> Option
 /// Credentials as found on the request, in PVE's lookup order.
 #[derive(Debug, Clone)]
 pub enum Creds {
+    /// Neither a ticket nor a token.
     None,
+    /// A ticket, from the `PVEAuthCookie` cookie or an `Authorization: PVEAuthCookie=` header.
     Ticket(String),
+    /// The value of an `Authorization: PVEAPIToken=` header (`user@realm!name=secret`).
     Token(String),
 }
 
+/// The credentials of a request's headers, looked up in PVE's order: the `PVEAuthCookie`
+/// cookie, then an `Authorization: PVEAuthCookie=` header, then `Authorization: PVEAPIToken=`.
 pub fn find_creds(headers: &HeaderMap) -> Creds {
     // Several headers of one name read as one joined value; the usual single one is borrowed.
     let h = |n: &str| -> std::borrow::Cow<'_, str> {

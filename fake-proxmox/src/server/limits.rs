@@ -111,6 +111,7 @@ pub struct Connections {
 }
 
 impl Connections {
+    /// No connection open yet; at most `max` served at once.
     pub fn new(max: usize) -> Arc<Connections> {
         Arc::new(Connections {
             open: AtomicUsize::new(0),
@@ -118,6 +119,7 @@ impl Connections {
         })
     }
 
+    /// The connections open now.
     pub fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
@@ -148,6 +150,7 @@ pub struct CountingAcceptor {
 }
 
 impl CountingAcceptor {
+    /// Counts against `conns` (`None`: counts nothing, only sets TCP_NODELAY).
     pub fn new(conns: Option<Arc<Connections>>) -> CountingAcceptor {
         CountingAcceptor { conns }
     }

@@ -164,6 +164,8 @@ async fn durable(
     }
 }
 
+/// How a [`FakeProxmox`] is set up before it starts: scenario, TLS, clock, listeners, state
+/// dir, backends and limits ([`FakeProxmox::builder`]).
 pub struct Builder {
     scenario: Scenario,
     tls: bool,
@@ -213,26 +215,34 @@ impl Default for Builder {
 }
 
 impl Builder {
+    /// The world to start from (default: the embedded seed scenario).
     pub fn scenario(mut self, s: Scenario) -> Self {
         self.scenario = s;
         self
     }
+    /// HTTPS with a new self-signed certificate (default), or plain HTTP.
     pub fn tls(mut self, on: bool) -> Self {
         self.tls = on;
         self
     }
+    /// Whether a failed login or token waits before its 401, as PVE's does (default: on; off
+    /// keeps tests fast).
     pub fn auth_failure_delay(mut self, on: bool) -> Self {
         self.auth_failure_delay = on;
         self
     }
+    /// The simulated clock: real time (default), scaled, or manual.
     pub fn clock(mut self, c: ClockMode) -> Self {
         self.clock = c;
         self
     }
+    /// Where `site` listens (default: `127.0.0.1` on a free port); port 0 picks a free one.
     pub fn listen(mut self, site: &str, addr: SocketAddr) -> Self {
         self.listen.insert(site.to_string(), addr);
         self
     }
+    /// Keep the state in this directory: read back at start, made durable before each answer
+    /// that changed it (see the book's state-dir page).
     pub fn state_dir(mut self, p: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(p.into());
         self
@@ -521,6 +531,7 @@ pub struct SiteHandle {
 }
 
 impl SiteHandle {
+    /// The site's name, as the scenario gives it.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -528,12 +539,16 @@ impl SiteHandle {
     pub fn url(&self) -> &str {
         &self.url
     }
+    /// The address the listener is bound to (the actual port when 0 was asked).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+    /// The certificate's SHA-256 fingerprint as PVE shows it (`AB:CD:…`), for clients that pin
+    /// it.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
+    /// The listener's certificate in PEM, for clients that trust it as a CA.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
     }
@@ -564,12 +579,15 @@ pub struct FakeProxmox {
 }
 
 impl FakeProxmox {
+    /// A builder with the defaults (embedded scenario, HTTPS, real clock, simulated guests).
     pub fn builder() -> Builder {
         Builder::default()
     }
+    /// The listener of the site named `name`.
     pub fn site(&self, name: &str) -> Option<&SiteHandle> {
         self.sites.iter().find(|s| s.name == name)
     }
+    /// Every site's listener, in the scenario's order.
     pub fn sites(&self) -> impl Iterator<Item = &SiteHandle> {
         self.sites.iter()
     }

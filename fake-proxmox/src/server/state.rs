@@ -11,12 +11,19 @@ use crate::journal::Journal;
 use crate::scenario::{Backend, Scenario};
 use crate::world::{Runners, World};
 
+/// What the lock guards: everything a request may read or change.
 pub struct Inner {
+    /// The simulated clock every task and timestamp reads.
     pub clock: Clock,
+    /// The sites, nodes, storages, guests and tasks.
     pub world: World,
+    /// The fault rules the control plane set.
     pub faults: Faults,
+    /// The requests answered, newest last.
     pub journal: Journal,
+    /// Saved worlds by snapshot id (`/_fake/snapshot`), to restore.
     pub snapshots: BTreeMap<String, World>,
+    /// The number the next snapshot id gets.
     pub next_snapshot: u64,
     /// Counts the changes to the state, for the state file (`persist::writer`): requests
     /// that may change it bump it, and so does completing tasks.
@@ -81,16 +88,22 @@ impl Inner {
     }
 }
 
+/// The state of one fake (or tenant), shared by its listeners and background tasks.
 pub struct Shared {
+    /// The state, under one lock.
     pub inner: Mutex<Inner>,
+    /// Failed authentications wait before their 401, as PVE's do.
     pub auth_failure_delay: bool,
     /// Set with a state dir: answers wait until the state they saw is durable.
     pub persist: Option<Arc<crate::persist::writer::Persister>>,
 }
 
+/// How the listeners hold the shared state.
 pub type SharedRef = Arc<Shared>;
 
 impl Shared {
+    /// A new state from `scenario`'s world on a new clock, without a state dir; `default` runs
+    /// the guests of the sites of the default backend, `other` those of another backend.
     pub fn new(
         scenario: &Scenario,
         clock: ClockMode,
@@ -124,6 +137,7 @@ impl Shared {
 /// The axum state of one site's listener.
 #[derive(Clone)]
 pub struct SiteCtx {
+    /// The fake's state.
     pub shared: SharedRef,
     /// Shared, not owned: the context is cloned for every request.
     pub site: Arc<str>,

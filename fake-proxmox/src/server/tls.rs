@@ -4,10 +4,15 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+/// A listener's certificate and key.
 pub struct Cert {
+    /// The certificate, PEM.
     pub cert_pem: String,
+    /// The certificate, DER.
     pub cert_der: Vec<u8>,
+    /// The private key, PKCS#8 DER.
     pub key_der: Vec<u8>,
+    /// See [`fingerprint`].
     pub fingerprint: String,
 }
 
@@ -20,6 +25,8 @@ pub fn fingerprint(der: &[u8]) -> String {
         .join(":")
 }
 
+/// A new self-signed certificate for `localhost`, `127.0.0.1`, `::1` and `names`; fails only if
+/// the key cannot be made.
 pub fn make_cert(names: &[String]) -> Result<Cert, crate::Error> {
     let mut sans: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     sans.extend(names.iter().cloned());
@@ -34,6 +41,8 @@ pub fn make_cert(names: &[String]) -> Result<Cert, crate::Error> {
     })
 }
 
+/// The rustls configuration that serves `cert` (aws-lc-rs, ALPN `http/1.1` as PVE's
+/// pveproxy); fails on a key rustls cannot use.
 pub fn server_config(cert: &Cert) -> Result<Arc<rustls::ServerConfig>, crate::Error> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_der.clone())

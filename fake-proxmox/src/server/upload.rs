@@ -37,6 +37,7 @@ pub struct Spooled {
 }
 
 impl Spooled {
+    /// Where the uploaded bytes are on disk.
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }

@@ -24,14 +24,18 @@ pub const MAX_BODY: usize = 512 * 1024;
 /// A successful handler result: `data` plus optional extra top-level keys (`total`, `changes`).
 #[derive(Debug, Clone, Default)]
 pub struct Reply {
+    /// The envelope's `data`.
     pub data: Data,
+    /// Top-level keys beside `data`, in order (`total` of a paged listing, `changes`).
     pub extra: Vec<(String, Value)>,
 }
 
 /// The `data` of a reply: a JSON tree, or a typed payload already serialised by the handler.
 #[derive(Debug, Clone)]
 pub enum Data {
+    /// A JSON tree the envelope serialises.
     Value(Value),
+    /// JSON text already serialised (by [`Reply::typed`]), put into the envelope as it is.
     Json(Vec<u8>),
 }
 
@@ -42,6 +46,7 @@ impl Default for Data {
 }
 
 impl Reply {
+    /// A reply whose `data` is `data`.
     pub fn data(data: Value) -> Self {
         Reply {
             data: Data::Value(data),
@@ -62,6 +67,7 @@ impl Reply {
             extra: Vec::new(),
         }
     }
+    /// `data: null`, what PVE answers for methods that return nothing.
     pub fn null() -> Self {
         Reply::data(Value::Null)
     }
@@ -78,6 +84,7 @@ impl Reply {
             .collect();
         Reply::data(Value::Array(list))
     }
+    /// Adds a top-level key beside `data` (e.g. `total`).
     pub fn with(mut self, key: &str, v: Value) -> Self {
         self.extra.push((key.to_string(), v));
         self
