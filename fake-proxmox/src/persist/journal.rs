@@ -496,3 +496,7 @@ fn apply(state: &mut StateOwned, parts: &mut Vec<SiteParts>, rec: RecordOwned) {
     state.snapshots.retain(|k, _| keep.contains(k));
     state.snapshots.extend(rec.new_snapshots);
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;
