@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use fake_proxmox_world::lxc::model::Ct;
 use fake_proxmox_world::nodes::model::Node;
 use fake_proxmox_world::qemu::model::Vm;
+use fake_proxmox_world::storage::volumes::{Volume, Volumes};
 use fake_proxmox_world::tasks::model::Task;
 use fake_proxmox_world::tracked::{Changes, Tracked};
 
@@ -52,13 +53,17 @@ struct DeltaRef<'a, K, V> {
     del: Vec<&'a K>,
 }
 
+fn delta_all<K: Ord, V>(map: &BTreeMap<K, V>) -> DeltaRef<'_, K, V> {
+    DeltaRef {
+        full: true,
+        set: map.iter().collect(),
+        del: Vec::new(),
+    }
+}
+
 fn delta<'a, K: Ord, V>(changes: &'a Changes<K>, map: &'a BTreeMap<K, V>) -> DeltaRef<'a, K, V> {
     if changes.all {
-        return DeltaRef {
-            full: true,
-            set: map.iter().collect(),
-            del: Vec::new(),
-        };
+        return delta_all(map);
     }
     let mut d = DeltaRef {
         full: false,
@@ -96,11 +101,157 @@ impl<K: Ord, V> DeltaOwned<K, V> {
     }
 }
 
+/// The nodes set (each with its storages' volumes taken out, and of those only the ones
+/// set or removed) and the nodes removed; `full`: the nodes listed are all there are.
+#[derive(Serialize)]
+struct NodesRef<'a> {
+    full: bool,
+    set: BTreeMap<&'a String, NodeRef<'a>>,
+    del: Vec<&'a String>,
+}
+
+#[derive(Serialize)]
+struct NodeRef<'a> {
+    node: &'a Node,
+    volumes: BTreeMap<&'a String, DeltaRef<'a, String, Volume>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodesOwned {
+    full: bool,
+    set: BTreeMap<String, NodeOwned>,
+    del: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeOwned {
+    node: Node,
+    volumes: BTreeMap<String, DeltaOwned<String, Volume>>,
+}
+
+impl NodesOwned {
+    fn apply(self, nodes: &mut BTreeMap<String, Node>) {
+        let mut old = if self.full {
+            std::mem::take(nodes)
+        } else {
+            BTreeMap::new()
+        };
+        for k in &self.del {
+            nodes.remove(k);
+        }
+        for (name, set) in self.set {
+            let mut was = nodes.remove(&name).or_else(|| old.remove(&name));
+            let mut node = set.node;
+            let mut deltas = set.volumes;
+            for (sname, storage) in &mut node.storages {
+                let mut vols = was
+                    .as_mut()
+                    .and_then(|w| w.storages.get_mut(sname))
+                    .map(|s| std::mem::take(&mut s.volumes).into_map())
+                    .unwrap_or_default();
+                if let Some(d) = deltas.remove(sname) {
+                    d.apply(&mut vols);
+                }
+                storage.volumes = Volumes::from_map(vols);
+            }
+            nodes.insert(name, node);
+        }
+    }
+}
+
+/// A node's storages' volumes, taken out of the node while its record is written.
+struct NodeVolumes {
+    node: String,
+    full: bool,
+    storages: Vec<(String, Volumes, Changes<String>)>,
+}
+
+/// Take the volumes out of the nodes `changes` names (every node when all changed).
+fn take_volumes(nodes: &mut Tracked<String, Node>, changes: &Changes<String>) -> Vec<NodeVolumes> {
+    let names: Vec<String> = if changes.all {
+        nodes.keys().cloned().collect()
+    } else {
+        changes.keys.iter().cloned().collect()
+    };
+    let mut out = Vec::new();
+    for name in names {
+        // `get_mut` counts the node as changed again; the caller forgets that afterwards.
+        let Some(node) = nodes.get_mut(&name) else {
+            continue;
+        };
+        let storages = node
+            .storages
+            .iter_mut()
+            .map(|(sname, st)| {
+                let mut vols = std::mem::take(&mut st.volumes);
+                let ch = vols.take_changes();
+                (sname.clone(), vols, ch)
+            })
+            .collect();
+        out.push(NodeVolumes {
+            node: name,
+            full: changes.all,
+            storages,
+        });
+    }
+    out
+}
+
+fn put_volumes_back(nodes: &mut Tracked<String, Node>, taken: Vec<NodeVolumes>) {
+    for nv in taken {
+        let Some(node) = nodes.get_mut(&nv.node) else {
+            continue;
+        };
+        for (sname, vols, _) in nv.storages {
+            if let Some(st) = node.storages.get_mut(&sname) {
+                st.volumes = vols;
+            }
+        }
+    }
+    nodes.take_changes();
+}
+
+fn nodes_delta<'a>(
+    nodes: &'a BTreeMap<String, Node>,
+    changes: &'a Changes<String>,
+    taken: &'a [NodeVolumes],
+) -> NodesRef<'a> {
+    let mut d = NodesRef {
+        full: changes.all,
+        set: BTreeMap::new(),
+        del: Vec::new(),
+    };
+    if !changes.all {
+        d.del = changes.keys.iter().filter(|k| !nodes.contains_key(*k)).collect();
+    }
+    for nv in taken {
+        let Some((name, node)) = nodes.get_key_value(&nv.node) else {
+            continue;
+        };
+        let volumes = nv
+            .storages
+            .iter()
+            .map(|(sname, vols, ch)| {
+                let d = if nv.full {
+                    delta_all(vols)
+                } else {
+                    delta(ch, vols)
+                };
+                (sname, d)
+            })
+            .collect();
+        d.set.insert(name, NodeRef { node, volumes });
+    }
+    d
+}
+
 #[derive(Serialize)]
 struct SiteRef<'a> {
     /// The site with its big maps taken out (they serialise empty).
     site: &'a Site,
-    nodes: DeltaRef<'a, String, Node>,
+    nodes: NodesRef<'a>,
     vms: DeltaRef<'a, u32, Vm>,
     cts: DeltaRef<'a, u32, Ct>,
     next_task: u64,
@@ -111,7 +262,7 @@ struct SiteRef<'a> {
 #[serde(deny_unknown_fields)]
 struct SiteOwned {
     site: Site,
-    nodes: DeltaOwned<String, Node>,
+    nodes: NodesOwned,
     vms: DeltaOwned<u32, Vm>,
     cts: DeltaOwned<u32, Ct>,
     next_task: u64,
@@ -216,6 +367,11 @@ fn io(p: &Path) -> impl FnOnce(std::io::Error) -> PersistError + '_ {
 /// Forget what every tracked map of the world has changed: a snapshot covers it.
 fn forget_changes(inner: &mut Inner) {
     for site in &mut inner.world.sites {
+        for node in site.nodes.values_mut() {
+            for st in node.storages.values_mut() {
+                st.volumes.take_changes();
+            }
+        }
         site.nodes.take_changes();
         site.vms.take_changes();
         site.cts.take_changes();
@@ -268,15 +424,16 @@ impl Journal {
     }
 
     fn record(&mut self, inner: &mut Inner) -> Vec<u8> {
-        let mut taken: Vec<(Maps, [Changes<String>; 1], [Changes<u32>; 2], Changes<u64>)> =
-            Vec::new();
+        type Taken = (Maps, Changes<String>, Vec<NodeVolumes>, [Changes<u32>; 2], Changes<u64>);
+        let mut taken: Vec<Taken> = Vec::new();
         for site in &mut inner.world.sites {
             let mut maps = Maps::take(site);
             let nodes = maps.nodes.take_changes();
+            let volumes = take_volumes(&mut maps.nodes, &nodes);
             let vms = maps.vms.take_changes();
             let cts = maps.cts.take_changes();
             let tasks = maps.tasks.take_changes();
-            taken.push((maps, [nodes], [vms, cts], tasks));
+            taken.push((maps, nodes, volumes, [vms, cts], tasks));
         }
         let new: Vec<&str> = inner
             .snapshots
@@ -290,11 +447,11 @@ impl Journal {
                 .sites
                 .iter()
                 .zip(&taken)
-                .map(|(site, (maps, [nodes], [vms, cts], tasks))| {
+                .map(|(site, (maps, nodes, volumes, [vms, cts], tasks))| {
                     let (next_task, task_map) = maps.tasks.parts();
                     SiteRef {
                         site,
-                        nodes: delta(nodes, &maps.nodes),
+                        nodes: nodes_delta(&maps.nodes, nodes, volumes),
                         vms: delta(vms, &maps.vms),
                         cts: delta(cts, &maps.cts),
                         next_task,
@@ -329,7 +486,8 @@ impl Journal {
             serde_json::to_vec(&rec).unwrap_or_default()
         };
         self.snapshot_ids.extend(new.iter().map(|k| k.to_string()));
-        for (site, (maps, ..)) in inner.world.sites.iter_mut().zip(taken) {
+        for (site, (mut maps, _, volumes, ..)) in inner.world.sites.iter_mut().zip(taken) {
+            put_volumes_back(&mut maps.nodes, volumes);
             maps.put_back(site);
         }
         bytes

@@ -25,6 +25,22 @@ fn persist(j: &mut Journal, inner: &mut Inner) {
     j.write(p).unwrap();
 }
 
+fn volume(vmid: u32) -> Volume {
+    Volume {
+        volname: format!("vm-{vmid}-disk-0"),
+        vtype: fake_proxmox_world::storage::model::Content::Images,
+        format: "raw".into(),
+        size: 1 << 30,
+        used: u64::from(vmid),
+        vmid: Some(vmid),
+        ctime: 0,
+        notes: None,
+        protected: false,
+        image: None,
+        text: None,
+    }
+}
+
 /// One change of each kind the journal carries: a VM made and one changed, a container
 /// gone, a task started and a running one changed, a node's storage, a fault, a snapshot.
 fn change(inner: &mut Inner, vmid: u32) {
@@ -39,6 +55,10 @@ fn change(inner: &mut Inner, vmid: u32) {
     site.cts.remove(&200);
     if let Some(n) = site.nodes.get_mut(&node) {
         n.online = vmid % 2 == 0;
+        if let Some(st) = n.storages.values_mut().next() {
+            st.volumes.insert(volume(vmid).volname.clone(), volume(vmid));
+            st.volumes.remove(&volume(vmid - 2).volname);
+        }
     }
     let mut plan = TaskPlan::new("qmstart", &vmid.to_string(), &node, "root@pam", Work::Noop);
     plan.line(0.5, "starting");
@@ -97,6 +117,30 @@ fn a_record_carries_the_change_not_the_world() {
         ["3000"]
     );
     assert_eq!(v["sites"][0]["nodes"]["set"], serde_json::json!({}));
+    // A volume more on a node: the node and that volume, not the node's other volumes.
+    let n = inner.world.sites[0].nodes.get_mut(&node).unwrap();
+    let st = n.storages.values_mut().next().unwrap();
+    for vmid in 1000..1100 {
+        st.volumes.insert(volume(vmid).volname.clone(), volume(vmid));
+    }
+    let Pending::Record(_) = j.take(&mut inner) else {
+        panic!("a record was due");
+    };
+    let n = inner.world.sites[0].nodes.get_mut(&node).unwrap();
+    let st = n.storages.values_mut().next().unwrap();
+    st.volumes.insert(volume(3000).volname.clone(), volume(3000));
+    let Pending::Record(rec) = j.take(&mut inner) else {
+        panic!("a record was due");
+    };
+    let v: Value = serde_json::from_slice(&rec).unwrap();
+    let set = v["sites"][0]["nodes"]["set"].as_object().unwrap();
+    assert_eq!(set.keys().collect::<Vec<_>>(), [&node]);
+    let vols = set[&node]["volumes"].as_object().unwrap();
+    let changed: Vec<&String> = vols
+        .values()
+        .flat_map(|d| d["set"].as_object().unwrap().keys())
+        .collect();
+    assert_eq!(changed, ["vm-3000-disk-0"]);
     let snapshot = std::fs::metadata(dir.path().join(FILE)).unwrap().len();
     assert!((rec.len() as u64) * 50 < snapshot, "{} vs {snapshot}", rec.len());
 }
