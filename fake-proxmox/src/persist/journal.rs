@@ -275,7 +275,9 @@ struct RecordRef<'a> {
     saved_at: f64,
     clock: ClockMode,
     faults: &'a Faults,
-    scenario: &'a Scenario,
+    /// Only when it changed (a reset or a new scenario).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scenario: Option<&'a Scenario>,
     sites: Vec<SiteRef<'a>>,
     next_snapshot: u64,
     /// Every control-plane snapshot there is; the ones not written before in full.
@@ -290,7 +292,8 @@ struct RecordOwned {
     saved_at: f64,
     clock: ClockMode,
     faults: Faults,
-    scenario: Scenario,
+    #[serde(default)]
+    scenario: Option<Scenario>,
     sites: Vec<SiteOwned>,
     next_snapshot: u64,
     snapshot_ids: Vec<String>,
@@ -343,6 +346,8 @@ pub struct Journal {
     snapshot_len: u64,
     /// The control-plane snapshots on disk already (they never change once taken).
     snapshot_ids: BTreeSet<String>,
+    /// The scenario on disk (records repeat it only when it changed).
+    scenario: Scenario,
     /// A write failed (what it drained is not on disk), or the journal outgrew the
     /// snapshot: the next write is a snapshot.
     fold: bool,
@@ -404,6 +409,7 @@ impl Journal {
             seq,
             snapshot_len: bytes.len() as u64,
             snapshot_ids: inner.snapshots.keys().cloned().collect(),
+            scenario: inner.world.scenario.clone(),
             fold: false,
         })
     }
@@ -414,6 +420,7 @@ impl Journal {
         if self.fold || self.len > self.snapshot_len.max(MIN_JOURNAL_BYTES) {
             self.fold = true;
             self.snapshot_ids = inner.snapshots.keys().cloned().collect();
+            self.scenario = inner.world.scenario.clone();
             let bytes = super::encode_file(inner, self.seq);
             forget_changes(inner);
             return Pending::Snapshot(bytes);
@@ -464,7 +471,7 @@ impl Journal {
                 saved_at: inner.clock.now(),
                 clock: inner.clock.mode(),
                 faults: &inner.faults,
-                scenario: &inner.world.scenario,
+                scenario: (inner.world.scenario != self.scenario).then_some(&inner.world.scenario),
                 sites,
                 next_snapshot: inner.next_snapshot,
                 snapshot_ids: inner.snapshots.keys().map(String::as_str).collect(),
@@ -486,6 +493,9 @@ impl Journal {
             serde_json::to_vec(&rec).unwrap_or_default()
         };
         self.snapshot_ids.extend(new.iter().map(|k| k.to_string()));
+        if inner.world.scenario != self.scenario {
+            self.scenario = inner.world.scenario.clone();
+        }
         for (site, (mut maps, _, volumes, ..)) in inner.world.sites.iter_mut().zip(taken) {
             put_volumes_back(&mut maps.nodes, volumes);
             maps.put_back(site);
@@ -648,7 +658,9 @@ fn apply(state: &mut StateOwned, parts: &mut Vec<SiteParts>, rec: RecordOwned) {
     state.saved_at = rec.saved_at;
     state.clock = rec.clock;
     state.faults = rec.faults;
-    state.world.scenario = rec.scenario;
+    if let Some(sc) = rec.scenario {
+        state.world.scenario = sc;
+    }
     state.next_snapshot = rec.next_snapshot;
     let keep: BTreeSet<String> = rec.snapshot_ids.into_iter().collect();
     state.snapshots.retain(|k, _| keep.contains(k));

@@ -66,6 +66,9 @@ fn change(inner: &mut Inner, vmid: u32) {
     site.tick(now + 1.0);
     site.access.users.clear();
     inner.faults.clear();
+    if vmid % 5 == 0 {
+        inner.world.scenario.seed += 1;
+    }
     if vmid % 3 == 0 {
         let id = inner.next_snapshot.to_string();
         inner.next_snapshot += 1;
@@ -251,3 +254,4 @@ fn a_restart_after_many_changes_and_folds_is_the_same_world() {
     persist(&mut j, &mut again);
     assert_eq!(doc(&restart(dir.path())), doc(&again));
 }
+
