@@ -8,9 +8,9 @@
 //! since the last record (the world's maps track that, `fake_proxmox_world::tracked`); besides,
 //! the clock, the faults, the scenario and the control plane's snapshots taken since. A
 //! record is appended and fdatasynced before the requests it covers are answered. When the
-//! journal has grown past the snapshot's size, a new snapshot is written (atomically, as
-//! before) and the journal emptied: a change costs its own size plus, amortised, a constant
-//! share of a snapshot.
+//! journal has grown past a few times the snapshot's size, a new snapshot is written
+//! (atomically, as before) and the journal emptied: a change costs its own size plus,
+//! amortised, a constant share of a snapshot.
 //!
 //! Reading back: the snapshot, then every record numbered after it in order. A last line cut
 //! short (the process died while appending) is dropped: its requests were never answered.
@@ -44,6 +44,11 @@ pub const JOURNAL: &str = "journal.jsonl";
 /// Below this size the journal is never folded into a snapshot (a small world would
 /// otherwise be rewritten every few changes).
 const MIN_JOURNAL_BYTES: u64 = 4 << 20;
+
+/// The journal is folded once it holds this many times the snapshot's bytes: a change then
+/// costs at most a 1/FOLD_FACTOR share of a snapshot per byte, and a restart reads at most
+/// this many snapshots' worth of records.
+const FOLD_FACTOR: u64 = 4;
 
 /// The entries of one map to set (or, `full`, the whole map) and the keys to remove.
 #[derive(Serialize)]
@@ -417,7 +422,7 @@ impl Journal {
     /// What to write for the state `inner` holds now (under the lock): a record of what
     /// changed, or a snapshot when one is due.
     pub fn take(&mut self, inner: &mut Inner) -> Pending {
-        if self.fold || self.len > self.snapshot_len.max(MIN_JOURNAL_BYTES) {
+        if self.fold || self.len > (FOLD_FACTOR * self.snapshot_len).max(MIN_JOURNAL_BYTES) {
             self.fold = true;
             self.snapshot_ids = inner.snapshots.keys().cloned().collect();
             self.scenario = inner.world.scenario.clone();
