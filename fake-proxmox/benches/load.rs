@@ -84,9 +84,8 @@ impl Conn {
         path: &str,
         form: Option<&str>,
     ) -> Result<(u16, Vec<u8>)> {
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: {TOKEN}\r\n"
-        );
+        let mut req =
+            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: {TOKEN}\r\n");
         if let Some(body) = form {
             req.push_str(&format!(
                 "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
@@ -357,7 +356,11 @@ fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
     // `--state-dir` keeps the world on disk (a write per change); BENCH_STATE=off measures
     // without it, over HTTP only (the HTTPS client trusts the state dir's certificate).
     let state_off = std::env::var("BENCH_STATE").is_ok_and(|v| v == "off");
-    start_server_in(scenario, tls, (tls || !state_off).then_some(state.as_path()))
+    start_server_in(
+        scenario,
+        tls,
+        (tls || !state_off).then_some(state.as_path()),
+    )
 }
 
 /// The server on `scenario`, keeping its world in `state` if given.
@@ -470,8 +473,20 @@ async fn bench_state_10k(dir: &Path, scenario: &Path, secs: Duration) -> Result<
     std::fs::write(state.join("state.json"), &world)?;
     let mut mem_rate = Vec::new();
     for clients in [1usize, 64] {
-        let o = run(&mem.target, mem.child.id(), Op::CreatePoll, clients, secs, next.clone()).await?;
-        report(&format!("state_10k_memory_create_poll_c{clients}"), &o, "creates/s");
+        let o = run(
+            &mem.target,
+            mem.child.id(),
+            Op::CreatePoll,
+            clients,
+            secs,
+            next.clone(),
+        )
+        .await?;
+        report(
+            &format!("state_10k_memory_create_poll_c{clients}"),
+            &o,
+            "creates/s",
+        );
         mem_rate.push(o.ops as f64 / o.elapsed.as_secs_f64());
     }
     drop(mem);
@@ -479,9 +494,20 @@ async fn bench_state_10k(dir: &Path, scenario: &Path, secs: Duration) -> Result<
     // The same VMIDs as in memory: the state dir's world is the one before those creates.
     next.store(FIRST_VMID + WORLD, Ordering::Relaxed);
     for (i, clients) in [1usize, 64].into_iter().enumerate() {
-        let o = run(&on_disk.target, on_disk.child.id(), Op::CreatePoll, clients, secs, next.clone())
-            .await?;
-        report(&format!("state_10k_state_dir_create_poll_c{clients}"), &o, "creates/s");
+        let o = run(
+            &on_disk.target,
+            on_disk.child.id(),
+            Op::CreatePoll,
+            clients,
+            secs,
+            next.clone(),
+        )
+        .await?;
+        report(
+            &format!("state_10k_state_dir_create_poll_c{clients}"),
+            &o,
+            "creates/s",
+        );
         let rate = o.ops as f64 / o.elapsed.as_secs_f64();
         println!(
             "state_10k_ratio_c{clients}: {:.2} x (floor 0.80)",

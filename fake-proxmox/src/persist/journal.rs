@@ -229,7 +229,11 @@ fn nodes_delta<'a>(
         del: Vec::new(),
     };
     if !changes.all {
-        d.del = changes.keys.iter().filter(|k| !nodes.contains_key(*k)).collect();
+        d.del = changes
+            .keys
+            .iter()
+            .filter(|k| !nodes.contains_key(*k))
+            .collect();
     }
     for nv in taken {
         let Some((name, node)) = nodes.get_key_value(&nv.node) else {
@@ -436,7 +440,13 @@ impl Journal {
     }
 
     fn record(&mut self, inner: &mut Inner) -> Vec<u8> {
-        type Taken = (Maps, Changes<String>, Vec<NodeVolumes>, [Changes<u32>; 2], Changes<u64>);
+        type Taken = (
+            Maps,
+            Changes<String>,
+            Vec<NodeVolumes>,
+            [Changes<u32>; 2],
+            Changes<u64>,
+        );
         let mut taken: Vec<Taken> = Vec::new();
         for site in &mut inner.world.sites {
             let mut maps = Maps::take(site);

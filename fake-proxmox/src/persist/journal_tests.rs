@@ -50,26 +50,28 @@ fn change(inner: &mut Inner, vmid: u32) {
     site.vms
         .insert(vmid, Vm::stopped(vmid, &node, Default::default(), None));
     if let Some(vm) = site.vms.get_mut(&100) {
-        vm.config.insert("description".into(), format!("after {vmid}"));
+        vm.config
+            .insert("description".into(), format!("after {vmid}"));
     }
     site.cts.remove(&200);
     if let Some(n) = site.nodes.get_mut(&node) {
-        n.online = vmid % 2 == 0;
+        n.online = vmid.is_multiple_of(2);
         if let Some(st) = n.storages.values_mut().next() {
-            st.volumes.insert(volume(vmid).volname.clone(), volume(vmid));
+            st.volumes
+                .insert(volume(vmid).volname.clone(), volume(vmid));
             st.volumes.remove(&volume(vmid - 2).volname);
         }
     }
-    let mut plan = TaskPlan::new("qmstart", &vmid.to_string(), &node, "root@pam", Work::Noop);
+    let mut plan = TaskPlan::new("qmstart", vmid.to_string(), &node, "root@pam", Work::Noop);
     plan.line(0.5, "starting");
     site.start_task(plan, now);
     site.tick(now + 1.0);
     site.access.users.clear();
     inner.faults.clear();
-    if vmid % 5 == 0 {
+    if vmid.is_multiple_of(5) {
         inner.world.scenario.seed += 1;
     }
-    if vmid % 3 == 0 {
+    if vmid.is_multiple_of(3) {
         let id = inner.next_snapshot.to_string();
         inner.next_snapshot += 1;
         let w = inner.world.clone();
@@ -105,10 +107,9 @@ fn a_record_carries_the_change_not_the_world() {
             .insert(vmid, Vm::stopped(vmid, &node, Default::default(), None));
     }
     let mut j = Journal::start(dir.path(), &mut inner, 0).unwrap();
-    inner.world.sites[0].vms.insert(
-        3000,
-        Vm::stopped(3000, &node, Default::default(), None),
-    );
+    inner.world.sites[0]
+        .vms
+        .insert(3000, Vm::stopped(3000, &node, Default::default(), None));
     let Pending::Record(rec) = j.take(&mut inner) else {
         panic!("a record was due, not a snapshot");
     };
@@ -124,14 +125,16 @@ fn a_record_carries_the_change_not_the_world() {
     let n = inner.world.sites[0].nodes.get_mut(&node).unwrap();
     let st = n.storages.values_mut().next().unwrap();
     for vmid in 1000..1100 {
-        st.volumes.insert(volume(vmid).volname.clone(), volume(vmid));
+        st.volumes
+            .insert(volume(vmid).volname.clone(), volume(vmid));
     }
     let Pending::Record(_) = j.take(&mut inner) else {
         panic!("a record was due");
     };
     let n = inner.world.sites[0].nodes.get_mut(&node).unwrap();
     let st = n.storages.values_mut().next().unwrap();
-    st.volumes.insert(volume(3000).volname.clone(), volume(3000));
+    st.volumes
+        .insert(volume(3000).volname.clone(), volume(3000));
     let Pending::Record(rec) = j.take(&mut inner) else {
         panic!("a record was due");
     };
@@ -145,7 +148,11 @@ fn a_record_carries_the_change_not_the_world() {
         .collect();
     assert_eq!(changed, ["vm-3000-disk-0"]);
     let snapshot = std::fs::metadata(dir.path().join(FILE)).unwrap().len();
-    assert!((rec.len() as u64) * 50 < snapshot, "{} vs {snapshot}", rec.len());
+    assert!(
+        (rec.len() as u64) * 50 < snapshot,
+        "{} vs {snapshot}",
+        rec.len()
+    );
 }
 
 #[test]
@@ -158,7 +165,10 @@ fn a_snapshot_folds_the_journal_and_records_follow_it() {
     j.fold = true;
     change(&mut inner, 301);
     persist(&mut j, &mut inner);
-    assert_eq!(std::fs::metadata(dir.path().join(JOURNAL)).unwrap().len(), 0);
+    assert_eq!(
+        std::fs::metadata(dir.path().join(JOURNAL)).unwrap().len(),
+        0
+    );
     change(&mut inner, 302);
     persist(&mut j, &mut inner);
     let back = restart(dir.path());
@@ -200,7 +210,10 @@ fn a_record_cut_short_is_dropped_and_the_next_start_goes_on() {
     };
     // The process died half way through appending it.
     let path = dir.path().join(JOURNAL);
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
     f.write_all(&rec[..rec.len() / 2]).unwrap();
     drop(f);
     let mut back = restart(dir.path());
@@ -238,14 +251,17 @@ fn a_restart_after_many_changes_and_folds_is_the_same_world() {
     let mut j = Journal::start(dir.path(), &mut inner, 0).unwrap();
     for vmid in 300..700 {
         change(&mut inner, vmid);
-        if vmid % 97 == 0 {
+        if vmid.is_multiple_of(97) {
             j.fold = true;
         }
         persist(&mut j, &mut inner);
     }
     let back = restart(dir.path());
     assert_eq!(doc(&back), doc(&inner));
-    assert_eq!(back.world.sites[0].vms.len(), inner.world.sites[0].vms.len());
+    assert_eq!(
+        back.world.sites[0].vms.len(),
+        inner.world.sites[0].vms.len()
+    );
     // And once more on top of the restart.
     let seq = load(dir.path()).unwrap().unwrap().journal_seq;
     let mut again = back;
@@ -254,4 +270,3 @@ fn a_restart_after_many_changes_and_folds_is_the_same_world() {
     persist(&mut j, &mut again);
     assert_eq!(doc(&restart(dir.path())), doc(&again));
 }
-

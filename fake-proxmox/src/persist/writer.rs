@@ -68,7 +68,11 @@ impl Persister {
 
     /// Start the writer thread, writing to `journal`; it ends when the source's server is
     /// gone.
-    pub fn spawn(self: &Arc<Self>, shared: impl StateSource, journal: Journal) -> std::io::Result<()> {
+    pub fn spawn(
+        self: &Arc<Self>,
+        shared: impl StateSource,
+        journal: Journal,
+    ) -> std::io::Result<()> {
         let me = self.clone();
         std::thread::Builder::new()
             .name("fake-proxmox-state".into())

@@ -7,8 +7,8 @@
 //! changed everywhere: nothing on disk is known to match it.
 
 use std::borrow::Borrow;
-use std::collections::btree_map::{self, BTreeMap};
 use std::collections::BTreeSet;
+use std::collections::btree_map::{self, BTreeMap};
 
 /// What changed in a [`Tracked`] map since the changes were last taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,16 +58,13 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
         Q: Ord + ?Sized,
     {
         let (k, _) = self.map.get_key_value(key)?;
-        if !self.changes.all {
-            self.changes.keys.insert(k.clone());
-        }
+        let k = k.clone();
+        self.mark(k);
         self.map.get_mut(key)
     }
 
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
-        if !self.changes.all {
-            self.changes.keys.insert(key.clone());
-        }
+        self.mark(key.clone());
         self.map.insert(key, value)
     }
 
@@ -77,16 +74,12 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
         Q: Ord + ?Sized,
     {
         let (k, v) = self.map.remove_entry(key)?;
-        if !self.changes.all {
-            self.changes.keys.insert(k);
-        }
+        self.mark(k);
         Some(v)
     }
 
     pub fn entry(&mut self, key: K) -> btree_map::Entry<'_, K, V> {
-        if !self.changes.all {
-            self.changes.keys.insert(key.clone());
-        }
+        self.mark(key.clone());
         self.map.entry(key)
     }
 
@@ -105,6 +98,19 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
     pub fn retain(&mut self, f: impl FnMut(&K, &mut V) -> bool) {
         self.mark_all();
         self.map.retain(f);
+    }
+
+    /// Count `key` as changed. Past as many keys as the map holds, the whole map counts as
+    /// changed instead: writing it whole costs no more, and nobody taking the changes (no
+    /// state dir) leaves the set no bigger than the map.
+    fn mark(&mut self, key: K) {
+        if self.changes.all {
+            return;
+        }
+        self.changes.keys.insert(key);
+        if self.changes.keys.len() > self.map.len() + 1 {
+            self.mark_all();
+        }
     }
 
     /// Count the whole map as changed.
@@ -217,6 +223,15 @@ mod tests {
         assert_eq!(c.keys.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
         m.values_mut().for_each(|_| {});
         assert!(m.take_changes().all);
-        assert!(m.clone().take_changes().all, "a copy is unknown to the disk");
+        // Changes nobody takes stay no bigger than the map.
+        for k in 10..1000 {
+            m.insert(k, "x");
+            m.remove(&k);
+        }
+        assert!(m.take_changes().all);
+        assert!(
+            m.clone().take_changes().all,
+            "a copy is unknown to the disk"
+        );
     }
 }
