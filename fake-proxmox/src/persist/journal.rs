@@ -289,7 +289,7 @@ struct RecordRef<'a> {
     scenario: Option<&'a Scenario>,
     sites: Vec<SiteRef<'a>>,
     next_snapshot: u64,
-    /// Every control-plane snapshot there is; the ones not written before in full.
+    /// Every control-plane snapshot there is; the ones taken (or replaced) since, in full.
     snapshot_ids: Vec<&'a str>,
     new_snapshots: BTreeMap<&'a str, WorldRef<'a>>,
 }
@@ -353,8 +353,6 @@ pub struct Journal {
     seq: u64,
     /// The size of the last snapshot: the journal is folded once it outgrows it.
     snapshot_len: u64,
-    /// The control-plane snapshots on disk already (they never change once taken).
-    snapshot_ids: BTreeSet<String>,
     /// The scenario on disk (records repeat it only when it changed).
     scenario: Scenario,
     /// A write failed (what it drained is not on disk), or the journal outgrew the
@@ -380,6 +378,7 @@ fn io(p: &Path) -> impl FnOnce(std::io::Error) -> PersistError + '_ {
 
 /// Forget what every tracked map of the world has changed: a snapshot covers it.
 fn forget_changes(inner: &mut Inner) {
+    inner.snapshots.take_changes();
     for site in &mut inner.world.sites {
         for node in site.nodes.values_mut() {
             for st in node.storages.values_mut() {
@@ -417,7 +416,6 @@ impl Journal {
             len: 0,
             seq,
             snapshot_len: bytes.len() as u64,
-            snapshot_ids: inner.snapshots.keys().cloned().collect(),
             scenario: inner.world.scenario.clone(),
             fold: false,
         })
@@ -428,7 +426,6 @@ impl Journal {
     pub fn take(&mut self, inner: &mut Inner) -> Pending {
         if self.fold || self.len > (FOLD_FACTOR * self.snapshot_len).max(MIN_JOURNAL_BYTES) {
             self.fold = true;
-            self.snapshot_ids = inner.snapshots.keys().cloned().collect();
             self.scenario = inner.world.scenario.clone();
             let bytes = super::encode_file(inner, self.seq);
             forget_changes(inner);
@@ -457,10 +454,12 @@ impl Journal {
             let tasks = maps.tasks.take_changes();
             taken.push((maps, nodes, volumes, [vms, cts], tasks));
         }
+        // Snapshots are taken whole and never changed; an import replaces them all.
+        let snaps = inner.snapshots.take_changes();
         let new: Vec<&str> = inner
             .snapshots
             .keys()
-            .filter(|k| !self.snapshot_ids.contains(*k))
+            .filter(|k| snaps.all || snaps.keys.contains(*k))
             .map(String::as_str)
             .collect();
         let bytes = {
@@ -507,7 +506,6 @@ impl Journal {
             // As `encode`: every part serialises to JSON without error.
             serde_json::to_vec(&rec).unwrap_or_default()
         };
-        self.snapshot_ids.extend(new.iter().map(|k| k.to_string()));
         if inner.world.scenario != self.scenario {
             self.scenario = inner.world.scenario.clone();
         }

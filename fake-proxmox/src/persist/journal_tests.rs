@@ -270,3 +270,18 @@ fn a_restart_after_many_changes_and_folds_is_the_same_world() {
     persist(&mut j, &mut again);
     assert_eq!(doc(&restart(dir.path())), doc(&again));
 }
+
+#[test]
+fn snapshots_replaced_under_the_same_ids_are_written_again() {
+    // An import brings its own snapshots, which may reuse the ids on disk.
+    let dir = tempfile::tempdir().unwrap();
+    let mut inner = busy_inner();
+    let mut j = Journal::start(dir.path(), &mut inner, 0).unwrap();
+    change(&mut inner, 300);
+    let other = inner.world.clone();
+    inner.snapshots = [("1".to_string(), other)].into_iter().collect();
+    persist(&mut j, &mut inner);
+    let back = restart(dir.path());
+    assert!(back.snapshots["1"].sites[0].vms.contains_key(&300));
+    assert_eq!(doc(&back), doc(&inner));
+}

@@ -255,7 +255,7 @@ pub fn restored_inner(state: State, default: Runners, other: Option<(Backend, Ru
         world: World::reattached(empty, Vec::new(), default.clone(), other.clone()),
         faults: Faults::new(0),
         journal: crate::journal::Journal::default(),
-        snapshots: BTreeMap::new(),
+        snapshots: Default::default(),
         next_snapshot: 1,
         dirty: 0,
         limits: crate::server::limits::Limits::default(),

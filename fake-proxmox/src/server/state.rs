@@ -1,6 +1,5 @@
 //! Shared server state: the world under one lock, with the clock, faults and journal.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -16,7 +15,8 @@ pub struct Inner {
     pub world: World,
     pub faults: Faults,
     pub journal: Journal,
-    pub snapshots: BTreeMap<String, World>,
+    /// Tracked (`fake_proxmox_world::tracked`): the state dir journals the snapshots taken.
+    pub snapshots: fake_proxmox_world::tracked::Tracked<String, World>,
     pub next_snapshot: u64,
     /// Counts the changes to the state, for the state file (`persist::writer`): requests
     /// that may change it bump it, and so does completing tasks.
@@ -40,7 +40,7 @@ impl Inner {
             world,
             faults: Faults::new(scenario.seed),
             journal: Journal::default(),
-            snapshots: BTreeMap::new(),
+            snapshots: Default::default(),
             next_snapshot: 1,
             dirty: 0,
             limits: crate::server::limits::Limits::default(),
