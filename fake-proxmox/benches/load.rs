@@ -7,6 +7,8 @@
 //!
 //! `cargo bench -p fake-proxmox --bench load`. Env: `BENCH_SECS` (default 3 s per measurement),
 //! `BENCH_ONLY=cluster_resources,status_current,create_poll`, `BENCH_PROTO=http,https`,
+//! `BENCH_ONLY=state_10k` (alone: creates/s in memory and with `--state-dir` on a world of
+//! 10,000 VMs, and their ratio against the 0.8 floor),
 //! `BENCH_CLIENT_THREADS` (default 1).
 //! Besides throughput and latency it prints the CPU time the server and the client spent per
 //! request, which stays meaningful when other work shares the machine.
@@ -74,9 +76,18 @@ impl Conn {
         path: &str,
         form: Option<&str>,
     ) -> Result<(u16, Vec<u8>)> {
-        let mut req = format!(
-            "{method} /api2/json{path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: {TOKEN}\r\n"
-        );
+        self.send(method, &format!("/api2/json{path}"), form).await
+    }
+
+    /// A request to `path` as given (the control plane's `/_fake/…` routes).
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        form: Option<&str>,
+    ) -> Result<(u16, Vec<u8>)> {
+        let mut req =
+            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: {TOKEN}\r\n");
         if let Some(body) = form {
             req.push_str(&format!(
                 "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
@@ -344,6 +355,18 @@ impl Drop for Server {
 
 fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
     let state = dir.join(if tls { "state-https" } else { "state-http" });
+    // `--state-dir` keeps the world on disk (a write per change); BENCH_STATE=off measures
+    // without it, over HTTP only (the HTTPS client trusts the state dir's certificate).
+    let state_off = std::env::var("BENCH_STATE").is_ok_and(|v| v == "off");
+    start_server_in(
+        scenario,
+        tls,
+        (tls || !state_off).then_some(state.as_path()),
+    )
+}
+
+/// The server on `scenario`, keeping its world in `state` if given.
+fn start_server_in(scenario: &Path, tls: bool, state: Option<&Path>) -> Result<Server> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-proxmox"));
     cmd.args([
         "serve",
@@ -355,11 +378,8 @@ fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
     .arg(scenario)
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
-    // `--state-dir` keeps the world on disk (a write per change); BENCH_STATE=off measures
-    // without it, over HTTP only (the HTTPS client trusts the state dir's certificate).
-    let state_off = std::env::var("BENCH_STATE").is_ok_and(|v| v == "off");
-    if tls || !state_off {
-        cmd.arg("--state-dir").arg(&state);
+    if let Some(state) = state {
+        cmd.arg("--state-dir").arg(state);
     }
     if !tls {
         cmd.arg("--plain-http");
@@ -377,10 +397,10 @@ fn start_server(dir: &Path, scenario: &Path, tls: bool) -> Result<Server> {
         .nth(1)
         .ok_or_else(|| anyhow!("bad url {url}"))?
         .parse()?;
-    let tls_cfg = if tls {
-        Some(client_tls(&state.join("cert.pem"))?)
-    } else {
-        None
+    let tls_cfg = match (tls, state) {
+        (true, Some(state)) => Some(client_tls(&state.join("cert.pem"))?),
+        (true, None) => bail!("HTTPS needs a state dir (the client trusts its certificate)"),
+        (false, _) => None,
     };
     Ok(Server {
         child,
@@ -411,14 +431,8 @@ fn peak_rss_mb(pid: u32) -> Result<f64> {
     Ok(kb / 1024.0)
 }
 
-async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Result<()> {
-    let proto = if tls { "https" } else { "http" };
-    let server = start_server(dir, scenario, tls)?;
-    let t = server.target.clone();
-
-    // Load 1,000 VMs over 50 nodes through the API (64 clients).
-    let next = Arc::new(AtomicU32::new(FIRST_VMID));
-    let load_start = Instant::now();
+/// Create VMs `next`.. up to `end` through the API from 64 clients.
+async fn load_vms(t: &Target, next: &Arc<AtomicU32>, end: u32) -> Result<()> {
     let mut loaders = Vec::new();
     for _ in 0..64 {
         let t = t.clone();
@@ -427,7 +441,7 @@ async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Re
             let mut c = Conn::open(&t).await?;
             loop {
                 let vmid = next.fetch_add(1, Ordering::Relaxed);
-                if vmid >= FIRST_VMID + VMS {
+                if vmid >= end {
                     return anyhow::Ok(());
                 }
                 create_and_wait(&mut c, vmid).await?;
@@ -437,6 +451,83 @@ async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Re
     for l in loaders {
         l.await??;
     }
+    next.store(end, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Creates per second in memory and with `--state-dir`, both on a world that holds 10,000
+/// VMs already (over HTTP): the state dir's world is the in-memory one's, exported before
+/// its creates were measured and laid down as the state file, so both start alike.
+async fn bench_state_10k(dir: &Path, scenario: &Path, secs: Duration) -> Result<()> {
+    const WORLD: u32 = 10_000;
+    let next = Arc::new(AtomicU32::new(FIRST_VMID));
+    let mem = start_server_in(scenario, false, None)?;
+    let t0 = Instant::now();
+    load_vms(&mem.target, &next, FIRST_VMID + WORLD).await?;
+    println!("state_10k_load: {:.2} s", t0.elapsed().as_secs_f64());
+    let mut c = Conn::open(&mem.target).await?;
+    let (status, world) = c.send("GET", "/_fake/state/export", None).await?;
+    if status != 200 {
+        bail!("export: {status}");
+    }
+    let state = dir.join("state-10k");
+    std::fs::create_dir_all(&state)?;
+    std::fs::write(state.join("state.json"), &world)?;
+    let mut mem_rate = Vec::new();
+    for clients in [1usize, 64] {
+        let o = run(
+            &mem.target,
+            mem.child.id(),
+            Op::CreatePoll,
+            clients,
+            secs,
+            next.clone(),
+        )
+        .await?;
+        report(
+            &format!("state_10k_memory_create_poll_c{clients}"),
+            &o,
+            "creates/s",
+        );
+        mem_rate.push(o.ops as f64 / o.elapsed.as_secs_f64());
+    }
+    drop(mem);
+    let on_disk = start_server_in(scenario, false, Some(&state))?;
+    // The same VMIDs as in memory: the state dir's world is the one before those creates.
+    next.store(FIRST_VMID + WORLD, Ordering::Relaxed);
+    for (i, clients) in [1usize, 64].into_iter().enumerate() {
+        let o = run(
+            &on_disk.target,
+            on_disk.child.id(),
+            Op::CreatePoll,
+            clients,
+            secs,
+            next.clone(),
+        )
+        .await?;
+        report(
+            &format!("state_10k_state_dir_create_poll_c{clients}"),
+            &o,
+            "creates/s",
+        );
+        let rate = o.ops as f64 / o.elapsed.as_secs_f64();
+        println!(
+            "state_10k_ratio_c{clients}: {:.2} x (floor 0.80)",
+            rate / mem_rate[i]
+        );
+    }
+    Ok(())
+}
+
+async fn bench_one(dir: &Path, scenario: &Path, tls: bool, secs: Duration) -> Result<()> {
+    let proto = if tls { "https" } else { "http" };
+    let server = start_server(dir, scenario, tls)?;
+    let t = server.target.clone();
+
+    // Load 1,000 VMs over 50 nodes through the API (64 clients).
+    let next = Arc::new(AtomicU32::new(FIRST_VMID));
+    let load_start = Instant::now();
+    load_vms(&t, &next, FIRST_VMID + VMS).await?;
     println!(
         "{proto}_load_1000_vms: {:.2} s",
         load_start.elapsed().as_secs_f64()
@@ -669,6 +760,10 @@ fn main() -> Result<()> {
             .enable_all()
             .build()?
     };
+    // Opt-in (it loads 10,000 VMs twice): BENCH_ONLY=state_10k.
+    if std::env::var("BENCH_ONLY").is_ok_and(|o| o.split(',').any(|o| o == "state_10k")) {
+        return rt.block_on(bench_state_10k(dir.path(), &scenario, secs));
+    }
     let protos = std::env::var("BENCH_PROTO").unwrap_or_default();
     for tls in [false, true] {
         let name = if tls { "https" } else { "http" };

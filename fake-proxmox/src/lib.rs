@@ -89,6 +89,7 @@
 
 // A library reports through its return values and `tracing`, never by printing; the binary prints.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
+#![warn(missing_docs)]
 
 // The model (fake-proxmox-world) and the schema (fake-proxmox-schema), re-exported under the
 // paths they always had: `fake_proxmox::exec::LabExecutor`, `fake_proxmox::schema::ApiSchema`, …

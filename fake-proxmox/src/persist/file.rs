@@ -13,20 +13,30 @@ pub const VERSION: u64 = 1;
 /// The state file's name in the state dir.
 pub const FILE: &str = "state.json";
 
+/// Why a state dir could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
+    /// Reading, writing or syncing a file failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The file is not JSON of the state file's shape (what was wrong).
     #[error("not a fake-proxmox state file: {0}")]
     NotState(String),
+    /// A state file of a format version this build does not read.
     #[error(
         "state file version {found} cannot be read by this build (it reads version {VERSION}); \
          use the fake-proxmox build that wrote it, or start from a fresh state dir"
     )]
-    Version { found: u64 },
+    Version {
+        /// The version the file says it is.
+        found: u64,
+    },
+    /// A state file of the right version whose content does not hold together (what).
     #[error("invalid state file: {0}")]
     Invalid(String),
 }

@@ -16,6 +16,7 @@
 //! the largest thing to rewrite on every request) and the runtime handles (executors, disk
 //! backends, lab processes), which the server that loads a state attaches again.
 
+pub mod journal;
 pub mod writer;
 
 mod file;
@@ -58,6 +59,9 @@ struct StateRef<'a> {
     faults: &'a Faults,
     snapshots: BTreeMap<&'a str, WorldRef<'a>>,
     next_snapshot: u64,
+    /// In the state dir's file: the last journal record the state includes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    journal_seq: Option<u64>,
 }
 
 /// Read first, alone, so a file of another format or version is named as such rather than
@@ -81,22 +85,37 @@ struct StateOwned {
     faults: Faults,
     snapshots: BTreeMap<String, WorldOwned>,
     next_snapshot: u64,
+    #[serde(default)]
+    journal_seq: Option<u64>,
 }
 
 /// A state file read and checked, not yet attached to runners.
 pub struct State {
+    /// The simulated UNIX time the state was written at.
     pub saved_at: f64,
+    /// The clock the state was written with, which a restart keeps.
     pub clock: ClockMode,
     scenario: Scenario,
     sites: Vec<Site>,
     faults: Faults,
     snapshots: BTreeMap<String, WorldOwned>,
     next_snapshot: u64,
+    /// The last journal record read back (0 without a journal).
+    pub journal_seq: u64,
 }
 
-/// The state as one JSON document. The caller holds the lock: this is the only work a
-/// write does under it.
+/// The state as one JSON document (what the export returns). The caller holds the lock.
 pub fn encode(inner: &Inner) -> Vec<u8> {
+    encode_doc(inner, None)
+}
+
+/// The state as the state dir's snapshot: `encode`'s document naming the last journal
+/// record it includes.
+pub fn encode_file(inner: &Inner, journal_seq: u64) -> Vec<u8> {
+    encode_doc(inner, Some(journal_seq))
+}
+
+fn encode_doc(inner: &Inner, journal_seq: Option<u64>) -> Vec<u8> {
     let doc = StateRef {
         format: FORMAT,
         version: VERSION,
@@ -119,6 +138,7 @@ pub fn encode(inner: &Inner) -> Vec<u8> {
             })
             .collect(),
         next_snapshot: inner.next_snapshot,
+        journal_seq,
     };
     // Every type in the state serialises to JSON without error (string keys, finite
     // figures); an empty document would fail to read back rather than pass for a state.
@@ -128,6 +148,11 @@ pub fn encode(inner: &Inner) -> Vec<u8> {
 /// Read a state document; a file of another format or version, or one that does not hold
 /// a consistent world, is an error naming what is wrong.
 pub fn decode(bytes: &[u8]) -> Result<State, PersistError> {
+    checked(parse(bytes)?)
+}
+
+/// A state document read, not yet checked.
+fn parse(bytes: &[u8]) -> Result<StateOwned, PersistError> {
     let header: Header = serde_json::from_slice(bytes)
         .map_err(|e| PersistError::NotState(format!("not a JSON object ({e})")))?;
     match header.format.as_deref() {
@@ -144,8 +169,11 @@ pub fn decode(bytes: &[u8]) -> Result<State, PersistError> {
         Some(found) => return Err(PersistError::Version { found }),
         None => return Err(PersistError::NotState("no 'version' field".into())),
     }
-    let s: StateOwned =
-        serde_json::from_slice(bytes).map_err(|e| PersistError::Invalid(e.to_string()))?;
+    serde_json::from_slice(bytes).map_err(|e| PersistError::Invalid(e.to_string()))
+}
+
+/// A state document checked for consistency.
+fn checked(s: StateOwned) -> Result<State, PersistError> {
     if !s.saved_at.is_finite() {
         return Err(PersistError::Invalid("saved_at is not a number".into()));
     }
@@ -161,6 +189,7 @@ pub fn decode(bytes: &[u8]) -> Result<State, PersistError> {
         faults: s.faults,
         snapshots: s.snapshots,
         next_snapshot: s.next_snapshot,
+        journal_seq: s.journal_seq.unwrap_or(0),
     })
 }
 
@@ -228,7 +257,7 @@ pub fn restored_inner(state: State, default: Runners, other: Option<(Backend, Ru
         world: World::reattached(empty, Vec::new(), default.clone(), other.clone()),
         faults: Faults::new(0),
         journal: crate::journal::Journal::default(),
-        snapshots: BTreeMap::new(),
+        snapshots: Default::default(),
         next_snapshot: 1,
         dirty: 0,
         limits: crate::server::limits::Limits::default(),
@@ -247,12 +276,29 @@ pub fn interrupt_running(inner: &mut Inner, at: f64) -> usize {
     n
 }
 
-/// The state file of `dir`, if there is one.
+/// The state of `dir`, if it holds one: the state file, then the journal's records after
+/// it (see `journal`).
 pub fn load(dir: &Path) -> Result<Option<State>, PersistError> {
-    let path = dir.join(FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => decode(&bytes).map(Some),
+    let Some(bytes) = read_if_there(&dir.join(FILE))? else {
+        return Ok(None);
+    };
+    let mut state = parse(&bytes)?;
+    let after = state.journal_seq.unwrap_or(0);
+    let last = match read_if_there(&dir.join(journal::JOURNAL))? {
+        Some(j) => journal::replay(&mut state, &j, after)?,
+        None => after,
+    };
+    state.journal_seq = Some(last);
+    checked(state).map(Some)
+}
+
+fn read_if_there(path: &Path) -> Result<Option<Vec<u8>>, PersistError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(PersistError::Io { path, source }),
+        Err(source) => Err(PersistError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }

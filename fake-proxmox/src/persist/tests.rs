@@ -13,7 +13,7 @@ use crate::lxc::model::Ct;
 use crate::qemu::model::Vm;
 use crate::world::work::{TaskPlan, Work};
 
-fn runners() -> Runners {
+pub(super) fn runners() -> Runners {
     Runners {
         exec: Arc::new(Simulated),
         disks: Arc::new(SimulatedDisks),
@@ -22,7 +22,7 @@ fn runners() -> Runners {
 
 /// The seed world on a stepped clock, with a VM being created (its task running), a
 /// finished task, a fault rule and a snapshot.
-fn busy_inner() -> Inner {
+pub(super) fn busy_inner() -> Inner {
     let mut inner = Inner::fresh(
         &Scenario::embedded_default(),
         ClockMode::Stepped,

@@ -1,11 +1,12 @@
-//! The writer of the state file, and what a request waits for before it is answered.
+//! The writer of the state dir, and what a request waits for before it is answered.
 //!
 //! The shared state counts its changes (`Inner::dirty`). A request that may have changed
 //! something bumps the count after its handler ran; every request then waits until a
-//! state at least as new as the count it saw is durable. One thread writes: it takes the
-//! newest state under the lock (serialising it is the only work done there), writes it
-//! outside the lock, and wakes every request that state covers — so many concurrent
-//! requests share one fsync, and a lone client pays one write per change.
+//! state at least as new as the count it saw is durable. One thread writes: it takes what
+//! changed under the lock (a journal record, or now and then a whole snapshot, see
+//! `journal`; serialising it is the only work done there), writes it outside the lock, and
+//! wakes every request it covers — so many concurrent requests share one fsync, and a lone
+//! client pays one append per change.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,16 +15,17 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
-use super::file::{FILE, write_atomic};
+use super::journal::{Journal, Pending};
+use crate::server::state::Inner;
 
 /// Where the writer takes the state from: the server's shared state, held weakly, so the
 /// writer ends with the server (implemented by the server, which the writer need not know).
 pub trait StateSource: Send + Sync + 'static {
     /// Whether the server still exists.
     fn alive(&self) -> bool;
-    /// The newest state, encoded, with the change count it covers; `None` once the server
-    /// is gone.
-    fn take(&self) -> Option<(u64, Vec<u8>)>;
+    /// `f` run on the newest state under its lock (tasks due completed first), with the
+    /// change count it covers; `None` once the server is gone.
+    fn with_state(&self, f: &mut dyn FnMut(&mut Inner) -> Pending) -> Option<(u64, Pending)>;
 }
 
 /// How far the state file has got.
@@ -35,6 +37,9 @@ struct Durable {
     failed: Option<(u64, String)>,
 }
 
+/// The state dir's writer: appends the changes answered requests made to the journal (one
+/// write and sync for every request waiting), folds it into a new snapshot when it grows, and
+/// lets each answer wait until what it saw is durable.
 pub struct Persister {
     dir: PathBuf,
     /// The newest count a request waits for.
@@ -64,16 +69,21 @@ impl Persister {
         })
     }
 
-    /// Start the writer thread; it ends when the source's server is gone.
-    pub fn spawn(self: &Arc<Self>, shared: impl StateSource) -> std::io::Result<()> {
+    /// Start the writer thread, writing to `journal`; it ends when the source's server is
+    /// gone.
+    pub fn spawn(
+        self: &Arc<Self>,
+        shared: impl StateSource,
+        journal: Journal,
+    ) -> std::io::Result<()> {
         let me = self.clone();
         std::thread::Builder::new()
             .name("fake-proxmox-state".into())
-            .spawn(move || me.run(shared))
+            .spawn(move || me.run(shared, journal))
             .map(|_| ())
     }
 
-    fn run(&self, shared: impl StateSource) {
+    fn run(&self, shared: impl StateSource, mut journal: Journal) {
         loop {
             {
                 let mut wanted = self.wanted.lock();
@@ -89,16 +99,17 @@ impl Persister {
                     }
                 }
             }
-            let Some((change, bytes)) = shared.take() else {
+            let Some((change, pending)) = shared.with_state(&mut |inner| journal.take(inner))
+            else {
                 return;
             };
-            match write_atomic(&self.dir, FILE, &bytes) {
+            match journal.write(pending) {
                 Ok(()) => self.durable.send_modify(|d| {
                     d.change = d.change.max(change);
                     d.failed = None;
                 }),
                 Err(e) => {
-                    tracing::error!("writing the state file: {e}");
+                    tracing::error!("writing the state dir: {e}");
                     self.durable
                         .send_modify(|d| d.failed = Some((change, e.to_string())));
                     // Do not spin on a full disk: retry a little later.

@@ -350,8 +350,10 @@ impl Builder {
         };
         std::fs::create_dir_all(&dir).map_err(|e| crate::Error::StateDir(e.to_string()))?;
         let restored = crate::persist::load(&dir)?;
+        let mut seq = 0;
         let mut inner = match restored {
             Some(st) => {
+                seq = st.journal_seq;
                 if st.scenario() != &self.scenario {
                     tracing::warn!(
                         "{} holds a world: serving it, not the scenario given",
@@ -374,11 +376,12 @@ impl Builder {
             }
         };
         inner.dirty = 0;
-        crate::persist::write_atomic(&dir, crate::persist::FILE, &crate::persist::encode(&inner))?;
+        // A snapshot of what was read back, the journal emptied (a torn record dropped).
+        let journal = crate::persist::journal::Journal::start(&dir, &mut inner, seq)?;
         let persister = crate::persist::writer::Persister::new(dir, 0);
         let shared = Shared::from_inner(inner, self.auth_failure_delay, Some(persister.clone()));
         persister
-            .spawn(WeakState(Arc::downgrade(&shared)))
+            .spawn(WeakState(Arc::downgrade(&shared)), journal)
             .map_err(|e| crate::Error::StateDir(format!("starting the state writer: {e}")))?;
         Ok(shared)
     }
@@ -621,13 +624,17 @@ impl crate::persist::writer::StateSource for WeakState {
         self.0.strong_count() > 0
     }
 
-    fn take(&self) -> Option<(u64, Vec<u8>)> {
+    fn with_state(
+        &self,
+        f: &mut dyn FnMut(&mut state::Inner) -> crate::persist::journal::Pending,
+    ) -> Option<(u64, crate::persist::journal::Pending)> {
         let sh = self.0.upgrade()?;
         let mut inner = sh.inner.lock();
         // Complete what is due first: a task that ended before the state was taken is
         // recorded as ended, not as running when the process stopped.
         let now = inner.clock.now();
         inner.world.tick(now);
-        Some((inner.dirty, crate::persist::encode(&inner)))
+        let pending = f(&mut inner);
+        Some((inner.dirty, pending))
     }
 }

@@ -1,6 +1,5 @@
 //! Shared server state: the world under one lock, with the clock, faults and journal.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -21,8 +20,9 @@ pub struct Inner {
     pub faults: Faults,
     /// The requests answered, newest last.
     pub journal: Journal,
-    /// Saved worlds by snapshot id (`/_fake/snapshot`), to restore.
-    pub snapshots: BTreeMap<String, World>,
+    /// Saved worlds by snapshot id (`/_fake/snapshot`), to restore; tracked
+    /// (`fake_proxmox_world::tracked`): the state dir journals the snapshots taken.
+    pub snapshots: fake_proxmox_world::tracked::Tracked<String, World>,
     /// The number the next snapshot id gets.
     pub next_snapshot: u64,
     /// Counts the changes to the state, for the state file (`persist::writer`): requests
@@ -47,7 +47,7 @@ impl Inner {
             world,
             faults: Faults::new(scenario.seed),
             journal: Journal::default(),
-            snapshots: BTreeMap::new(),
+            snapshots: Default::default(),
             next_snapshot: 1,
             dirty: 0,
             limits: crate::server::limits::Limits::default(),

@@ -49,6 +49,7 @@ pub mod rrd;
 pub mod scenario;
 pub mod storage;
 pub mod tasks;
+pub mod tracked;
 pub mod wire;
 pub mod world;
 

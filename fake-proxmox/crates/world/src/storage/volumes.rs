@@ -38,7 +38,8 @@ pub struct Volume {
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(transparent)]
 pub struct Volumes {
-    map: BTreeMap<String, Volume>,
+    /// Tracked (`tracked`): the state file journals the volumes that changed.
+    map: crate::tracked::Tracked<String, Volume>,
     #[serde(skip)]
     used: u64,
     /// Changed since the site last shared it: a shared storage's other nodes take this copy.
@@ -57,17 +58,32 @@ impl Deref for Volumes {
 impl<'de> serde::Deserialize<'de> for Volumes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let map = BTreeMap::<String, Volume>::deserialize(d)?;
-        let mut v = Volumes {
-            map,
-            used: 0,
-            changed: false,
-        };
-        v.recount();
-        Ok(v)
+        Ok(Volumes::from_map(map))
     }
 }
 
 impl Volumes {
+    /// These volumes (what a state file holds), the running total counted.
+    pub fn from_map(map: BTreeMap<String, Volume>) -> Volumes {
+        let mut v = Volumes {
+            map: map.into(),
+            used: 0,
+            changed: false,
+        };
+        v.recount();
+        v
+    }
+
+    /// The volumes by volname, taken out.
+    pub fn into_map(self) -> BTreeMap<String, Volume> {
+        self.map.into_inner()
+    }
+
+    /// The volnames set or removed since the last call (for the state file's journal).
+    pub fn take_changes(&mut self) -> crate::tracked::Changes<String> {
+        self.map.take_changes()
+    }
+
     /// Bytes all volumes take (saturating, like the sum it replaces).
     pub fn used(&self) -> u64 {
         self.used

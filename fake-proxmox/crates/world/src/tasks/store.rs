@@ -32,7 +32,8 @@ impl Ord for EndTime {
 /// Tasks in start order (`seq`), by UPID, and the running ones by end time.
 #[derive(Clone, Debug)]
 pub struct TaskStore<W> {
-    by_seq: BTreeMap<u64, Task<W>>,
+    /// Tracked (`tracked`): the state file journals the tasks that changed.
+    by_seq: crate::tracked::Tracked<u64, Task<W>>,
     by_upid: HashMap<String, u64>,
     running: BTreeSet<(EndTime, u64)>,
     next_seq: u64,
@@ -56,7 +57,7 @@ impl<W: serde::Serialize> serde::Serialize for TaskStore<W> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         StoreRef {
             next_seq: self.next_seq,
-            tasks: &self.by_seq,
+            tasks: &*self.by_seq,
         }
         .serialize(s)
     }
@@ -65,12 +66,32 @@ impl<W: serde::Serialize> serde::Serialize for TaskStore<W> {
 impl<'de, W: serde::Deserialize<'de>> serde::Deserialize<'de> for TaskStore<W> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let StoreOwned { next_seq, tasks } = StoreOwned::deserialize(d)?;
+        TaskStore::from_parts(next_seq, tasks).map_err(serde::de::Error::custom)
+    }
+}
+
+// By hand: a derived `Default` would ask the work type for one.
+impl<W> Default for TaskStore<W> {
+    fn default() -> Self {
+        TaskStore {
+            by_seq: crate::tracked::Tracked::default(),
+            by_upid: HashMap::new(),
+            running: BTreeSet::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<W> TaskStore<W> {
+    /// A store of these tasks (by sequence number), the next one numbered `next_seq`:
+    /// what a state file holds, the indexes built again.
+    pub fn from_parts(next_seq: u64, tasks: BTreeMap<u64, Task<W>>) -> Result<Self, String> {
         if let Some(last) = tasks.keys().next_back()
             && *last >= next_seq
         {
-            return Err(serde::de::Error::custom(format!(
+            return Err(format!(
                 "task sequence {last} is not below next_seq {next_seq}"
-            )));
+            ));
         }
         let mut store = TaskStore {
             next_seq,
@@ -85,21 +106,23 @@ impl<'de, W: serde::Deserialize<'de>> serde::Deserialize<'de> for TaskStore<W> {
         }
         Ok(store)
     }
-}
 
-// By hand: a derived `Default` would ask the work type for one.
-impl<W> Default for TaskStore<W> {
-    fn default() -> Self {
-        TaskStore {
-            by_seq: BTreeMap::new(),
-            by_upid: HashMap::new(),
-            running: BTreeSet::new(),
-            next_seq: 0,
-        }
+    /// The tasks by sequence number and the next number: what a state file holds.
+    pub fn parts(&self) -> (u64, &BTreeMap<u64, Task<W>>) {
+        (self.next_seq, &self.by_seq)
     }
-}
 
-impl<W> TaskStore<W> {
+    /// The tasks by sequence number and the next number, taken out of the store.
+    pub fn into_parts(self) -> (u64, BTreeMap<u64, Task<W>>) {
+        (self.next_seq, self.by_seq.into_inner())
+    }
+
+    /// The sequence numbers of the tasks added, changed or forgotten since the last call
+    /// (for the state file's journal, see `tracked`).
+    pub fn take_changes(&mut self) -> crate::tracked::Changes<u64> {
+        self.by_seq.take_changes()
+    }
+
     /// How many tasks are running.
     pub fn running_count(&self) -> usize {
         self.running.len()

@@ -86,11 +86,12 @@ pub struct Site {
     pub download_mib_s: f64,
     pub remote_files: Vec<RemoteFileSpec>,
     pub access: Access,
-    pub nodes: BTreeMap<String, Node>,
-    pub vms: BTreeMap<u32, Vm>,
+    /// Tracked maps (`tracked`): the state file journals the entries that changed.
+    pub nodes: crate::tracked::Tracked<String, Node>,
+    pub vms: crate::tracked::Tracked<u32, Vm>,
     /// LXC containers; absent in state files written before containers.
     #[serde(default)]
-    pub cts: BTreeMap<u32, crate::lxc::model::Ct>,
+    pub cts: crate::tracked::Tracked<u32, crate::lxc::model::Ct>,
     pub tasks: TaskStore,
     /// Kept with its position, so a restarted server draws the same MACs and figures next.
     #[serde(with = "crate::rng_state")]

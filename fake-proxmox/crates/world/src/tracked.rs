@@ -1,0 +1,237 @@
+//! A map that remembers which of its keys changed, so the state file can journal the
+//! entries a request touched instead of rewriting the world (`persist` in the server).
+//!
+//! There is no `&mut BTreeMap` to be had: every way to change the map goes through a
+//! method here that records the key (or, for whole-map access, marks everything), so a
+//! change cannot slip past the journal. A map that is new, read back or cloned counts as
+//! changed everywhere: nothing on disk is known to match it.
+
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
+use std::collections::btree_map::{self, BTreeMap};
+
+/// What changed in a [`Tracked`] map since the changes were last taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Changes<K> {
+    /// Everything may have changed: the whole map is to be written.
+    pub all: bool,
+    /// The keys set or removed (meaningful when `all` is false).
+    pub keys: BTreeSet<K>,
+}
+
+impl<K> Changes<K> {
+    fn everything() -> Self {
+        Changes {
+            all: true,
+            keys: BTreeSet::new(),
+        }
+    }
+
+    fn none() -> Self {
+        Changes {
+            all: false,
+            keys: BTreeSet::new(),
+        }
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.keys.is_empty()
+    }
+}
+
+#[derive(Debug)]
+pub struct Tracked<K, V> {
+    map: BTreeMap<K, V>,
+    changes: Changes<K>,
+}
+
+impl<K: Ord + Clone, V> Tracked<K, V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The entry of `key`, to change: the key counts as changed.
+    pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let (k, _) = self.map.get_key_value(key)?;
+        let k = k.clone();
+        self.mark(k);
+        self.map.get_mut(key)
+    }
+
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        self.mark(key.clone());
+        self.map.insert(key, value)
+    }
+
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let (k, v) = self.map.remove_entry(key)?;
+        self.mark(k);
+        Some(v)
+    }
+
+    pub fn entry(&mut self, key: K) -> btree_map::Entry<'_, K, V> {
+        self.mark(key.clone());
+        self.map.entry(key)
+    }
+
+    /// Every value, to change: the whole map counts as changed.
+    pub fn values_mut(&mut self) -> btree_map::ValuesMut<'_, K, V> {
+        self.mark_all();
+        self.map.values_mut()
+    }
+
+    /// Every entry, to change: the whole map counts as changed.
+    pub fn iter_mut(&mut self) -> btree_map::IterMut<'_, K, V> {
+        self.mark_all();
+        self.map.iter_mut()
+    }
+
+    pub fn retain(&mut self, f: impl FnMut(&K, &mut V) -> bool) {
+        self.mark_all();
+        self.map.retain(f);
+    }
+
+    /// Count `key` as changed. Past as many keys as the map holds, the whole map counts as
+    /// changed instead: writing it whole costs no more, and nobody taking the changes (no
+    /// state dir) leaves the set no bigger than the map.
+    fn mark(&mut self, key: K) {
+        if self.changes.all {
+            return;
+        }
+        self.changes.keys.insert(key);
+        if self.changes.keys.len() > self.map.len() + 1 {
+            self.mark_all();
+        }
+    }
+
+    /// Count the whole map as changed.
+    pub fn mark_all(&mut self) {
+        self.changes = Changes::everything();
+    }
+
+    /// What changed since the last call (the map counts as unchanged afterwards).
+    pub fn take_changes(&mut self) -> Changes<K> {
+        std::mem::replace(&mut self.changes, Changes::none())
+    }
+
+    /// The map itself, giving up the tracking.
+    pub fn into_inner(self) -> BTreeMap<K, V> {
+        self.map
+    }
+}
+
+impl<K, V> std::ops::Deref for Tracked<K, V> {
+    type Target = BTreeMap<K, V>;
+    fn deref(&self) -> &BTreeMap<K, V> {
+        &self.map
+    }
+}
+
+impl<K, V> Default for Tracked<K, V> {
+    fn default() -> Self {
+        Tracked {
+            map: BTreeMap::new(),
+            changes: Changes::everything(),
+        }
+    }
+}
+
+/// A copy is a new map as far as the disk knows.
+impl<K: Clone, V: Clone> Clone for Tracked<K, V> {
+    fn clone(&self) -> Self {
+        Tracked {
+            map: self.map.clone(),
+            changes: Changes::everything(),
+        }
+    }
+}
+
+impl<K, V> From<BTreeMap<K, V>> for Tracked<K, V> {
+    fn from(map: BTreeMap<K, V>) -> Self {
+        Tracked {
+            map,
+            changes: Changes::everything(),
+        }
+    }
+}
+
+impl<K: Ord, V> FromIterator<(K, V)> for Tracked<K, V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        BTreeMap::from_iter(iter).into()
+    }
+}
+
+impl<'a, K, V> IntoIterator for &'a Tracked<K, V> {
+    type Item = (&'a K, &'a V);
+    type IntoIter = btree_map::Iter<'a, K, V>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.map.iter()
+    }
+}
+
+/// Equal when the maps are (what changed is bookkeeping, not content).
+impl<K: PartialEq, V: PartialEq> PartialEq for Tracked<K, V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl<K: serde::Serialize, V: serde::Serialize> serde::Serialize for Tracked<K, V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.map.serialize(s)
+    }
+}
+
+impl<'de, K, V> serde::Deserialize<'de> for Tracked<K, V>
+where
+    K: serde::Deserialize<'de> + Ord,
+    V: serde::Deserialize<'de>,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        BTreeMap::deserialize(d).map(Tracked::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_the_keys_changed_and_everything_after_whole_map_access() {
+        let mut m: Tracked<u32, &str> = [(1, "a"), (2, "b")].into_iter().collect();
+        assert!(m.take_changes().all, "a new map is unknown to the disk");
+        assert!(m.take_changes().is_empty());
+        let _ = m.get(&1);
+        assert!(m.take_changes().is_empty(), "a read changes nothing");
+        if let Some(v) = m.get_mut(&1) {
+            *v = "c";
+        }
+        m.insert(3, "d");
+        m.remove(&2);
+        m.remove(&9);
+        let c = m.take_changes();
+        assert!(!c.all);
+        assert_eq!(c.keys.into_iter().collect::<Vec<_>>(), vec![1, 2, 3]);
+        m.values_mut().for_each(|_| {});
+        assert!(m.take_changes().all);
+        // Changes nobody takes stay no bigger than the map.
+        for k in 10..1000 {
+            m.insert(k, "x");
+            m.remove(&k);
+        }
+        assert!(m.take_changes().all);
+        assert!(
+            m.clone().take_changes().all,
+            "a copy is unknown to the disk"
+        );
+    }
+}
