@@ -155,6 +155,24 @@ pub async fn run_as<F: Future>(m: Option<Mutant>, reached: Option<Reached>, f: F
     SCOPE.scope(Scope { mutant: m, reached }, f).await
 }
 
+/// `f` carrying the current task's mutant and reach record, for a task it spawns: a task-local
+/// does not follow `tokio::spawn`, and a mutant must stay active (and its points recorded) in the
+/// tasks that deploy each VM.
+pub fn in_current_scope<F: Future>(f: F) -> impl Future<Output = F::Output> {
+    let scope = SCOPE
+        .try_with(|s| Scope {
+            mutant: s.mutant,
+            reached: s.reached.clone(),
+        })
+        .ok();
+    async move {
+        match scope {
+            Some(scope) => SCOPE.scope(scope, f).await,
+            None => f.await,
+        }
+    }
+}
+
 /// Whether mutant `m` is active in the current task (and, when recording, that its point was
 /// reached).
 pub fn active(m: Mutant) -> bool {
@@ -171,6 +189,19 @@ pub fn active(m: Mutant) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_spawned_task_keeps_the_scope_it_was_given() {
+        let reached = Reached::default();
+        let inside = run_as(Some(Mutant::WrongIp), Some(reached.clone()), async {
+            let plain = tokio::spawn(async { active(Mutant::WrongIp) });
+            let carried = tokio::spawn(in_current_scope(async { active(Mutant::WrongIp) }));
+            (plain.await.unwrap(), carried.await.unwrap())
+        })
+        .await;
+        assert_eq!(inside, (false, true));
+        assert!(reached.names().contains(Mutant::WrongIp.name()));
+    }
 
     #[tokio::test]
     async fn active_only_inside_its_scope() {

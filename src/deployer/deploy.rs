@@ -303,6 +303,9 @@ impl Deployer {
                 Err(_) => false,
             }
         };
+        // The run's mutant scope too (the harness's self-test), which a task-local alone would
+        // lose across the spawn.
+        let attempts = crate::mutants::in_current_scope(attempts);
         let mut task = Task(tokio::spawn(attempts.in_current_span()));
         match (&mut task.0).await {
             Ok(ok) => ok,

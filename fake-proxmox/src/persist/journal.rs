@@ -34,7 +34,7 @@ use super::{StateOwned, WorldOwned, WorldRef};
 use crate::clock::ClockMode;
 use crate::faults::Faults;
 use crate::scenario::Scenario;
-use crate::server::state::Inner;
+use crate::server::inner::Inner;
 use crate::world::Site;
 use crate::world::work::{TaskStore, Work};
 

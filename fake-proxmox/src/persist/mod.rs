@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::ClockMode;
 use crate::faults::Faults;
 use crate::scenario::{Backend, Scenario};
-use crate::server::state::Inner;
+use crate::server::inner::Inner;
 use crate::world::{Runners, Site, World};
 
 pub use file::{FILE, FORMAT, PersistError, VERSION, write_atomic};

@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
 use super::journal::{Journal, Pending};
-use crate::server::state::Inner;
+use crate::server::inner::Inner;
 
 /// Where the writer takes the state from: the server's shared state, held weakly, so the
 /// writer ends with the server (implemented by the server, which the writer need not know).

@@ -2,6 +2,7 @@
 
 pub mod dispatch;
 pub mod http;
+pub mod inner;
 pub mod limits;
 pub mod state;
 mod tenant_host;

@@ -163,7 +163,7 @@ pub struct Prop {
 #[serde(untagged)]
 pub enum PropFormat {
     /// A format PVE registers in code by name (`pve-vmid`, `pve-volume-id`, `mac-addr`, …),
-    /// checked by [`crate::formats`]; a `-list` suffix means a list of such values. Names
+    /// checked by the `formats` module; a `-list` suffix means a list of such values. Names
     /// this crate does not know are accepted unchecked.
     Named(String),
     /// A property string (`key=value,key=value`): its sub-properties by key, each checked
