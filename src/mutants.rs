@@ -196,10 +196,10 @@ mod tests {
         let inside = run_as(Some(Mutant::WrongIp), Some(reached.clone()), async {
             let plain = tokio::spawn(async { active(Mutant::WrongIp) });
             let carried = tokio::spawn(in_current_scope(async { active(Mutant::WrongIp) }));
-            (plain.await.unwrap(), carried.await.unwrap())
+            (plain.await.ok(), carried.await.ok())
         })
         .await;
-        assert_eq!(inside, (false, true));
+        assert_eq!(inside, (Some(false), Some(true)));
         assert!(reached.names().contains(Mutant::WrongIp.name()));
     }
 
