@@ -301,11 +301,11 @@ async fn mutation_score() -> Result<(), String> {
             control.results.len() - deploying
         );
     }
-    let score = Score::new(&control, &runs);
+    let score = Score::new(&control, runs);
     print!("{}", score.render());
     println!(
         "mutation score: control and {} mutant suites in {:.0} s",
-        runs.len(),
+        score.mutants.len(),
         started.elapsed().as_secs_f64()
     );
     let survivors = score.survivors();

@@ -163,21 +163,11 @@ pub async fn run_suite(
 
 /// The score: per mutant, the scenarios that killed it.
 pub struct Score {
-    /// Per mutant: what ran and what killed it.
-    pub mutants: Vec<MutantScore>,
+    /// Per mutant: its suite run (what ran, and what failed: the kills).
+    pub mutants: Vec<MutantRun>,
     /// Scenarios the deployer passes and no mutant fails; `None` when the mutant suites stopped
     /// at their first kill, which leaves most scenarios unasked.
     pub unkilling: Option<Vec<ScenarioResult>>,
-}
-
-/// One mutant's line of the score.
-pub struct MutantScore {
-    pub name: String,
-    pub what: String,
-    /// How many scenarios reach its mutation point.
-    pub reaching: usize,
-    pub ran: Vec<ScenarioResult>,
-    pub killers: Vec<ScenarioResult>,
 }
 
 /// One mutant's suite run, as the score reads it.
@@ -191,20 +181,10 @@ pub struct MutantRun {
 
 impl Score {
     /// `runs`: each mutant's suite run; `control`: the unmutated deployer's run.
-    pub fn new(control: &SuiteRun, runs: &[MutantRun]) -> Score {
-        let mutants = runs
-            .iter()
-            .map(|m| MutantScore {
-                name: m.name.clone(),
-                what: m.what.clone(),
-                reaching: m.reaching,
-                ran: m.run.results.clone(),
-                killers: m.run.failed().cloned().collect(),
-            })
-            .collect::<Vec<_>>();
+    pub fn new(control: &SuiteRun, runs: Vec<MutantRun>) -> Score {
         let unkilling = runs.iter().all(|m| m.stop == Stop::Never).then(|| {
             let mut kills: BTreeMap<&str, usize> = BTreeMap::new();
-            for m in runs {
+            for m in &runs {
                 for f in m.run.failed() {
                     *kills.entry(f.id.as_str()).or_default() += 1;
                 }
@@ -216,20 +196,23 @@ impl Score {
                 .cloned()
                 .collect()
         });
-        Score { mutants, unkilling }
+        Score {
+            mutants: runs,
+            unkilling,
+        }
     }
 
     pub fn killed(&self) -> usize {
         self.mutants
             .iter()
-            .filter(|m| !m.killers.is_empty())
+            .filter(|m| m.run.failed().next().is_some())
             .count()
     }
 
     pub fn survivors(&self) -> Vec<&str> {
         self.mutants
             .iter()
-            .filter(|m| m.killers.is_empty())
+            .filter(|m| m.run.failed().next().is_none())
             .map(|m| m.name.as_str())
             .collect()
     }
@@ -237,7 +220,8 @@ impl Score {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for m in &self.mutants {
-            let (name, what, ran, killers) = (&m.name, &m.what, &m.ran, &m.killers);
+            let (name, what, ran) = (&m.name, &m.what, &m.run.results);
+            let killers: Vec<&ScenarioResult> = m.run.failed().collect();
             let verdict = if killers.is_empty() {
                 format!("SURVIVED the {} scenario(s) that reach it", ran.len())
             } else if ran.len() < m.reaching {
@@ -260,7 +244,7 @@ impl Score {
                     out.push_str(&format!("    passed {} {}\n", r.id, r.name));
                 }
             }
-            for k in killers {
+            for k in &killers {
                 out.push_str(&format!(
                     "    {} {} — {}\n",
                     k.id,
