@@ -7,6 +7,8 @@ use crate::persist::tests::{busy_inner, runners};
 use crate::persist::{encode, load, restored_inner};
 use crate::qemu::model::Vm;
 use crate::world::work::TaskPlan;
+use crate::world::work::Work;
+use fake_proxmox_world::storage::volumes::Volume;
 
 /// The whole state as the export shows it, to compare worlds by.
 fn doc(inner: &Inner) -> Value {
@@ -309,5 +311,10 @@ fn records_written_but_not_yet_synced_are_read_back_by_the_next_process() {
 fn the_sync_policy_reads_from_its_flag_values() {
     assert_eq!("write".parse::<StateSync>(), Ok(StateSync::Write));
     assert_eq!("data".parse::<StateSync>(), Ok(StateSync::Data));
-    assert!("fsync".parse::<StateSync>().unwrap_err().contains("write or data"));
+    assert!(
+        "fsync"
+            .parse::<StateSync>()
+            .unwrap_err()
+            .contains("write or data")
+    );
 }
