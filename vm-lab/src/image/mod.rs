@@ -12,6 +12,7 @@ pub mod cloud;
 pub mod cpio;
 pub mod debs;
 pub mod elf;
+pub mod template;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::File;
