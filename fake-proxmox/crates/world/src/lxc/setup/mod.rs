@@ -92,10 +92,10 @@ pub fn detect_ostype(root: &dyn RootFs) -> Result<String, SetupError> {
         tracing::warn!("unknown ID '{id}' in /etc/os-release file, trying fallback detection");
     }
     let has = |p: &str| root.read(p).is_some();
-    if root
-        .read("/etc/lsb-release")
-        .is_some_and(|d| d.lines().any(|l| l.eq_ignore_ascii_case("DISTRIB_ID=Ubuntu")))
-    {
+    if root.read("/etc/lsb-release").is_some_and(|d| {
+        d.lines()
+            .any(|l| l.eq_ignore_ascii_case("DISTRIB_ID=Ubuntu"))
+    }) {
         return Ok("ubuntu".into());
     }
     let by_file = [
@@ -218,8 +218,8 @@ impl<'a> Setup<'a> {
         let version = debian_version(self.root)?;
         self.set_contents("/fastboot", String::new(), 0o644);
         let old = self.read("/etc/network/interfaces");
-        if let Some(text) = network::interfaces_file(self.config, version, old.as_deref())
-            .map_err(SetupError)?
+        if let Some(text) =
+            network::interfaces_file(self.config, version, old.as_deref()).map_err(SetupError)?
         {
             self.make_dir("/etc/network", 0o755);
             self.set_contents("/etc/network/interfaces", text, 0o644);

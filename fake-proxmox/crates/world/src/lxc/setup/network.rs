@@ -42,14 +42,20 @@ impl Net {
 fn parse_ipv4_cidr(cidr: &str) -> Option<(Ipv4Addr, u8)> {
     let (a, p) = cidr.split_once('/')?;
     let addr: Ipv4Addr = a.parse().ok()?;
-    let prefix: u8 = p.parse().ok().filter(|_| p.bytes().all(|b| b.is_ascii_digit()))?;
+    let prefix: u8 = p
+        .parse()
+        .ok()
+        .filter(|_| p.bytes().all(|b| b.is_ascii_digit()))?;
     (8..=32).contains(&prefix).then_some((addr, prefix))
 }
 
 fn parse_ipv6_cidr(cidr: &str) -> Option<(Ipv6Addr, u8)> {
     let (a, p) = cidr.split_once('/')?;
     let addr: Ipv6Addr = a.parse().ok()?;
-    let prefix: u8 = p.parse().ok().filter(|_| p.bytes().all(|b| b.is_ascii_digit()))?;
+    let prefix: u8 = p
+        .parse()
+        .ok()
+        .filter(|_| p.bytes().all(|b| b.is_ascii_digit()))?;
     (prefix <= 128).then_some((addr, prefix))
 }
 
@@ -360,14 +366,11 @@ pub fn interfaces_file(
             let _ = writeln!(w.out, "{line}");
             continue;
         }
-        let delimiter = ["mapping", "source", "source-directory"]
-            .iter()
-            .any(|k| {
-                trimmed
-                    .strip_prefix(k)
-                    .is_some_and(|r| r.starts_with(char::is_whitespace))
-            })
-            || trimmed.starts_with("allow-");
+        let delimiter = ["mapping", "source", "source-directory"].iter().any(|k| {
+            trimmed
+                .strip_prefix(k)
+                .is_some_and(|r| r.starts_with(char::is_whitespace))
+        }) || trimmed.starts_with("allow-");
         if delimiter {
             w.print(section.take());
             let _ = writeln!(w.out, "{line}");
@@ -388,8 +391,14 @@ pub fn interfaces_file(
     let mut need_separator = !w.out.is_empty() && !w.out.ends_with("\n\n");
     for (ifname, net) in &networks {
         for (family, wanted) in [
-            (Family::V4, !w.done_v4.contains(ifname) && net.address.is_some()),
-            (Family::V6, !w.done_v6.contains(ifname) && net.address6.is_some()),
+            (
+                Family::V4,
+                !w.done_v4.contains(ifname) && net.address.is_some(),
+            ),
+            (
+                Family::V6,
+                !w.done_v6.contains(ifname) && net.address6.is_some(),
+            ),
         ] {
             if wanted {
                 if need_separator {

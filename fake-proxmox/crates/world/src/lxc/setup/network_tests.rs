@@ -26,11 +26,9 @@ fn a_static_address_is_written_with_its_prefix_from_debian_10_on() {
         "net0",
         "name=eth0,bridge=vmbr0,ip=192.168.11.50/24,gw=192.168.11.1",
     )];
-    assert!(
-        file(&nets, 12, None).ends_with(
-            "auto eth0\niface eth0 inet static\n\taddress 192.168.11.50/24\n\tgateway 192.168.11.1\n\n"
-        )
-    );
+    assert!(file(&nets, 12, None).ends_with(
+        "auto eth0\niface eth0 inet static\n\taddress 192.168.11.50/24\n\tgateway 192.168.11.1\n\n"
+    ));
     // Older releases take the address and its netmask apart.
     assert_eq!(
         file(
@@ -44,7 +42,11 @@ fn a_static_address_is_written_with_its_prefix_from_debian_10_on() {
 
 #[test]
 fn a_gateway_outside_the_subnet_gets_route_scripts() {
-    let out = file(&[("net0", "name=eth0,ip=10.0.0.5/24,gw=10.9.0.1")], 12, None);
+    let out = file(
+        &[("net0", "name=eth0,ip=10.0.0.5/24,gw=10.9.0.1")],
+        12,
+        None,
+    );
     assert!(
         out.ends_with(
             "iface eth0 inet static\n\taddress 10.0.0.5/24\n# --- BEGIN PVE ---\n\tpost-up ip route add 10.9.0.1 dev eth0\n\tpost-up ip route add default via 10.9.0.1 dev eth0\n\tpre-down ip route del default via 10.9.0.1 dev eth0\n\tpre-down ip route del 10.9.0.1 dev eth0\n# --- END PVE ---\n\n"
@@ -56,10 +58,7 @@ fn a_gateway_outside_the_subnet_gets_route_scripts() {
 #[test]
 fn ipv6_stanzas_follow_the_ipv4_one() {
     let out = file(
-        &[(
-            "net0",
-            "name=eth0,ip=dhcp,ip6=fd00::5/64,gw6=fd00::1",
-        )],
+        &[("net0", "name=eth0,ip=dhcp,ip6=fd00::5/64,gw6=fd00::1")],
         12,
         None,
     );
@@ -70,7 +69,10 @@ fn ipv6_stanzas_follow_the_ipv4_one() {
         "{out}"
     );
     let auto = file(&[("net1", "name=eth1,ip6=auto")], 12, None);
-    assert!(auto.ends_with("auto eth1\niface eth1 inet6 auto\n\n"), "{auto}");
+    assert!(
+        auto.ends_with("auto eth1\niface eth1 inet6 auto\n\n"),
+        "{auto}"
+    );
 }
 
 #[test]
@@ -105,7 +107,11 @@ fn writing_the_file_again_changes_nothing() {
 
 #[test]
 fn old_route_scripts_go_when_the_gateway_moves_into_the_subnet() {
-    let first = file(&[("net0", "name=eth0,ip=10.0.0.5/24,gw=10.9.0.1")], 12, None);
+    let first = file(
+        &[("net0", "name=eth0,ip=10.0.0.5/24,gw=10.9.0.1")],
+        12,
+        None,
+    );
     let second = file(
         &[("net0", "name=eth0,ip=10.0.0.5/24,gw=10.0.0.1")],
         12,

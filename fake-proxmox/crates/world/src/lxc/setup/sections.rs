@@ -83,7 +83,11 @@ pub fn remove_sections(data: &str) -> String {
     let Some(first) = lines.iter().position(opens) else {
         return data.to_string();
     };
-    let Some(last) = lines.iter().rposition(|l| closes(&l)).filter(|&e| e > first) else {
+    let Some(last) = lines
+        .iter()
+        .rposition(|l| closes(&l))
+        .filter(|&e| e > first)
+    else {
         return data.to_string();
     };
     let mut kept: Vec<&str> = lines[..first].to_vec();
@@ -155,7 +159,9 @@ mod tests {
         let old = "nameserver 1.1.1.1\n";
         assert_eq!(
             modify(Some(old), "nameserver 9.9.9.9", Place::Append).as_deref(),
-            Some("nameserver 1.1.1.1\n# --- BEGIN PVE ---\nnameserver 9.9.9.9\n# --- END PVE ---\n")
+            Some(
+                "nameserver 1.1.1.1\n# --- BEGIN PVE ---\nnameserver 9.9.9.9\n# --- END PVE ---\n"
+            )
         );
         assert_eq!(
             modify(Some(old), "nameserver 9.9.9.9", Place::Replace).as_deref(),

@@ -56,7 +56,10 @@ fn every_start_writes_the_network_the_names_and_dns() {
     let c = config(&[
         ("ostype", "debian"),
         ("hostname", "web-01"),
-        ("net0", "name=eth0,bridge=vmbr0,ip=192.168.11.60/24,gw=192.168.11.1"),
+        (
+            "net0",
+            "name=eth0,bridge=vmbr0,ip=192.168.11.60/24,gw=192.168.11.1",
+        ),
         ("nameserver", "192.168.11.1"),
         ("searchdomain", "lab.example"),
     ]);
@@ -73,14 +76,18 @@ fn every_start_writes_the_network_the_names_and_dns() {
     );
     let interfaces = written(&changes, "/etc/network/interfaces").map(|(t, _)| t);
     assert!(
-        interfaces
-            .as_deref()
-            .is_some_and(|t| t.contains("iface eth0 inet static\n\taddress 192.168.11.60/24\n\tgateway 192.168.11.1\n")),
+        interfaces.as_deref().is_some_and(|t| t.contains(
+            "iface eth0 inet static\n\taddress 192.168.11.60/24\n\tgateway 192.168.11.1\n"
+        )),
         "{interfaces:?}"
     );
     assert_eq!(
-        written(&changes, "/etc/resolv.conf").map(|(t, _)| t).as_deref(),
-        Some("# --- BEGIN PVE ---\nsearch lab.example\nnameserver 192.168.11.1\n# --- END PVE ---\n")
+        written(&changes, "/etc/resolv.conf")
+            .map(|(t, _)| t)
+            .as_deref(),
+        Some(
+            "# --- BEGIN PVE ---\nsearch lab.example\nnameserver 192.168.11.1\n# --- END PVE ---\n"
+        )
     );
     assert!(changes.contains(&Change::MakeDir {
         path: "/etc/network".into(),
@@ -108,7 +115,9 @@ fn a_dhcp_container_names_itself_on_127_0_1_1_and_keeps_the_users_localhost() {
         )
     );
     assert_eq!(
-        written(&changes, "/etc/hostname").map(|(t, _)| t).as_deref(),
+        written(&changes, "/etc/hostname")
+            .map(|(t, _)| t)
+            .as_deref(),
         Some("ct1\n")
     );
 }
@@ -118,15 +127,17 @@ fn create_puts_roots_keys_in_pves_section_of_authorized_keys() {
     let fs = MemFs::debian();
     let c = config(&[("ostype", "debian"), ("hostname", "ct1")]);
     let keys = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA me@host\n";
-    let changes =
-        post_create(&c, &fs, &HostDns::default(), Some(keys)).expect("debian setup");
+    let changes = post_create(&c, &fs, &HostDns::default(), Some(keys)).expect("debian setup");
     assert!(changes.contains(&Change::MakeDir {
         path: "/root/.ssh".into(),
         mode: 0o700
     }));
     assert_eq!(
         written(&changes, "/root/.ssh/authorized_keys"),
-        Some((format!("# --- BEGIN PVE ---\n{keys}# --- END PVE ---\n"), 0o700))
+        Some((
+            format!("# --- BEGIN PVE ---\n{keys}# --- END PVE ---\n"),
+            0o700
+        ))
     );
 }
 
@@ -172,7 +183,8 @@ fn unmanaged_containers_are_left_alone_and_unknown_kinds_refused() {
 #[test]
 fn an_ignore_file_keeps_pves_hands_off() {
     let mut fs = MemFs::debian();
-    fs.files.insert("/etc/.pve-ignore.hosts".into(), String::new());
+    fs.files
+        .insert("/etc/.pve-ignore.hosts".into(), String::new());
     let c = config(&[("ostype", "debian"), ("hostname", "x")]);
     let changes = pre_start(&c, &fs, &HostDns::default()).expect("debian setup");
     assert_eq!(written(&changes, "/etc/hosts"), None);
