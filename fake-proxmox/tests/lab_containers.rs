@@ -269,13 +269,19 @@ async fn containers_made_through_the_api_run_for_real_from_an_uploaded_template(
         let rootfs = named(&disks, &format!("vm-{vmid}-disk-0")).pop().unwrap();
         let keys = std::fs::read_to_string(rootfs.join("root/.ssh/authorized_keys")).unwrap();
         assert!(keys.contains(pubkey.trim()), "{keys}");
-        assert!(rootfs.join("sbin/init").exists(), "the template is unpacked");
+        assert!(
+            rootfs.join("sbin/init").exists(),
+            "the template is unpacked"
+        );
 
         let st = power(&f, &api, vmid, "start", &[]).await;
         assert_eq!(st["exitstatus"], "OK", "CT {vmid}: {st}");
         let cur = current(&api, vmid).await;
         assert_eq!(cur["status"], "running");
-        assert!(alive(pid_of(&cur)), "status/current shows the real init's pid");
+        assert!(
+            alive(pid_of(&cur)),
+            "status/current shows the real init's pid"
+        );
         assert!(cur["mem"].as_u64().unwrap() > 0);
         let interfaces = std::fs::read_to_string(rootfs.join("etc/network/interfaces")).unwrap();
         assert!(interfaces.contains("auto eth0\n"), "{interfaces}");
@@ -285,7 +291,11 @@ async fn containers_made_through_the_api_run_for_real_from_an_uploaded_template(
     let dhcp = wait_address(&api, 200, "192.168.11.1").await;
     let access = ctl.ct_access(NODE, 200, "root", &key).await.unwrap();
     assert_eq!(access.address, dhcp);
-    let out = ssh_ok(&access, "hostname; echo from-ct > /data/marker; grep ' /data ' /proc/mounts").await;
+    let out = ssh_ok(
+        &access,
+        "hostname; echo from-ct > /data/marker; grep ' /data ' /proc/mounts",
+    )
+    .await;
     let mut lines = out.lines();
     assert_eq!(lines.next(), Some("ct-dhcp"));
     assert!(lines.next().is_some(), "/data is a mount point: {out}");
@@ -344,7 +354,11 @@ async fn containers_made_through_the_api_run_for_real_from_an_uploaded_template(
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    assert!(!alive(new_pid));
+    let start = Instant::now();
+    while alive(new_pid) && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(new_pid), "the init that exited is gone");
 
     // Destroy: no process, no volume directory, no run directory.
     let run_dir = PathBuf::from(access.serial_log.unwrap())

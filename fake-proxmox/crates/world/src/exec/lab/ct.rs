@@ -48,6 +48,16 @@ fn host_dns() -> HostDns {
     HostDns::parse(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
 }
 
+/// Wait (bounded) until `c`'s init has left the process table: the container may count as
+/// ended a moment before its init is reaped.
+fn wait_reaped(c: &Container) {
+    let deadline = std::time::Instant::now() + KILL_WAIT;
+    c.wait_exit(KILL_WAIT);
+    while vm_lab::namespace::alive(c.pid()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The container's process is gone.
 fn gone(ct: &mut Ct) {
     ct.core.power_lost();
@@ -220,7 +230,7 @@ impl LabExecutor {
     pub(super) fn kill_container(&self, ct: &mut Ct) {
         if let Some(c) = self.container(ct) {
             c.kill();
-            c.wait_exit(KILL_WAIT);
+            wait_reaped(&c);
         }
         gone(ct);
     }
@@ -239,8 +249,8 @@ impl LabExecutor {
                 return Err("container did not stop".into());
             }
             c.kill();
-            c.wait_exit(KILL_WAIT);
         }
+        wait_reaped(&c);
         gone(ct);
         Ok(())
     }
