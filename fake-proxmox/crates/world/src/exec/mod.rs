@@ -21,6 +21,14 @@
 //! paths ([`Disks::path`]) a guest executor boots from. It is handed to
 //! `FakeProxmox::builder().disks(…)`.
 //!
+//! Containers go through the same executor: the lxc model decides, then hands over the end of
+//! a create (`create_ct`: the template unpacked, root's keys written), start, stop, shutdown
+//! (timeout, `forceStop`), suspend, `refresh_ct` (an init that exited; pid and memory),
+//! `ct_interfaces`, `destroy_ct` and `ct_access`. The defaults are the simulated behaviour
+//! (a pid from the seeded source, the model's rows); [`LabExecutor`] runs vm-lab containers.
+//! Container volumes are allocated through [`Disks::allocate_rootdir`] (a directory where data
+//! is kept) and copied with [`Disks::copy_rootdir`].
+//!
 //! Faults on a real guest ([`GuestFault`]: QEMU killed or paused from outside, a NIC's link
 //! down or up, a disk's writes failing) go through [`Executor::fault`], which the control API's
 //! `…/qemu/{vmid}/fault` calls; the simulated executor refuses them (it runs no guest).

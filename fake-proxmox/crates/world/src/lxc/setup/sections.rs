@@ -85,7 +85,7 @@ pub fn remove_sections(data: &str) -> String {
     };
     let Some(last) = lines
         .iter()
-        .rposition(|l| closes(&l))
+        .rposition(closes)
         .filter(|&e| e > first)
     else {
         return data.to_string();
