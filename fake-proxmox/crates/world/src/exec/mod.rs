@@ -21,6 +21,14 @@
 //! paths ([`Disks::path`]) a guest executor boots from. It is handed to
 //! `FakeProxmox::builder().disks(…)`.
 //!
+//! Containers go through the same executor: the lxc model decides, then hands over the end of
+//! a create (`create_ct`: the template unpacked, root's keys written), start, stop, shutdown
+//! (timeout, `forceStop`), suspend, `refresh_ct` (an init that exited; pid and memory),
+//! `ct_interfaces`, `destroy_ct` and `ct_access`. The defaults are the simulated behaviour
+//! (a pid from the seeded source, the model's rows); [`LabExecutor`] runs vm-lab containers.
+//! Container volumes are allocated through [`Disks::allocate_rootdir`] (a directory where data
+//! is kept) and copied with [`Disks::copy_rootdir`].
+//!
 //! Faults on a real guest ([`GuestFault`]: QEMU killed or paused from outside, a NIC's link
 //! down or up, a disk's writes failing) go through [`Executor::fault`], which the control API's
 //! `…/qemu/{vmid}/fault` calls; the simulated executor refuses them (it runs no guest).
@@ -28,6 +36,7 @@
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`), because no route
 //! serves them (they answer 501).
 
+mod ct;
 mod disks;
 mod files;
 mod guest;
@@ -39,10 +48,12 @@ use std::fmt;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
+use crate::lxc::model::Ct;
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 
 pub use crate::storage::volid::volume_path;
+pub use ct::{CT_SHUTDOWN_DEFAULT, CtCreate, CtCreated, CtIface, CtShutdown};
 pub use disks::{
     CloudInitImage, Copied, CopyFailed, CopyJob, CopyLog, Disks, Placed, SimulatedDisks,
     StorageInfo, Vol,
@@ -210,6 +221,57 @@ pub trait Executor: Send + Sync + fmt::Debug {
             vm.vmid
         ))
     }
+
+    // Containers (`lxc`): the model decides as for VMs, then hands the effect over. The
+    // defaults are the simulated backend's: nothing runs, the model's rows are the truth.
+
+    /// The end of a container's create: its template unpacked into the root file system and
+    /// root's SSH keys written (`restore_archive`, `post_create_hook`). `Err` fails the
+    /// `vzcreate` task (its volumes are freed again).
+    fn create_ct(&self, job: &CtCreate<'_>) -> Result<CtCreated, String> {
+        let _ = job;
+        Ok(CtCreated::default())
+    }
+    /// The container starts (its config already has the pending changes applied): PVE's
+    /// setup files written, its init run. Records `power`, `pid`, `started_at` on `ct`.
+    fn start_ct(&self, ct: &mut Ct, host: &mut Host<'_>) -> Result<(), String> {
+        ct::start_simulated(ct, host);
+        Ok(())
+    }
+    /// The container is killed (`lxc-stop --kill`).
+    fn stop_ct(&self, ct: &mut Ct) -> Result<(), String> {
+        ct.core.power_lost();
+        Ok(())
+    }
+    /// The container's init is asked to stop (`lxc-stop`), bounded as `how` says.
+    fn shutdown_ct(&self, ct: &mut Ct, how: &CtShutdown) -> Result<(), String> {
+        let _ = how;
+        ct.core.power_lost();
+        Ok(())
+    }
+    /// The container is checkpointed and stops (`lxc-checkpoint -s`).
+    fn suspend_ct(&self, ct: &mut Ct) -> Result<(), String> {
+        ct.core.power_lost();
+        Ok(())
+    }
+    /// Bring the container's run state up to what really runs (its init exited: stopped;
+    /// else its pid and memory), for the routes before they read it.
+    fn refresh_ct(&self, _ct: &mut Ct, _now: f64) {}
+    /// What `interfaces` answers for a running container: `None` when nothing runs it here
+    /// (the model answers from the config); `Err` when looking failed.
+    fn ct_interfaces(&self, _ct: &Ct) -> Option<Result<Vec<CtIface>, String>> {
+        None
+    }
+    /// The container is destroyed: whatever ran it goes (its volumes are the `Disks` seam's).
+    fn destroy_ct(&self, _ct: &Ct) {}
+    /// How the host reaches a running container (the control API's `…/lxc/{vmid}/guest`).
+    fn ct_access(&self, ct: &Ct, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {
+        let _ = (user, key);
+        Err(format!(
+            "CT {} runs on the simulated backend: there is no container to reach",
+            ct.vmid
+        ))
+    }
 }
 
 /// A fault on a real guest, as the control API takes it (`{"fault": "link_down", "net":
@@ -305,15 +367,15 @@ mod tests {
 
     /// A second executor: records what the PVE rules asked of it, runs it as `Simulated`.
     #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<&'static str>>);
+    struct Recorder(Mutex<Vec<String>>);
 
     impl Recorder {
-        fn note(&self, what: &'static str) {
+        fn note(&self, what: impl Into<String>) {
             if let Ok(mut v) = self.0.lock() {
-                v.push(what);
+                v.push(what.into());
             }
         }
-        fn seen(&self) -> Vec<&'static str> {
+        fn seen(&self) -> Vec<String> {
             self.0.lock().map(|v| v.clone()).unwrap_or_default()
         }
     }
@@ -359,6 +421,81 @@ mod tests {
             self.note("agent");
             Simulated.agent(call)
         }
+        fn start_ct(&self, ct: &mut Ct, host: &mut Host<'_>) -> Result<(), String> {
+            self.note(format!("start_ct {}", ct.config["hostname"]));
+            ct::start_simulated(ct, host);
+            Ok(())
+        }
+        fn stop_ct(&self, ct: &mut Ct) -> Result<(), String> {
+            self.note("stop_ct");
+            ct.core.power_lost();
+            Ok(())
+        }
+        fn shutdown_ct(&self, ct: &mut Ct, how: &CtShutdown) -> Result<(), String> {
+            self.note(format!(
+                "shutdown_ct {}s force={}",
+                how.timeout.as_secs(),
+                how.force
+            ));
+            ct.core.power_lost();
+            Ok(())
+        }
+        fn destroy_ct(&self, ct: &Ct) {
+            self.note(format!("destroy_ct {}", ct.vmid));
+        }
+    }
+
+    #[test]
+    fn container_power_goes_through_the_nodes_executor_with_pves_shutdown_terms() {
+        use crate::lxc::work::CtWork;
+        let spec = &Scenario::embedded_default().sites[0];
+        let node = spec.nodes[0].name.clone();
+        let mut site = Site::from_spec(spec, 1, 0.0);
+        let recorder = Arc::new(Recorder::default());
+        site.exec = recorder.clone();
+        let config = [("hostname", "ct1"), ("memory", "256")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        site.cts.insert(200, Ct::stopped(200, &node, config, None));
+        // A pending change is applied before the executor sees the config.
+        if let Some(ct) = site.cts.get_mut(&200) {
+            ct.pending.set.insert("hostname".into(), "ct2".into());
+        }
+        for work in [
+            CtWork::Start { vmid: 200 },
+            CtWork::Shutdown {
+                vmid: 200,
+                timeout: Some(5),
+                force: true,
+            },
+            CtWork::Start { vmid: 200 },
+            CtWork::Reboot {
+                vmid: 200,
+                timeout: None,
+            },
+            CtWork::Stop { vmid: 200 },
+            CtWork::Destroy {
+                vmid: 200,
+                unreferenced: false,
+            },
+        ] {
+            let r = site.apply_ct_work(&node, &work, 1.0);
+            assert!(r.is_ok(), "{work:?}: {r:?}");
+        }
+        assert_eq!(
+            recorder.seen(),
+            [
+                "start_ct ct2",
+                "shutdown_ct 5s force=true",
+                "start_ct ct2",
+                "shutdown_ct 60s force=true",
+                "start_ct ct2",
+                "stop_ct",
+                "destroy_ct 200",
+            ]
+        );
+        assert!(!site.cts.contains_key(&200));
     }
 
     #[test]
