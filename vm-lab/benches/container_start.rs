@@ -39,8 +39,7 @@ fn stats(v: &[f64]) -> String {
 fn has_v4(c: &Container) -> bool {
     c.interfaces().unwrap().iter().any(|i| {
         i.name == "eth0"
-            && i
-                .addrs
+            && i.addrs
                 .iter()
                 .any(|(a, _)| matches!(a, IpAddr::V4(v) if !v.is_loopback()))
     })
