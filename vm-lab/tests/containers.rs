@@ -379,3 +379,72 @@ fn what_cannot_start_is_refused() {
         assert!(c2.memory_used_bytes().unwrap() > 0);
     }
 }
+
+const CHILD_ENV: &str = "VM_LAB_TEST_CONTAINERS_CHILD";
+
+#[test]
+fn a_sigkilled_driver_leaves_no_container_process() {
+    if let Ok(out) = std::env::var(CHILD_ENV) {
+        // The child: own a host with a running container until killed.
+        let out = PathBuf::from(out);
+        let h = GuestHost::new(HostOptions {
+            accel: AccelChoice::Tcg,
+            run_root: Some(out.join("run")),
+            ..Default::default()
+        })
+        .unwrap();
+        h.ensure_bridge(&bridge("vmbr4", "10.35.0", true)).unwrap();
+        let root = rootfs(&out, "orphan", DHCP, None);
+        let mut spec = ContainerSpec::new("ct-orphan", &root);
+        spec.nics = vec![nic("vmbr4", "BC:24:11:00:05:01")];
+        let c = h.start_container(spec).unwrap();
+        assert!(c.wait_console("CT-READY", READY), "{}", c.console_text());
+        std::fs::write(out.join("pid.tmp"), c.pid().to_string()).unwrap();
+        std::fs::rename(out.join("pid.tmp"), out.join("pid")).unwrap();
+        std::thread::sleep(Duration::from_secs(600));
+        panic!("the child was not killed");
+    }
+    log_init();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_sigkilled_driver_leaves_no_container_process",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, tmp.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = tmp.path().join("pid");
+    let start = std::time::Instant::now();
+    while !pid_file.exists() {
+        assert!(start.elapsed() < Duration::from_secs(120), "no container");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child exited early"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let init: u32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    let ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).unwrap();
+    // init, dropbear and udhcpc at least.
+    assert!(processes_in(&ns).len() >= 3, "{:?}", processes_in(&ns));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let start = std::time::Instant::now();
+    while !processes_in(&ns).is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        processes_in(&ns).is_empty(),
+        "outlived the driver: {:?}",
+        processes_in(&ns)
+    );
+    assert!(!alive(init));
+}
