@@ -27,6 +27,9 @@
 //! - [`guests`]: a namespace that hosts guests described by their hardware rather than as
 //!   lab nodes (disks on their buses, NICs on named bridges with taps and a DHCP server,
 //!   blocking QMP and agent verbs): what fake-proxmox's lab backend runs PVE's VMs on.
+//! - [`containers`]: real Linux containers on a guest host, on the same bridges as its guests
+//!   (own mount/UTS/IPC/PID/net namespaces inside the lab's, a veth per NIC); their root file
+//!   system comes from [`image::template`], a `vztmpl`-style archive built from Debian packages.
 //! - [`image::cloud`]: the project's cloud image, a disk that boots through the firmware and
 //!   applies a NoCloud or config-drive cloud-init drive (a stand-in for a distribution's).
 //!
