@@ -60,6 +60,7 @@
 
 pub mod accel;
 pub mod clock;
+pub mod containers;
 pub mod error;
 pub mod guests;
 pub mod image;

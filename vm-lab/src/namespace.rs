@@ -4,11 +4,16 @@
 //! `nsenter`, so it shares the lab's network (the multicast L2 never reaches the host's) and its
 //! PID namespace.
 //!
+//! Run as root, the holder's user namespace maps host IDs 0–65535 onto themselves, written from
+//! outside before its init goes on, instead of `--map-root-user`'s single ID with `setgroups`
+//! denied: so `setgroups` works inside (an SSH server in a container calls `initgroups` at
+//! every login, and fails without it). Rootless, `--map-root-user` it is.
+//!
 //! Why nothing outlives the lab, even on SIGKILL of the driver: the kernel closes the driver's
 //! end of the pipe, the PID-1 child reads EOF and exits, and when a PID namespace's init exits
 //! the kernel SIGKILLs every process left in it — all the lab's QEMUs.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
@@ -16,6 +21,11 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 const HOLDER_SCRIPT: &str = "ip link set lo up || exit 1; echo ready; exec cat >/dev/null";
+/// As root: the init waits for the driver's `go` (sent once the ID maps are written).
+const HOLDER_SCRIPT_MAPPED: &str =
+    "read go || exit 1; ip link set lo up || exit 1; echo ready; exec cat >/dev/null";
+/// How many host IDs (from 0) the namespace maps onto themselves when made by root.
+const MAPPED_IDS: u32 = 65536;
 
 /// The lab's user + network + PID namespaces, held open by an `unshare` child. Dropping it
 /// tears them down, and the kernel kills every process left inside.
@@ -29,13 +39,24 @@ pub struct Namespace {
 impl Namespace {
     /// Create the namespaces and wait until `lo` is up.
     pub fn create() -> Result<Namespace> {
+        let as_root = nix::unistd::geteuid().is_root();
+        let argv = if as_root {
+            holder_argv_mapped()
+        } else {
+            holder_argv()
+        };
         let mut holder = Command::new("unshare")
-            .args(holder_argv())
+            .args(argv)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| Error::tool("unshare", format!("cannot run (util-linux): {e}")))?;
+        if as_root && let Err(e) = map_ids(&mut holder) {
+            let _ = holder.kill();
+            let _ = holder.wait();
+            return Err(e);
+        }
         let stdout = holder
             .stdout
             .take()
@@ -115,6 +136,59 @@ pub fn holder_argv() -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// The holder's `unshare` arguments when run as root: no ID map of unshare's own (the driver
+/// writes a wider one, with `setgroups` allowed); the init waits for it.
+pub fn holder_argv_mapped() -> Vec<String> {
+    [
+        "--user",
+        "--net",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--",
+        "sh",
+        "-c",
+        HOLDER_SCRIPT_MAPPED,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Once the holder is in its new user namespace, map host IDs `0..MAPPED_IDS` onto
+/// themselves (`setgroups` stays allowed) and tell its init to go on.
+fn map_ids(holder: &mut Child) -> Result<()> {
+    let pid = holder.id();
+    let ours =
+        std::fs::read_link("/proc/self/ns/user").map_err(|e| Error::io("/proc/self/ns/user", e))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::fs::read_link(format!("/proc/{pid}/ns/user")) {
+            Ok(theirs) if theirs != ours => break,
+            _ => {}
+        }
+        if let Ok(Some(status)) = holder.try_wait() {
+            return Err(Error::tool("unshare", format!("exited at once ({status})")));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::tool("unshare", "no new user namespace within 5 s"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let line = format!("0 0 {MAPPED_IDS}\n");
+    for map in ["uid_map", "gid_map"] {
+        let path = format!("/proc/{pid}/{map}");
+        std::fs::write(&path, &line).map_err(|e| Error::io(&path, e))?;
+    }
+    let stdin = holder
+        .stdin
+        .as_mut()
+        .ok_or_else(|| Error::tool("unshare", "no stdin pipe"))?;
+    stdin
+        .write_all(b"go\n")
+        .map_err(|e| Error::tool("unshare", format!("telling the init to go on: {e}")))
 }
 
 /// `nsenter` arguments entering a lab (user + net, and PID when `pid` is set) to run `program`.
@@ -203,6 +277,14 @@ mod tests {
             assert!(v.contains(flag), "{flag}");
         }
         assert!(v.contains("ip link set lo up"));
+    }
+
+    #[test]
+    fn as_root_the_maps_come_from_the_driver() {
+        let v = holder_argv_mapped().join(" ");
+        assert!(!v.contains("--map-root-user"), "{v}");
+        assert!(v.contains("--user") && v.contains("--kill-child"));
+        assert!(v.contains("read go || exit 1; ip link set lo up"), "{v}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `vm-lab image cloud`: the project's cloud image (a bootable disk standing in for
-//! `ubuntu-22.04-cloud.img`), built or found in the cache; prints its path.
+//! `ubuntu-22.04-cloud.img`), built or found in the cache; prints its path. `vm-lab image
+//! ct-template`: the container template (a `vztmpl` `.tar.gz`), likewise.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -28,6 +29,40 @@ pub(crate) enum ImageKind {
         #[arg(long = "package", value_name = "NAME")]
         packages: Vec<String>,
     },
+    /// The container template: a `vztmpl`-style `.tar.gz` root file system (busybox,
+    /// dropbear, an init that reads what PVE writes). Prints the archive's path (stdout) and
+    /// its facts (stderr).
+    CtTemplate {
+        /// Also copy the archive here, e.g. into a storage's `template/cache/` dir.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// A Debian package whose programs the template carries besides its own
+        /// (repeatable), e.g. `--package etcd-server`.
+        #[arg(long = "package", value_name = "NAME")]
+        packages: Vec<String>,
+    },
+}
+
+pub(super) async fn ct_template(out: Option<&Path>, packages: Vec<String>) -> Result<ExitCode> {
+    let cache = vm_lab::image::default_cache_dir();
+    let req = vm_lab::image::template::TemplateRequest { packages };
+    let t =
+        tokio::task::spawn_blocking(move || vm_lab::image::template::build(&cache, &req)).await??;
+    eprintln!(
+        "container template · {} bytes · {} packages",
+        t.bytes,
+        t.packages.len()
+    );
+    let path = match out {
+        Some(dst) => {
+            std::fs::copy(&t.path, dst)
+                .with_context(|| format!("copying {} to {}", t.path.display(), dst.display()))?;
+            dst.to_path_buf()
+        }
+        None => t.path,
+    };
+    println!("{}", path.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(super) async fn cloud_image(

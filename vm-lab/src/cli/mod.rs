@@ -316,6 +316,10 @@ async fn run(cmd: Cmd, root: PathBuf) -> Result<ExitCode> {
                 }),
             ..
         } => cloud::cloud_image(out.as_deref(), disk_mib, generic_kernel, packages).await,
+        Cmd::Image {
+            kind: Some(ImageKind::CtTemplate { out, packages }),
+            ..
+        } => cloud::ct_template(out.as_deref(), packages).await,
         Cmd::Image { spec, kind: None } => image(spec.as_deref()).await,
     }
 }

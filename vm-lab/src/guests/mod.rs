@@ -103,10 +103,27 @@ struct Bridge {
 }
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     bridges: BTreeMap<String, Bridge>,
     guests: BTreeMap<String, Arc<Guest>>,
-    next_seq: u32,
+    /// The containers beside the guests (see [`crate::containers`]).
+    pub(crate) containers: crate::containers::Registry,
+    /// Numbers guests' taps and containers' veths: unique on the host.
+    pub(crate) next_seq: u32,
+}
+
+impl State {
+    /// Memory (MiB) counted against the budget: running guests and running or starting
+    /// containers.
+    pub(crate) fn memory_in_use_mib(&self) -> u64 {
+        let guests: u64 = self
+            .guests
+            .values()
+            .filter(|g| g.is_running())
+            .map(|g| g.memory_mib)
+            .sum();
+        guests + self.containers.memory_in_use_mib()
+    }
 }
 
 /// Owns a namespace and the guests and segments in it. Dropping it ends them all.
@@ -235,12 +252,7 @@ impl GuestHost {
                 }
                 self.drop_guest(&mut st, &spec.name);
             }
-            let used: u64 = st
-                .guests
-                .values()
-                .filter(|g| g.is_running())
-                .map(|g| g.memory_mib)
-                .sum();
+            let used = st.memory_in_use_mib();
             if used + memory_mib > self.budget_mib {
                 return Err(Error::Lab(format!(
                     "cannot start guest {}: it needs {memory_mib} MiB but only {} MiB of the lab's {} MiB memory budget are free",
@@ -370,10 +382,11 @@ impl GuestHost {
         }
     }
 
-    /// Kill every guest and DHCP server, end the namespace, remove the run directory.
+    /// Kill every container, guest and DHCP server, end the namespace, remove the run directory.
     pub fn shutdown(&self) {
         self.closing.store(true, Ordering::Relaxed);
         if let Ok(mut st) = self.state.lock() {
+            st.containers.kill_all(self.init_pid);
             for g in st.guests.values() {
                 g.kill();
             }
@@ -386,7 +399,15 @@ impl GuestHost {
         let _ = std::fs::remove_dir_all(&self.run_dir);
     }
 
-    fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, State>> {
+    /// The static busybox the host runs its helpers with (`udhcpd`, containers' launcher).
+    pub(crate) fn busybox(&self) -> Result<PathBuf> {
+        match &self.opts.busybox {
+            Some(b) => Ok(b.clone()),
+            None => net::busybox(&self.cache),
+        }
+    }
+
+    pub(crate) fn lock_state(&self) -> Result<std::sync::MutexGuard<'_, State>> {
         self.state
             .lock()
             .map_err(|_| Error::Lab("guest host state lock poisoned".into()))

@@ -115,10 +115,7 @@ impl GuestHost {
         pool: &DhcpPool,
         addrs: &[(Ipv4Addr, u8)],
     ) -> Result<NsProcess> {
-        let busybox = match &self.opts.busybox {
-            Some(b) => b.clone(),
-            None => net::busybox(&self.cache)?,
-        };
+        let busybox = self.busybox()?;
         let dir = self.run_dir.join("dhcp");
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let conf = dir.join(format!("{bridge}.conf"));

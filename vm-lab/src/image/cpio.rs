@@ -90,6 +90,11 @@ impl Tree {
         }
     }
 
+    /// Every entry with its absolute path, sorted by path (parents before their contents).
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &Entry)> {
+        self.entries.iter().map(|(p, e)| (p.as_str(), e))
+    }
+
     /// Number of entries, directories included.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -12,6 +12,7 @@ pub mod cloud;
 pub mod cpio;
 pub mod debs;
 pub mod elf;
+pub mod template;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::File;
@@ -241,16 +242,29 @@ pub(crate) fn assemble(
     skip_missing: bool,
     tree: &mut Tree,
 ) -> Result<(PathBuf, String)> {
-    let debs = debs::fetch(&resolved.versions, &cache.join("debs"))?;
-    let mut roots_dir: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for (name, deb) in &debs {
-        roots_dir.insert(name.clone(), debs::unpack(deb, &cache.join("unpacked"))?);
-    }
+    let roots_dir = assemble_programs(cache, resolved, roots, tree)?;
     let kernel_pkg = &resolved.kernel_pkg;
     let kernel_root = roots_dir
         .get(kernel_pkg)
         .ok_or_else(|| Error::Image(format!("{kernel_pkg} was not unpacked")))?;
     let (kernel_file, release) = find_kernel(kernel_root)?;
+    add_modules(tree, kernel_root, &release, modules, skip_missing)?;
+    Ok((kernel_file, release))
+}
+
+/// Fetch and unpack every resolved package, then fill `tree` with the roots' programs and
+/// their shared-library closure (no kernel). Returns each package's unpacked directory.
+pub(crate) fn assemble_programs(
+    cache: &Path,
+    resolved: &Resolved,
+    roots: &[String],
+    tree: &mut Tree,
+) -> Result<BTreeMap<String, PathBuf>> {
+    let debs = debs::fetch(&resolved.versions, &cache.join("debs"))?;
+    let mut roots_dir: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for (name, deb) in &debs {
+        roots_dir.insert(name.clone(), debs::unpack(deb, &cache.join("unpacked"))?);
+    }
     let mut elves = Vec::new();
     for root in roots {
         let dir = roots_dir
@@ -260,8 +274,7 @@ pub(crate) fn assemble(
     }
     let lib_index = library_index(roots_dir.values())?;
     copy_library_closure(tree, elves, &lib_index)?;
-    add_modules(tree, kernel_root, &release, modules, skip_missing)?;
-    Ok((kernel_file, release))
+    Ok(roots_dir)
 }
 
 /// Modification times of what decides apt's candidates (lists, sources, preferences).
