@@ -32,6 +32,7 @@ const PATHS: &[&str] = &[
     "/nodes/ml110-01/qemu/100/guest",
     "/nodes/ml110-01/qemu/100/fault",
     "/nodes/ml110-01/qemu/100/agent",
+    "/nodes/ml110-01/lxc/100/guest",
     "/nodes/ml110-01/fault",
     "/journal",
     "/state",

@@ -224,6 +224,14 @@ class ControlClient:
             query={"user": user, "key": os.fspath(key)},
         )
 
+    def ct_access(self, node: str, vmid: int, user: str, key: str) -> Dict[str, Any]:
+        """How to reach a lab-backend container: address, ssh command line, console log."""
+        return self._call(
+            "GET",
+            f"/nodes/{_seg(node)}/lxc/{int(vmid)}/guest",
+            query={"user": user, "key": os.fspath(key)},
+        )
+
     def guest_fault(self, node: str, vmid: int, fault: Dict[str, Any]) -> None:
         self._call("POST", f"/nodes/{_seg(node)}/qemu/{int(vmid)}/fault", fault)
 

@@ -341,6 +341,25 @@ impl ControlClient {
         .await
     }
 
+    /// How to reach container `vmid` (lab backend): its address on `net0`'s interface, an
+    /// `ssh` command line as `user` with the private `key` (append the remote command), its
+    /// console log (in `serial_log`).
+    pub async fn ct_access(
+        &self,
+        node: &str,
+        vmid: u32,
+        user: &str,
+        key: &std::path::Path,
+    ) -> Result<crate::exec::GuestAccess, ControlError> {
+        let key = key.to_string_lossy();
+        self.send(
+            self.http
+                .get(self.url(&format!("/nodes/{node}/lxc/{vmid}/guest")))
+                .query(&[("user", user), ("key", key.as_ref())]),
+        )
+        .await
+    }
+
     /// Do a fault to VM `vmid`'s real guest (lab backend): kill, pause, a NIC's link down
     /// or up, a disk's writes failing.
     pub async fn guest_fault(

@@ -27,7 +27,7 @@ use crate::world::Site;
 
 /// The control plane's routes, to be nested under `/_fake` on every site listener: health,
 /// reset, scenario, snapshot/restore, clock, faults, node and storage knobs, volumes, guest
-/// access and faults, the journal and the state (dump, export, import). Every handler
+/// access and faults, container access, the journal and the state (dump, export, import). Every handler
 /// answers JSON; a refusal is `{"error": …}` with 400 (bad body), 404 (unknown node,
 /// storage, VM, snapshot) or 409 (conflicts with the world's state). The server puts them
 /// behind [`super::auth::require`] (401 without the control token, when one is set).
@@ -57,6 +57,7 @@ pub fn router() -> Router<SiteCtx> {
         )
         .route("/nodes/{node}/qemu/{vmid}/guest", get(guest_access))
         .route("/nodes/{node}/qemu/{vmid}/fault", post(guest_fault))
+        .route("/nodes/{node}/lxc/{vmid}/guest", get(ct_access))
         .route(
             "/nodes/{node}/qemu/{vmid}/agent",
             get(crate::agent::control::view).post(crate::agent::control::setup),
@@ -246,6 +247,27 @@ async fn guest_access(
     let access = site
         .exec_on(&node)
         .access(vm, &q.user, &q.key)
+        .map_err(|e| err(StatusCode::CONFLICT, e))?;
+    ok(json!(access))
+}
+
+/// How to reach a container from the host (lab backend): its address on `net0`'s
+/// interface, an `ssh` command line that enters the lab's namespace, its console log. The
+/// same shape as a VM's; 409 when it does not run (or runs on the simulated backend).
+async fn ct_access(
+    State(ctx): State<SiteCtx>,
+    Path((node, vmid)): Path<(String, u32)>,
+    Query(q): Query<AccessQuery>,
+) -> Res {
+    let mut inner = ctx.shared.inner.lock();
+    inner.now();
+    let site = node_site(&mut inner, &node)?;
+    let ct = site
+        .ct_on(&node, vmid)
+        .map_err(|e| err(StatusCode::NOT_FOUND, e.reason()))?;
+    let access = site
+        .exec_on(&node)
+        .ct_access(ct, &q.user, &q.key)
         .map_err(|e| err(StatusCode::CONFLICT, e))?;
     ok(json!(access))
 }

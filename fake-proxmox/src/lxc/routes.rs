@@ -226,7 +226,7 @@ fn status_current(c: &mut Ctx) -> Result<Reply, PveError> {
 
 fn interfaces(c: &mut Ctx) -> Result<Reply, PveError> {
     let (node, vmid) = c.site.ct_op(&c.req, &["VM.Audit"])?;
-    Ok(Reply::data(c.site.ct_on(&node, vmid)?.interfaces()))
+    Ok(Reply::data(c.site.ct_interfaces(&node, vmid)?))
 }
 
 fn snapshot_index(c: &mut Ctx) -> Result<Reply, PveError> {

@@ -146,6 +146,18 @@ pub trait Disks: Send + Sync + fmt::Debug {
     ) -> Result<Vec<String>, String>;
     /// The real file that holds a volume, for a guest executor; `None` when no data is kept.
     fn path(&self, node: &str, storage: &str, volname: &str) -> Option<PathBuf>;
+    /// A new, empty container volume (`rootfs`, `mpN`) of `size` bytes in `format`: what a
+    /// container sees of it is a file system, so a disks seam that keeps data may keep a
+    /// directory ([`Disks::path`] names it) rather than an image.
+    fn allocate_rootdir(&self, vol: Vol<'_>, format: &str, size: u64) -> Result<(), String> {
+        self.allocate(vol, format, size)
+    }
+    /// A container volume's files copied into a freshly allocated one (clone, move to
+    /// another storage: PVE's `rsync` of the mounted volumes).
+    fn copy_rootdir(&self, from: Vol<'_>, to: Vol<'_>) -> Result<(), String> {
+        let _ = (from, to);
+        Ok(())
+    }
 }
 
 /// No data: every effect succeeds at once; the models' records are all there is.

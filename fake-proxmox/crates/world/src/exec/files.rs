@@ -282,10 +282,8 @@ impl Disks for FileDisks {
     fn reset(&self) {
         let mut st = self.state.lock();
         for f in std::mem::take(&mut st.made) {
-            if let Err(e) = std::fs::remove_file(&f)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!("removing {}: {e}", f.display());
+            if let Err(e) = remove_volume_path(&f) {
+                tracing::warn!("{e}");
             }
         }
         st.storages.clear();
@@ -313,15 +311,15 @@ impl Disks for FileDisks {
     fn free(&self, vol: Vol<'_>) -> Result<(), String> {
         let (path, _) = self.file(vol)?;
         self.state.lock().made.remove(&path);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("unable to remove '{}' - {e}", path.display())),
-        }
+        remove_volume_path(&path)
     }
 
     fn resize(&self, vol: Vol<'_>, format: &str, size: u64) -> Result<(), String> {
         let (path, _) = self.file(vol)?;
+        if path.is_dir() {
+            // A container volume's directory has no size of its own to grow.
+            return Ok(());
+        }
         run_quiet(qemu_img(), &resize_args(&path, format, size))
     }
 
@@ -332,6 +330,12 @@ impl Disks for FileDisks {
         };
         let (from, _) = self.file(job.from).map_err(failed)?;
         let (to, kind) = self.file(job.to).map_err(failed)?;
+        if from.is_dir() {
+            return copy_tree(&from, &to).map_err(failed).map(|()| Copied {
+                bytes: job.used,
+                log: Vec::new(),
+            });
+        }
         let args = convert_args(&from, job.from_format, &to, job.to_format, kind);
         let r = run(qemu_img(), &args);
         let mut log = progress_lines(&r.stdout, job.size);
@@ -443,6 +447,70 @@ impl Disks for FileDisks {
             .ok()
             .map(|(p, _)| p)
     }
+
+    /// A directory where the volume's file would be: what the container's root sees, as a
+    /// directory storage's `subvol-` holds it and a mounted image would show it.
+    fn allocate_rootdir(&self, vol: Vol<'_>, _format: &str, _size: u64) -> Result<(), String> {
+        let path = self.new_file(vol)?;
+        std::fs::create_dir_all(&path)
+            .map_err(|e| format!("unable to create directory '{}' - {e}", path.display()))
+    }
+
+    fn copy_rootdir(&self, from: Vol<'_>, to: Vol<'_>) -> Result<(), String> {
+        let (from, _) = self.file(from)?;
+        let (to, _) = self.file(to)?;
+        if !from.is_dir() {
+            // A volume of a world that kept no directory for it: nothing to copy.
+            return Ok(());
+        }
+        copy_tree(&from, &to)
+    }
+}
+
+/// Remove a volume's file or directory (a container's, whose tree may hold read-only
+/// directories); one that is gone already is no error.
+fn remove_volume_path(path: &Path) -> Result<(), String> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("unable to remove '{}' - {e}", path.display())),
+    };
+    let removed = if meta.is_dir() {
+        std::fs::remove_dir_all(path).or_else(|_| {
+            make_writable(path);
+            std::fs::remove_dir_all(path)
+        })
+    } else {
+        std::fs::remove_file(path)
+    };
+    removed.map_err(|e| format!("unable to remove '{}' - {e}", path.display()))
+}
+
+/// Every directory below `dir` made writable by its owner, so its entries can go.
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(meta) = std::fs::symlink_metadata(&d)
+            && meta.is_dir()
+        {
+            let mode = meta.permissions().mode() | 0o700;
+            let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode));
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                stack.extend(rd.flatten().map(|e| e.path()));
+            }
+        }
+    }
+}
+
+/// `from`'s files into the directory `to`, owners, modes and links kept (`cp -a`).
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to)
+        .map_err(|e| format!("unable to create directory '{}' - {e}", to.display()))?;
+    let mut src = from.as_os_str().to_owned();
+    src.push("/.");
+    run_quiet("cp", &["-a".to_string(), arg(&src), arg(to)])
+        .map_err(|e| format!("copying '{}' failed: {e}", from.display()))
 }
 
 /// The image's files into `work/root`, the ISO made of them, written into a fresh volume

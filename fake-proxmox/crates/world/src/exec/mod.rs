@@ -28,6 +28,7 @@
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`), because no route
 //! serves them (they answer 501).
 
+mod ct;
 mod disks;
 mod files;
 mod guest;
@@ -39,10 +40,12 @@ use std::fmt;
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
+use crate::lxc::model::Ct;
 use crate::nodes::model::Node;
 use crate::qemu::model::Vm;
 
 pub use crate::storage::volid::volume_path;
+pub use ct::{CT_SHUTDOWN_DEFAULT, CtCreate, CtCreated, CtIface, CtShutdown};
 pub use disks::{
     CloudInitImage, Copied, CopyFailed, CopyJob, CopyLog, Disks, Placed, SimulatedDisks,
     StorageInfo, Vol,
@@ -208,6 +211,57 @@ pub trait Executor: Send + Sync + fmt::Debug {
             "the simulated backend runs no guest: VM {} has nothing to fault \
              (the /_fake/faults rules apply to the API)",
             vm.vmid
+        ))
+    }
+
+    // Containers (`lxc`): the model decides as for VMs, then hands the effect over. The
+    // defaults are the simulated backend's: nothing runs, the model's rows are the truth.
+
+    /// The end of a container's create: its template unpacked into the root file system and
+    /// root's SSH keys written (`restore_archive`, `post_create_hook`). `Err` fails the
+    /// `vzcreate` task (its volumes are freed again).
+    fn create_ct(&self, job: &CtCreate<'_>) -> Result<CtCreated, String> {
+        let _ = job;
+        Ok(CtCreated::default())
+    }
+    /// The container starts (its config already has the pending changes applied): PVE's
+    /// setup files written, its init run. Records `power`, `pid`, `started_at` on `ct`.
+    fn start_ct(&self, ct: &mut Ct, host: &mut Host<'_>) -> Result<(), String> {
+        ct::start_simulated(ct, host);
+        Ok(())
+    }
+    /// The container is killed (`lxc-stop --kill`).
+    fn stop_ct(&self, ct: &mut Ct) -> Result<(), String> {
+        ct.core.power_lost();
+        Ok(())
+    }
+    /// The container's init is asked to stop (`lxc-stop`), bounded as `how` says.
+    fn shutdown_ct(&self, ct: &mut Ct, how: &CtShutdown) -> Result<(), String> {
+        let _ = how;
+        ct.core.power_lost();
+        Ok(())
+    }
+    /// The container is checkpointed and stops (`lxc-checkpoint -s`).
+    fn suspend_ct(&self, ct: &mut Ct) -> Result<(), String> {
+        ct.core.power_lost();
+        Ok(())
+    }
+    /// Bring the container's run state up to what really runs (its init exited: stopped;
+    /// else its pid and memory), for the routes before they read it.
+    fn refresh_ct(&self, _ct: &mut Ct, _now: f64) {}
+    /// What `interfaces` answers for a running container: `None` when nothing runs it here
+    /// (the model answers from the config); `Err` when looking failed.
+    fn ct_interfaces(&self, _ct: &Ct) -> Option<Result<Vec<CtIface>, String>> {
+        None
+    }
+    /// The container is destroyed: whatever ran it goes (its volumes are the `Disks` seam's).
+    fn destroy_ct(&self, _ct: &Ct) {}
+    /// How the host reaches a running container (the control API's `…/lxc/{vmid}/guest`).
+    fn ct_access(&self, ct: &Ct, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {
+        let _ = (user, key);
+        Err(format!(
+            "CT {} runs on the simulated backend: there is no container to reach",
+            ct.vmid
         ))
     }
 }

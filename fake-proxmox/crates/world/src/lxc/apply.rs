@@ -1,5 +1,6 @@
 //! What a container task does when it completes, and how a failed one is undone.
 
+use super::lifecycle::CtMade;
 use super::work::CtWork;
 use crate::world::Site;
 
@@ -18,8 +19,14 @@ impl Site {
                 volumes,
                 start_after,
                 pool,
+                ostemplate,
+                ssh_keys,
             } => {
-                let r = self.finish_create_ct(node, *vmid, config, volumes, now);
+                let made = CtMade {
+                    ostemplate: ostemplate.as_deref(),
+                    ssh_keys: ssh_keys.as_deref(),
+                };
+                let r = self.finish_create_ct(node, *vmid, config, volumes, &made, now);
                 if r.is_ok() {
                     if let Some(pool) = pool {
                         self.access.add_vm_to_pool(*vmid, pool);
@@ -34,13 +41,26 @@ impl Site {
                 self.finish_start_ct(*vmid, now)?;
                 Ok(Vec::new())
             }
-            CtWork::Reboot { vmid } => {
-                self.ct_power_off(*vmid);
+            CtWork::Reboot { vmid, timeout } => {
+                // `vm_reboot`: `vm_stop` killing after the timeout, then `vm_start`.
+                self.shut_down_ct(*vmid, *timeout, true, now)?;
                 self.finish_start_ct(*vmid, now)?;
                 Ok(Vec::new())
             }
-            CtWork::Stop { vmid } | CtWork::Shutdown { vmid } | CtWork::Suspend { vmid } => {
-                self.ct_power_off(*vmid);
+            CtWork::Stop { vmid } => {
+                self.kill_ct(*vmid, now)?;
+                Ok(Vec::new())
+            }
+            CtWork::Shutdown {
+                vmid,
+                timeout,
+                force,
+            } => {
+                self.shut_down_ct(*vmid, *timeout, *force, now)?;
+                Ok(Vec::new())
+            }
+            CtWork::Suspend { vmid } => {
+                self.run_ct(*vmid, now, |exec, ct, _| exec.suspend_ct(ct))?;
                 Ok(Vec::new())
             }
             CtWork::Destroy { vmid, unreferenced } => {

@@ -305,6 +305,8 @@ impl Site {
             volumes,
             start_after,
             pool,
+            ostemplate: Some(ostemplate),
+            ssh_keys: p.str("ssh-public-keys"),
         });
         Ok(self.start_task(plan, req.now))
     }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::model::{Ct, MountPoint, MountType, is_mp_key, is_unused_key};
 use super::work::{CtWork, NewVolume};
+use crate::exec::{CtCreate, Vol};
 use crate::request::Request;
 use crate::storage::features::{Feature, VolumeState, has_feature};
 use crate::storage::model::{StorageType, format_size, parse_size};
@@ -56,42 +57,89 @@ impl Site {
         )
     }
 
-    /// The end of `vzcreate`: the volumes allocated, the config written, the lock gone.
+    /// The end of `vzcreate`: the volumes allocated, the config written, the template
+    /// unpacked and root's keys written by the executor, the lock gone. On an error the
+    /// volumes and the config go again.
     pub(crate) fn finish_create_ct(
         &mut self,
         node: &str,
         vmid: u32,
         config: &[(String, String)],
         volumes: &[NewVolume],
+        made: &CtMade<'_>,
         now: f64,
     ) -> Result<Vec<String>, String> {
         let mut conf: BTreeMap<String, String> = config.iter().cloned().collect();
-        let mut made: Vec<(String, String)> = Vec::new();
+        let mut allocated: Vec<(String, String)> = Vec::new();
+        let mut failed = None;
         for v in volumes {
             match self.alloc_ct_volume(node, vmid, v, now) {
                 Ok((volid, value)) => {
-                    made.push((v.storage.clone(), volid));
+                    allocated.push((v.storage.clone(), volid));
                     conf.insert(v.key.clone(), value);
                 }
                 Err(e) => {
-                    for (sid, volid) in made {
-                        if let Some((_, volname)) = parse_volid(&volid) {
-                            self.remove_volume(node, &sid, volname);
-                        }
-                    }
-                    self.cts.remove(&vmid);
-                    return Err(format!("unable to create CT {vmid} - {e}"));
+                    failed = Some(e);
+                    break;
                 }
             }
         }
-        match self.cts.get_mut(&vmid) {
-            Some(ct) => {
-                ct.config = conf;
-                ct.lock = None;
-                Ok(Vec::new())
+        let mut log = Vec::new();
+        if failed.is_none() {
+            match self.cts.get_mut(&vmid) {
+                Some(ct) => ct.config = conf,
+                None => failed = Some("config vanished".into()),
             }
-            None => Err(format!("unable to create CT {vmid} - config vanished")),
         }
+        if failed.is_none()
+            && let Some(ostemplate) = made.ostemplate
+        {
+            match self.unpack_ct(node, vmid, ostemplate, made.ssh_keys) {
+                Ok(l) => log = l,
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            for (sid, volid) in allocated {
+                if let Some((_, volname)) = parse_volid(&volid) {
+                    self.remove_volume(node, &sid, volname);
+                }
+            }
+            self.cts.remove(&vmid);
+            return Err(format!("unable to create CT {vmid} - {e}"));
+        }
+        if let Some(ct) = self.cts.get_mut(&vmid) {
+            ct.lock = None;
+        }
+        Ok(log)
+    }
+
+    /// The executor's part of a create: the template into the root file system, root's
+    /// keys; the OS it detects replaces the guess from the template's name.
+    fn unpack_ct(
+        &mut self,
+        node: &str,
+        vmid: u32,
+        ostemplate: &str,
+        ssh_keys: Option<&str>,
+    ) -> Result<Vec<String>, String> {
+        let exec = self.exec_on(node).clone();
+        let Some(ct) = self.cts.get(&vmid) else {
+            return Err("config vanished".into());
+        };
+        let job = CtCreate {
+            ct,
+            ostemplate,
+            template: parse_volid(ostemplate).map(|(sid, volname)| Vol::new(node, sid, volname)),
+            ssh_keys,
+        };
+        let created = exec.create_ct(&job)?;
+        if let Some(os) = created.ostype
+            && let Some(ct) = self.cts.get_mut(&vmid)
+        {
+            ct.config.insert("ostype".into(), os);
+        }
+        Ok(created.log)
     }
 
     /// `alloc_disk`: the volume's id and the mount point's new config value.
@@ -118,7 +166,7 @@ impl Site {
         } else {
             s.next_disk_name(vmid, "raw")
         };
-        let volname = self.alloc_volume_data(node, &v.storage, vmid, volname, fmt, v.size, now)?;
+        let volname = self.alloc_rootdir_data(node, &v.storage, vmid, volname, fmt, v.size, now)?;
         let volid = format!("{}:{volname}", v.storage);
         let mut m = v.mount.clone();
         m.volume = volid.clone();
@@ -186,11 +234,13 @@ impl Site {
         Ok(self.start_task(plan, req.now))
     }
 
-    /// The end of `vzdestroy`: the container's volumes, config, ACLs and pool entry go.
+    /// The end of `vzdestroy`: whatever runs the container stops, then its volumes,
+    /// config, ACLs and pool entry go.
     pub(crate) fn finish_destroy_ct(&mut self, vmid: u32, unreferenced: bool) {
         let Some(ct) = self.cts.remove(&vmid) else {
             return;
         };
+        self.exec_on(&ct.node).destroy_ct(&ct);
         for volid in ct_volumes(&ct.config) {
             self.free_volume(&ct.node, &volid);
         }
@@ -198,13 +248,6 @@ impl Site {
             self.remove_volumes_of(&ct.node, vmid);
         }
         self.access.remove_vm_access(vmid);
-    }
-
-    /// A container's process is gone: stopped.
-    pub(crate) fn ct_power_off(&mut self, vmid: u32) {
-        if let Some(ct) = self.cts.get_mut(&vmid) {
-            ct.core.power_lost();
-        }
     }
 
     /// `POST …/template`
@@ -409,4 +452,12 @@ pub fn ct_volumes(config: &BTreeMap<String, String>) -> Vec<String> {
         .filter(|m| m.kind() == MountType::Volume && parse_volid(&m.volume).is_some())
         .map(|m| m.volume)
         .collect()
+}
+
+/// What a create hands its executor besides the config: the template and root's keys.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CtMade<'a> {
+    /// `None` for a restore (its archive is not unpacked).
+    pub ostemplate: Option<&'a str>,
+    pub ssh_keys: Option<&'a str>,
 }

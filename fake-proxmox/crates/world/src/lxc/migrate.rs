@@ -153,8 +153,8 @@ impl Site {
         {
             // `phase1` writes the lock; a locked container's `prepare` failed before it.
             ct.lock = Some("migrate".into());
-            if stopped {
-                ct.core.power_lost();
+            if stopped && let Err(e) = self.kill_ct(vmid, req.now) {
+                tracing::warn!("CT {vmid}: stopping it for the migration: {e}");
             }
         }
         Ok(self.start_task(task, req.now))

@@ -51,6 +51,7 @@ pub mod move_volume;
 pub mod perms;
 pub mod power;
 pub mod restore;
+pub mod setup;
 pub mod snapshot;
 pub mod status;
 pub mod update;

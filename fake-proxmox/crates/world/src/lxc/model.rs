@@ -21,6 +21,10 @@ use crate::version::PveVersion;
 pub struct Ct {
     #[serde(flatten)]
     pub core: GuestCore,
+    /// The memory its processes use, as the executor measured it at its last `refresh_ct`
+    /// (`None`: nothing real runs it; `vmstatus` shows the model's figure). Runtime only.
+    #[serde(skip)]
+    pub mem_used: Option<u64>,
 }
 
 impl std::ops::Deref for Ct {
@@ -57,6 +61,7 @@ impl Ct {
     ) -> Ct {
         Ct {
             core: GuestCore::stopped(GuestKind::Lxc, vmid, node, config, lock),
+            mem_used: None,
         }
     }
 

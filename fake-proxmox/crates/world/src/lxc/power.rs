@@ -2,14 +2,15 @@
 //! pve-container's `src/PVE/API2/LXC/Status.pm` answers them: the running check before the
 //! task, the lock and template checks inside it, and PVE's task types.
 //!
-//! Containers run in the model itself: no executor backs them yet (the lab backend runs
-//! VMs only), so a start cannot fail for want of host resources.
+//! What runs a container is the node's executor (`exec`): the simulated one draws a pid, the
+//! lab backend starts a real container from the config.
 
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
-use super::model::{NetConf, is_net_key};
+use super::model::{Ct, NetConf, is_net_key};
 use super::work::CtWork;
-use crate::guest::Power;
+use crate::exec::{CT_SHUTDOWN_DEFAULT, CtShutdown, Executor, Host};
 use crate::request::Request;
 use crate::wire::PveError;
 use crate::world::Site;
@@ -83,7 +84,12 @@ impl Site {
         if !self.ct_running(vmid) {
             return Err(PveError::die(format!("CT {vmid} not running")));
         }
-        let mut plan = self.ct_plan(req, "vzshutdown", &node, vmid, CtWork::Shutdown { vmid });
+        let work = CtWork::Shutdown {
+            vmid,
+            timeout: req.p.int("timeout").and_then(|t| u64::try_from(t).ok()),
+            force: req.p.flag("forceStop"),
+        };
+        let mut plan = self.ct_plan(req, "vzshutdown", &node, vmid, work);
         plan.planned_error = self.ct_task_refusal(vmid, false, false);
         plan.duration = 2.0;
         Ok(self.start_task(plan, req.now))
@@ -95,7 +101,11 @@ impl Site {
         if !self.ct_running(vmid) {
             return Err(PveError::die(format!("VM {vmid} not running")));
         }
-        let mut plan = self.ct_plan(req, "vzreboot", &node, vmid, CtWork::Reboot { vmid });
+        let work = CtWork::Reboot {
+            vmid,
+            timeout: req.p.int("timeout").and_then(|t| u64::try_from(t).ok()),
+        };
+        let mut plan = self.ct_plan(req, "vzreboot", &node, vmid, work);
         plan.planned_error = self.ct_task_refusal(vmid, false, false);
         plan.duration = 3.0;
         Ok(self.start_task(plan, req.now))
@@ -124,13 +134,10 @@ impl Site {
         Ok(self.start_task(plan, req.now))
     }
 
-    /// The container runs: pending changes applied first (`vmconfig_apply_pending`), then
-    /// its NICs with `ip=dhcp` take leases from their bridges' pools.
+    /// The container runs: pending changes applied first (`vmconfig_apply_pending`), its
+    /// bridges checked, then the executor starts it; its NICs with `ip=dhcp` take leases
+    /// from their bridges' pools.
     pub(crate) fn finish_start_ct(&mut self, vmid: u32, now: f64) -> Result<(), String> {
-        let pid: u32 = {
-            use rand::Rng;
-            self.rng.random_range(2_000..4_000_000)
-        };
         let bridges_ok = self.ct_bridges_exist(vmid);
         let Some(ct) = self.cts.get_mut(&vmid) else {
             return Err(format!("CT {vmid} does not exist"));
@@ -141,11 +148,59 @@ impl Site {
             ct.config.remove(k);
         }
         bridges_ok?;
-        ct.power = Power::Running;
-        ct.started_at = now;
-        ct.pid = Some(pid);
+        self.run_ct(vmid, now, |exec, ct, host| exec.start_ct(ct, host))?;
         self.assign_ct_leases(vmid);
         Ok(())
+    }
+
+    /// Carry out an effect on container `vmid` through its node's executor (see `exec`);
+    /// `Err` is the task's exit status.
+    pub(crate) fn run_ct(
+        &mut self,
+        vmid: u32,
+        now: f64,
+        effect: impl FnOnce(&dyn Executor, &mut Ct, &mut Host<'_>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let Some(node) = self.cts.get(&vmid).map(|c| c.node.clone()) else {
+            return Err(format!("CT {vmid} does not exist"));
+        };
+        let exec = self.exec_on(&node).clone();
+        let bridges = self
+            .nodes
+            .get(&node)
+            .map(|n| n.bridges.as_slice())
+            .unwrap_or_default();
+        let mut host = Host {
+            rng: &mut self.rng,
+            boot_delay_secs: self.boot_delay_secs,
+            now,
+            bridges,
+        };
+        let Some(ct) = self.cts.get_mut(&vmid) else {
+            return Err(format!("CT {vmid} does not exist"));
+        };
+        effect(exec.as_ref(), ct, &mut host)
+    }
+
+    /// The container is killed now (a stop, or a verb that needs it stopped first).
+    pub(crate) fn kill_ct(&mut self, vmid: u32, now: f64) -> Result<(), String> {
+        self.run_ct(vmid, now, |exec, ct, _| exec.stop_ct(ct))
+    }
+
+    /// `vzshutdown`: the container's init asked to stop, killed after the timeout when
+    /// `force`, else the task fails.
+    pub(crate) fn shut_down_ct(
+        &mut self,
+        vmid: u32,
+        timeout: Option<u64>,
+        force: bool,
+        now: f64,
+    ) -> Result<(), String> {
+        let how = CtShutdown {
+            timeout: timeout.map_or(CT_SHUTDOWN_DEFAULT, Duration::from_secs),
+            force,
+        };
+        self.run_ct(vmid, now, |exec, ct, _| exec.shutdown_ct(ct, &how))
     }
 
     /// `PVE::LXC::update_net` at start: a NIC's bridge must exist on the node.

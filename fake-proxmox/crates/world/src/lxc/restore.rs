@@ -264,6 +264,9 @@ impl Site {
             volumes,
             start_after: p.flag("start"),
             pool,
+            // A backup's files are not unpacked (see the module's deviations).
+            ostemplate: None,
+            ssh_keys: p.str("ssh-public-keys"),
         });
         Ok(self.start_task(plan, req.now))
     }

@@ -268,10 +268,12 @@ impl Site {
             return Ok(self.start_task(plan, req.now));
         }
         plan.duration = 1.0;
+        if self.cts.get(&vmid).is_some_and(|c| c.is_running())
+            && let Err(e) = self.kill_ct(vmid, req.now)
+        {
+            tracing::warn!("CT {vmid}: stopping it for the rollback: {e}");
+        }
         if let Some(ct) = self.cts.get_mut(&vmid) {
-            if ct.is_running() {
-                ct.core.power_lost();
-            }
             ct.lock = Some("rollback".into());
         }
         Ok(self.start_task(plan, req.now))

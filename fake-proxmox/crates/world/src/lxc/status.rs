@@ -5,6 +5,8 @@
 use serde_json::{Value, json};
 
 use super::model::{Ct, NetConf, is_net_key};
+use crate::exec::CtIface;
+use crate::wire::PveError;
 use crate::world::Site;
 
 /// Memory a running container's processes use: a steady share of its limit.
@@ -46,7 +48,7 @@ impl Ct {
             "cpus": if cpus.fract() == 0.0 { json!(cpus as u64) } else { json!(cpus) },
             "cpu": if running { json!(RUNNING_CPU) } else { json!(0) },
             "maxmem": self.memory_bytes(),
-            "mem": if running { used_memory(self) } else { 0 },
+            "mem": if running { self.mem_used.unwrap_or_else(|| used_memory(self)) } else { 0 },
             "maxswap": self.swap_bytes(),
             "swap": 0,
             "maxdisk": self.rootfs_size(),
@@ -120,6 +122,33 @@ impl Ct {
     }
 }
 
+/// `get_interfaces`' answer for what `ip --json address` shows in the container: each
+/// interface with its MAC, its addresses, and (kept for old clients) `inet`/`inet6` holding
+/// the last address of that family.
+pub fn interfaces_json(ifaces: &[CtIface]) -> Value {
+    let rows = ifaces
+        .iter()
+        .map(|i| {
+            let mut obj = json!({"name": i.name});
+            let mut list = Vec::new();
+            for (ip, prefix) in &i.addrs {
+                let family = if ip.is_ipv4() { "inet" } else { "inet6" };
+                obj[family] = json!(format!("{ip}/{prefix}"));
+                list.push(json!({
+                    "ip-address-type": family,
+                    "ip-address": ip.to_string(),
+                    "prefix": prefix,
+                }));
+            }
+            obj["ip-addresses"] = Value::Array(list);
+            obj["hardware-address"] = json!(i.mac);
+            obj["hwaddr"] = json!(i.mac);
+            obj
+        })
+        .collect();
+    Value::Array(rows)
+}
+
 /// The EUI-64 link-local address the kernel gives a NIC with this MAC.
 fn link_local(mac: &str) -> Option<String> {
     let b: Vec<u8> = mac
@@ -140,6 +169,19 @@ fn link_local(mac: &str) -> Option<String> {
 }
 
 impl Site {
+    /// `GET …/interfaces`: what really runs the container reports, else the model's rows.
+    pub fn ct_interfaces(&self, node: &str, vmid: u32) -> Result<Value, PveError> {
+        let ct = self.ct_on(node, vmid)?;
+        if !ct.is_running() {
+            return Ok(Value::Null);
+        }
+        match self.exec_on(node).ct_interfaces(ct) {
+            None => Ok(ct.interfaces()),
+            Some(Ok(ifaces)) => Ok(interfaces_json(&ifaces)),
+            Some(Err(e)) => Err(PveError::die(e)),
+        }
+    }
+
     /// The threads of the container's node (the `cpus` of a container without a limit).
     pub fn node_cpus(&self, node: &str) -> u32 {
         self.node(node).map_or(1, |n| n.threads)
@@ -149,6 +191,36 @@ impl Site {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn real_interfaces_read_as_get_interfaces_gives_them() {
+        let ifaces = [
+            CtIface {
+                name: "lo".into(),
+                mac: Some("00:00:00:00:00:00".into()),
+                addrs: vec![("127.0.0.1".parse().expect("ip"), 8)],
+            },
+            CtIface {
+                name: "eth0".into(),
+                mac: Some("bc:24:11:aa:bb:cc".into()),
+                addrs: vec![
+                    ("192.168.11.60".parse().expect("ip"), 24),
+                    ("fe80::be24:11ff:feaa:bbcc".parse().expect("ip"), 64),
+                ],
+            },
+        ];
+        let v = interfaces_json(&ifaces);
+        assert_eq!(v[1]["name"], "eth0");
+        assert_eq!(v[1]["hwaddr"], "bc:24:11:aa:bb:cc");
+        assert_eq!(v[1]["hardware-address"], "bc:24:11:aa:bb:cc");
+        assert_eq!(v[1]["inet"], "192.168.11.60/24");
+        assert_eq!(v[1]["inet6"], "fe80::be24:11ff:feaa:bbcc/64");
+        assert_eq!(
+            v[1]["ip-addresses"][0],
+            json!({"ip-address": "192.168.11.60", "ip-address-type": "inet", "prefix": 24})
+        );
+        assert_eq!(v[0]["inet"], "127.0.0.1/8");
+    }
 
     #[test]
     fn link_local_addresses_follow_eui64() {

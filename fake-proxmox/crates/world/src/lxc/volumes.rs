@@ -5,6 +5,7 @@
 
 use super::model::MountPoint;
 use super::work::NewVolume;
+use crate::exec::Vol;
 use crate::storage::model::{Storage, StorageType};
 use crate::storage::volid::parse_volid;
 use crate::wire::PveError;
@@ -106,13 +107,23 @@ impl Site {
                     .ok_or_else(|| format!("storage '{sid}' does not exist"))?
                     .write_data(volname, used)
             });
-        if let Err(e) = written {
+        let copied = written.and_then(|()| self.copy_ct_files(node, &m.volume, &volid));
+        if let Err(e) = copied {
             if let Some((sid, volname)) = parse_volid(&volid) {
                 self.remove_volume(node, sid, volname);
             }
             return Err(e);
         }
         Ok((volid, value))
+    }
+
+    /// The files of volume `from` into the new volume `to` (see `Disks::copy_rootdir`).
+    fn copy_ct_files(&self, node: &str, from: &str, to: &str) -> Result<(), String> {
+        let (Some((fs, fv)), Some((ts, tv))) = (parse_volid(from), parse_volid(to)) else {
+            return Ok(());
+        };
+        self.disks_on(node)
+            .copy_rootdir(Vol::new(node, fs, fv), Vol::new(node, ts, tv))
     }
 
     /// `vdisk_clone` of a template's base volume: a thin volume of the same size for
@@ -128,7 +139,7 @@ impl Site {
         let (sid, _) =
             parse_volid(&m.volume).ok_or_else(|| format!("bad volume id '{}'", m.volume))?;
         let size = m.size.unwrap_or(0);
-        self.alloc_ct_volume(
+        let (volid, value) = self.alloc_ct_volume(
             node,
             newid,
             &NewVolume {
@@ -138,7 +149,15 @@ impl Site {
                 mount: m.clone(),
             },
             now,
-        )
+        )?;
+        // Sharing blocks is the storage's trick; where data is kept, the files are copied.
+        if let Err(e) = self.copy_ct_files(node, &m.volume, &volid) {
+            if let Some((sid, volname)) = parse_volid(&volid) {
+                self.remove_volume(node, sid, volname);
+            }
+            return Err(e);
+        }
+        Ok((volid, value))
     }
 }
 

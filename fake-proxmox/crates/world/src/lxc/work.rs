@@ -41,6 +41,13 @@ pub enum CtWork {
         volumes: Vec<NewVolume>,
         start_after: bool,
         pool: Option<String>,
+        /// `ostemplate` (absent in state files written before containers ran for real, and
+        /// for a restore).
+        #[serde(default)]
+        ostemplate: Option<String>,
+        /// `ssh-public-keys`: root's `authorized_keys` in the new container.
+        #[serde(default)]
+        ssh_keys: Option<String>,
     },
     Start {
         vmid: u32,
@@ -48,11 +55,20 @@ pub enum CtWork {
     Stop {
         vmid: u32,
     },
+    /// `timeout` in seconds (PVE's default 60) and `forceStop`.
     Shutdown {
         vmid: u32,
+        #[serde(default)]
+        timeout: Option<u64>,
+        #[serde(default)]
+        force: bool,
     },
+    /// `timeout` for the shutdown half (unset: `lxc-stop`'s own); the container is killed
+    /// after it.
     Reboot {
         vmid: u32,
+        #[serde(default)]
+        timeout: Option<u64>,
     },
     Suspend {
         vmid: u32,

@@ -26,14 +26,49 @@ impl Site {
         size: u64,
         now: f64,
     ) -> Result<String, String> {
+        self.alloc_data_with(node, sid, vmid, volname, fmt, size, now, false)
+    }
+
+    /// `alloc_volume_data` for a container's volume (`rootfs`, `mpN`): its data is what
+    /// the container's root sees (see `Disks::allocate_rootdir`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn alloc_rootdir_data(
+        &mut self,
+        node: &str,
+        sid: &str,
+        vmid: u32,
+        volname: String,
+        fmt: &str,
+        size: u64,
+        now: f64,
+    ) -> Result<String, String> {
+        self.alloc_data_with(node, sid, vmid, volname, fmt, size, now, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn alloc_data_with(
+        &mut self,
+        node: &str,
+        sid: &str,
+        vmid: u32,
+        volname: String,
+        fmt: &str,
+        size: u64,
+        now: f64,
+        rootdir: bool,
+    ) -> Result<String, String> {
         let sto = self
             .storage_mut(node, sid)
             .ok_or_else(|| format!("storage '{sid}' does not exist"))?;
         let volname = sto.alloc_image(vmid, volname, fmt, size, now as u64)?;
-        if let Err(e) = self
-            .disks_on(node)
-            .allocate(Vol::new(node, sid, &volname), fmt, size)
-        {
+        let vol = Vol::new(node, sid, &volname);
+        let disks = self.disks_on(node);
+        let made = if rootdir {
+            disks.allocate_rootdir(vol, fmt, size)
+        } else {
+            disks.allocate(vol, fmt, size)
+        };
+        if let Err(e) = made {
             if let Some(s) = self.storage_mut(node, sid) {
                 s.volumes.remove(&volname);
             }

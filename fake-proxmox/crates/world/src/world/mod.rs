@@ -144,6 +144,12 @@ impl Site {
                     exec.refresh(vm, now);
                 }
             }
+            for ct in self.cts.values_mut() {
+                let exec = runners_on(&self.exec, &self.node_runners, &ct.node);
+                if ct.is_running() && exec.observes_guests() {
+                    exec.refresh_ct(ct, now);
+                }
+            }
         }
         // Every task due before a node's boot completes first (its `stopall` among them).
         while let Some(seq) = self.tasks.first_due(now) {

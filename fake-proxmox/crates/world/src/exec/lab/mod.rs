@@ -35,8 +35,10 @@
 pub mod agent;
 pub mod argv;
 pub mod backend;
+pub mod ct;
 pub mod faults;
 pub mod power;
+pub mod rootfs;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -46,7 +48,10 @@ use std::time::Duration;
 use serde_json::Value;
 use vm_lab::guests::{BridgeSpec, DhcpPool, Guest, GuestHost};
 
-use super::{AgentCall, Executor, GuestFault, Host};
+use super::{
+    AgentCall, CtCreate, CtCreated, CtIface, CtShutdown, Executor, GuestAccess, GuestFault, Host,
+};
+use crate::lxc::model::Ct;
 use crate::nodes::model::Bridge;
 use crate::qemu::model::{Power, Vm};
 
@@ -188,19 +193,14 @@ impl Executor for LabExecutor {
         self.forward(call)
     }
 
-    fn access(
-        &self,
-        vm: &Vm,
-        user: &str,
-        key: &std::path::Path,
-    ) -> Result<super::GuestAccess, String> {
+    fn access(&self, vm: &Vm, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {
         let address = self.guest_ipv4(vm, "net0")?;
         let cmd = self.ssh_command(vm, key, user, &[])?;
         let ssh = std::iter::once(cmd.get_program())
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        Ok(super::GuestAccess {
+        Ok(GuestAccess {
             address: address.to_string(),
             ssh,
             serial_log: self
@@ -235,6 +235,47 @@ impl Executor for LabExecutor {
         )
         .map_err(|e| power::qmp_failed(vm.vmid, "block_resize", &e))?;
         Ok(true)
+    }
+
+    fn create_ct(&self, job: &CtCreate<'_>) -> Result<CtCreated, String> {
+        self.create_container(job)
+    }
+
+    fn start_ct(&self, ct: &mut Ct, host: &mut Host<'_>) -> Result<(), String> {
+        self.start_container(ct, host)
+    }
+
+    fn stop_ct(&self, ct: &mut Ct) -> Result<(), String> {
+        self.kill_container(ct);
+        Ok(())
+    }
+
+    fn shutdown_ct(&self, ct: &mut Ct, how: &CtShutdown) -> Result<(), String> {
+        self.shut_down_container(ct, how)
+    }
+
+    fn suspend_ct(&self, ct: &mut Ct) -> Result<(), String> {
+        Err(format!(
+            "CT {}: the lab backend cannot checkpoint a container (lxc-checkpoint); \
+             stop or shut it down instead",
+            ct.vmid
+        ))
+    }
+
+    fn refresh_ct(&self, ct: &mut Ct, _now: f64) {
+        self.refresh_container(ct);
+    }
+
+    fn ct_interfaces(&self, ct: &Ct) -> Option<Result<Vec<CtIface>, String>> {
+        Some(self.container_interfaces(ct))
+    }
+
+    fn destroy_ct(&self, ct: &Ct) {
+        self.remove_container(ct);
+    }
+
+    fn ct_access(&self, ct: &Ct, user: &str, key: &std::path::Path) -> Result<GuestAccess, String> {
+        self.container_access(ct, user, key)
     }
 
     fn refresh(&self, vm: &mut Vm, now: f64) {
