@@ -507,7 +507,7 @@ async fn no_address(
 
 #[then(expr = "{node}'s console says {string}")]
 async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result<(), ClusterError> {
-    let log = w.console_of(&node)?;
+    let log = w.console_of(&node).await?;
     let body = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
     if !body.contains(&text) {
         return Err(fail(format!(
