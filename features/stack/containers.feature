@@ -22,6 +22,7 @@ Feature: Containers in the whole stack: one cluster across VMs and a container, 
     Then the cluster has 3 started members and one leader
     And every member speaks only TLS on its client and peer ports and asks clients for a certificate
     And the PVE API restarted node03 with 1 container reboot
+    And node03's console says "cluster-boot: node03 first boot, bootstrapping cluster photoncloud"
     When node03 writes "photoncloud/ct" = "from-a-container"
     Then node01 reads "photoncloud/ct" = "from-a-container"
     When node02 writes "photoncloud/vm" = "from-a-vm"
@@ -29,6 +30,7 @@ Feature: Containers in the whole stack: one cluster across VMs and a container, 
     When node03's container is rebooted through the PVE API
     Then the cluster has 3 started members and one leader
     And the PVE API restarted node03 with 2 container reboots
+    And node03's console says "cluster-boot: node03 rejoins with the data on its disk"
     And node03 reads "photoncloud/ct" = "from-a-container"
 
   Scenario: A deployer that creates a container without its SSH keys: it runs, refuses SSH, the cluster step names it

@@ -215,7 +215,9 @@ pub fn boot_script(cfg: &NodeConfig, layout: &GuestLayout, timing: RaftTiming) -
         r#"#!/bin/sh
 # Cluster first-boot automation for {node}, installed by provision-harness.
 set -u
-say() {{ {{ echo "$*" > /dev/console; }} 2>/dev/null || echo "$*"; }}
+# the console only where it is a device: where /dev is a bare tmpfs (vm-lab's containers), a
+# redirection would make a plain file of that name and the report would reach no one
+say() {{ {{ [ -c /dev/console ] && echo "$*" > /dev/console; }} 2>/dev/null || echo "$*"; }}
 fail() {{ say "{failed}: $*"; exit 1; }}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MNT={mnt}

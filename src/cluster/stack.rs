@@ -21,7 +21,7 @@ use super::provision::{self, BOOT_MARKER, Onto, PER_BOOT_SCRIPT, ProvisionOption
 use super::quorum::{self, Node, Quorum};
 use super::tls::{self, ClusterTls};
 use super::topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};
-use super::transport::{NodeShell, SshShell, SshTarget};
+use super::transport::{NodeShell, SshShell, SshTarget, last_lines};
 
 /// Which kind of PVE guest a member runs in: PVE's API family, `qemu` or `lxc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -506,7 +506,10 @@ exit $rc
                 node: name.to_owned(),
                 step: "start the member (boot.sh over SSH)".into(),
                 code: 0,
-                detail: format!("no \"{BOOT_MARKER}\": {}", out.stdout.trim()),
+                detail: format!(
+                    "no \"{BOOT_MARKER}\" from it: {}",
+                    last_lines(&format!("{}\n{}", out.stdout, out.stderr), 6)
+                ),
             })
         }
     }
