@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 use fake_proxmox::exec::FileDisks;
 use fake_proxmox::exec::lab::backend::LabOptions;
+use fake_proxmox::persist::journal::StateSync;
 use fake_proxmox::scenario::Backend;
 use fake_proxmox::{ClockMode, ControlToken, FakeProxmox, Limits, PveVersion, Scenario};
 
@@ -53,6 +54,11 @@ enum Cmd {
         /// that holds a world serves it, whatever `--scenario` says.
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// When a change to the state dir is acknowledged: `write` (once written: survives the
+        /// process dying any way; synced within a second) or `data` (once fdatasynced:
+        /// survives a power loss too, one disk sync per lone request).
+        #[arg(long, default_value = "write", value_parser = parse_state_sync)]
+        state_sync: StateSync,
         /// `simulated` (volumes are records only) or `files` (every volume a real file,
         /// under `STATE_DIR/disks`, else a temp dir removed on exit).
         #[arg(long, default_value = "simulated", value_parser = ["simulated", "files"])]
@@ -170,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
             no_auth_delay,
             clock,
             state_dir,
+            state_sync,
             disks,
             backend,
             memory_cap_mib,
@@ -238,7 +245,7 @@ async fn main() -> anyhow::Result<()> {
                 b = b.disks(Arc::new(files));
             }
             if let Some(d) = state_dir {
-                b = b.state_dir(d);
+                b = b.state_dir(d).state_sync(state_sync);
             }
             if let Some(t) = &control_token {
                 b = b.control_token(t.clone());
@@ -267,4 +274,9 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--state-sync`: `write` or `data`.
+fn parse_state_sync(s: &str) -> Result<StateSync, String> {
+    s.parse()
 }

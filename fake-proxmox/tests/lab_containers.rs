@@ -327,6 +327,24 @@ async fn containers_made_through_the_api_run_for_real_from_an_uploaded_template(
     assert_eq!(current(&api, 201).await["status"], "stopped");
     assert!(!alive(pid));
 
+    // A full clone of the stopped container copies its files.
+    let r = api
+        .post(
+            &format!("/nodes/{NODE}/lxc/201/clone"),
+            &[("newid", "203"), ("full", "1"), ("hostname", "ct-clone")],
+        )
+        .await;
+    let st = task(&f, &api, r).await;
+    assert_eq!(st["exitstatus"], "OK", "{st}");
+    let clone_root = named(&disks, "vm-203-disk-0").pop().unwrap();
+    assert!(clone_root.join("sbin/init").exists());
+    assert!(
+        std::fs::read_to_string(clone_root.join("etc/network/interfaces"))
+            .unwrap()
+            .contains(STATIC_ADDR),
+        "the source's files, as its last start left them"
+    );
+
     // Stop kills it.
     let pid = pid_of(&current(&api, 202).await);
     let st = power(&f, &api, 202, "stop", &[]).await;
@@ -365,7 +383,7 @@ async fn containers_made_through_the_api_run_for_real_from_an_uploaded_template(
         .parent()
         .unwrap()
         .to_path_buf();
-    for vmid in [200, 201, 202] {
+    for vmid in [200, 201, 202, 203] {
         let r = api
             .send(
                 "DELETE",

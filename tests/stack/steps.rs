@@ -505,13 +505,27 @@ async fn no_address(
     Ok(())
 }
 
+/// How long a guest's console may take to say what a scenario expects of it.
+const CONSOLE_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+
 #[then(expr = "{node}'s console says {string}")]
 async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result<(), ClusterError> {
     let log = w.console_of(&node).await?;
-    let body = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
+    // The guest may still be on its way to the line when the deployer gave up waiting for its
+    // address (a loaded machine boots slowly under TCG): what it says within a while counts.
+    let deadline = std::time::Instant::now() + CONSOLE_WAIT;
+    let mut body;
+    loop {
+        body = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
+        if body.contains(&text) || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     if !body.contains(&text) {
         return Err(fail(format!(
-            "{node}'s console does not say {text:?}; it ends:\n{}",
+            "{node}'s console does not say {text:?} within {} s; it ends:\n{}",
+            CONSOLE_WAIT.as_secs(),
             body.lines()
                 .rev()
                 .take(15)

@@ -6,11 +6,12 @@
 //! `STATE_DIR/state.json`, one JSON document with a `format` name and a `version`. The same
 //! document is what `GET /_fake/state/export` returns and `POST /_fake/state/import` takes.
 //!
-//! Crash safety (see `writer`): every request that may have changed the state (any method
-//! but GET/HEAD, and a GET that completed tasks) is answered only after a state at least that
-//! new is durable: written to a temp file in the state dir, fsynced, renamed over the old
-//! file, and the directory fsynced. One writer thread writes the newest state for all
-//! requests waiting, so concurrent requests share a write (group commit).
+//! Crash safety (see `writer` and `journal`): every request that may have changed the state
+//! (any method but GET/HEAD, and a GET that completed tasks) is answered only after a state at
+//! least that new is written: a journal record appended (and, with
+//! [`journal::StateSync::Data`], fdatasynced), or now and then a whole snapshot written to a
+//! temp file, fsynced, renamed over the old one, and the directory fsynced. One writer thread
+//! writes for all requests waiting, so concurrent requests share a write (group commit).
 //!
 //! Not kept: the request journal (a log for test assertions, not part of the world, and
 //! the largest thing to rewrite on every request) and the runtime handles (executors, disk
@@ -285,7 +286,7 @@ pub fn load(dir: &Path) -> Result<Option<State>, PersistError> {
     let mut state = parse(&bytes)?;
     let after = state.journal_seq.unwrap_or(0);
     let last = match read_if_there(&dir.join(journal::JOURNAL))? {
-        Some(j) => journal::replay(&mut state, &j, after)?,
+        Some(j) => journal::replay::replay(&mut state, &j, after)?,
         None => after,
     };
     state.journal_seq = Some(last);

@@ -174,6 +174,7 @@ pub struct Builder {
     clock: ClockMode,
     listen: BTreeMap<String, SocketAddr>,
     state_dir: Option<PathBuf>,
+    state_sync: crate::persist::journal::StateSync,
     exec: Arc<dyn Executor>,
     disks: Arc<dyn Disks>,
     /// Set by `executor`/`disks`: those run every site, whatever its `backend`.
@@ -201,6 +202,7 @@ impl Default for Builder {
             clock: ClockMode::Real,
             listen: BTreeMap::new(),
             state_dir: None,
+            state_sync: crate::persist::journal::StateSync::default(),
             exec: Arc::new(Simulated),
             disks: Arc::new(SimulatedDisks),
             explicit_runners: false,
@@ -246,6 +248,12 @@ impl Builder {
     /// that changed it (see the book's state-dir page).
     pub fn state_dir(mut self, p: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(p.into());
+        self
+    }
+    /// When an answer that changed the state is given: once its journal record is written
+    /// (default; survives the process dying) or once it is synced (survives power loss too).
+    pub fn state_sync(mut self, sync: crate::persist::journal::StateSync) -> Self {
+        self.state_sync = sync;
         self
     }
     /// What runs the VMs (default: [`Simulated`]); see `exec`.
@@ -378,7 +386,8 @@ impl Builder {
         };
         inner.dirty = 0;
         // A snapshot of what was read back, the journal emptied (a torn record dropped).
-        let journal = crate::persist::journal::Journal::start(&dir, &mut inner, seq)?;
+        let journal = crate::persist::journal::Journal::start(&dir, &mut inner, seq)?
+            .with_sync(self.state_sync)?;
         let persister = crate::persist::writer::Persister::new(dir, 0);
         let shared = Shared::from_inner(inner, self.auth_failure_delay, Some(persister.clone()));
         persister

@@ -8,7 +8,9 @@
 //! `template/iso/`, `template/cache/` (container templates), `import/`, `snippets/`,
 //! `dump/` (backups). Block storages (lvm, lvm-thin, rbd, zfs) are emulated: each volume is
 //! a raw file named after the volume (`<dir>/vm-100-disk-0`). Files are sparse: capacity
-//! still follows the scenario's numbers, not the host's disk.
+//! still follows the scenario's numbers, not the host's disk. A container's volume (`rootfs`,
+//! `mpN`) is a directory at the volume's path instead: the files its root sees, as a
+//! directory storage's `subvol-` holds them (no image, no size limit; `resize` leaves it).
 //!
 //! Deviations: the copy runs when its task ends, under the world's lock (the task log
 //! shows simulated progress while it runs and qemu-img's real lines once it is done; other

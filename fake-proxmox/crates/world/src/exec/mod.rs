@@ -21,6 +21,14 @@
 //! paths ([`Disks::path`]) a guest executor boots from. It is handed to
 //! `FakeProxmox::builder().disks(…)`.
 //!
+//! Containers go through the same executor: the lxc model decides, then hands over the end of
+//! a create (`create_ct`: the template unpacked, root's keys written), start, stop, shutdown
+//! (timeout, `forceStop`), suspend, `refresh_ct` (an init that exited; pid and memory),
+//! `ct_interfaces`, `destroy_ct` and `ct_access`. The defaults are the simulated behaviour
+//! (a pid from the seeded source, the model's rows); [`LabExecutor`] runs vm-lab containers.
+//! Container volumes are allocated through [`Disks::allocate_rootdir`] (a directory where data
+//! is kept) and copied with [`Disks::copy_rootdir`].
+//!
 //! Faults on a real guest ([`GuestFault`]: QEMU killed or paused from outside, a NIC's link
 //! down or up, a disk's writes failing) go through [`Executor::fault`], which the control API's
 //! `…/qemu/{vmid}/fault` calls; the simulated executor refuses them (it runs no guest).
@@ -359,15 +367,15 @@ mod tests {
 
     /// A second executor: records what the PVE rules asked of it, runs it as `Simulated`.
     #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<&'static str>>);
+    struct Recorder(Mutex<Vec<String>>);
 
     impl Recorder {
-        fn note(&self, what: &'static str) {
+        fn note(&self, what: impl Into<String>) {
             if let Ok(mut v) = self.0.lock() {
-                v.push(what);
+                v.push(what.into());
             }
         }
-        fn seen(&self) -> Vec<&'static str> {
+        fn seen(&self) -> Vec<String> {
             self.0.lock().map(|v| v.clone()).unwrap_or_default()
         }
     }
@@ -413,6 +421,81 @@ mod tests {
             self.note("agent");
             Simulated.agent(call)
         }
+        fn start_ct(&self, ct: &mut Ct, host: &mut Host<'_>) -> Result<(), String> {
+            self.note(format!("start_ct {}", ct.config["hostname"]));
+            ct::start_simulated(ct, host);
+            Ok(())
+        }
+        fn stop_ct(&self, ct: &mut Ct) -> Result<(), String> {
+            self.note("stop_ct");
+            ct.core.power_lost();
+            Ok(())
+        }
+        fn shutdown_ct(&self, ct: &mut Ct, how: &CtShutdown) -> Result<(), String> {
+            self.note(format!(
+                "shutdown_ct {}s force={}",
+                how.timeout.as_secs(),
+                how.force
+            ));
+            ct.core.power_lost();
+            Ok(())
+        }
+        fn destroy_ct(&self, ct: &Ct) {
+            self.note(format!("destroy_ct {}", ct.vmid));
+        }
+    }
+
+    #[test]
+    fn container_power_goes_through_the_nodes_executor_with_pves_shutdown_terms() {
+        use crate::lxc::work::CtWork;
+        let spec = &Scenario::embedded_default().sites[0];
+        let node = spec.nodes[0].name.clone();
+        let mut site = Site::from_spec(spec, 1, 0.0);
+        let recorder = Arc::new(Recorder::default());
+        site.exec = recorder.clone();
+        let config = [("hostname", "ct1"), ("memory", "256")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        site.cts.insert(200, Ct::stopped(200, &node, config, None));
+        // A pending change is applied before the executor sees the config.
+        if let Some(ct) = site.cts.get_mut(&200) {
+            ct.pending.set.insert("hostname".into(), "ct2".into());
+        }
+        for work in [
+            CtWork::Start { vmid: 200 },
+            CtWork::Shutdown {
+                vmid: 200,
+                timeout: Some(5),
+                force: true,
+            },
+            CtWork::Start { vmid: 200 },
+            CtWork::Reboot {
+                vmid: 200,
+                timeout: None,
+            },
+            CtWork::Stop { vmid: 200 },
+            CtWork::Destroy {
+                vmid: 200,
+                unreferenced: false,
+            },
+        ] {
+            let r = site.apply_ct_work(&node, &work, 1.0);
+            assert!(r.is_ok(), "{work:?}: {r:?}");
+        }
+        assert_eq!(
+            recorder.seen(),
+            [
+                "start_ct ct2",
+                "shutdown_ct 5s force=true",
+                "start_ct ct2",
+                "shutdown_ct 60s force=true",
+                "start_ct ct2",
+                "stop_ct",
+                "destroy_ct 200",
+            ]
+        );
+        assert!(!site.cts.contains_key(&200));
     }
 
     #[test]

@@ -15,9 +15,12 @@
 //! `clone`, `migrate`, `move_volume` (with `volumes`, what they share).
 //!
 //! # Deviations from real PVE
-//! - Containers run in the model: no executor backs them, on the lab backend neither.
-//! - Templates are not unpacked: a template volume's size stands for its content, the
-//!   extraction takes its time from it, and the OS type comes from the file name.
+//! - What runs a container is the node's executor (`exec`): the simulated one keeps it in the
+//!   model; the lab backend runs a real container (`exec::lab::ct`), with PVE's setup files
+//!   (`setup`) written into its root file system.
+//! - On the simulated backend templates are not unpacked: a template volume's size stands for
+//!   its content, the extraction takes its time from it, and the OS type comes from the file
+//!   name (the lab backend unpacks the real archive and detects the OS in it).
 //! - No restore from backups (`restore=1`), no OCI images, no HA.
 //! - Tag privileges (`assert_tag_permissions`) are not checked.
 //! - Clone: a linked clone does not remember its base (destroying a template with linked

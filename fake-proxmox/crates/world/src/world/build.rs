@@ -93,10 +93,16 @@ impl World {
                     site.add_storage_to_disks(spec, n, s);
                 }
             }
-            // Guests a backend really ran (lab QEMU) did not outlive the process.
+            // Guests a backend really ran (lab QEMU, lab containers) did not outlive the
+            // process.
             for vm in site.vms.values_mut() {
                 if runners_on(&site.exec, &site.node_runners, &vm.node).observes_guests() {
                     vm.power_lost();
+                }
+            }
+            for ct in site.cts.values_mut() {
+                if runners_on(&site.exec, &site.node_runners, &ct.node).observes_guests() {
+                    ct.core.power_lost();
                 }
             }
         }

@@ -22,6 +22,10 @@
 //!   [`LabExecutor::serial_log`]; the namespace holds the node's and the gateway's addresses
 //!   on each bridge, so no management NIC is added to the guest.
 //!
+//! - Containers: real vm-lab containers on the same segments ([`ct`]): the template unpacked
+//!   at create, PVE's setup files written at every start ([`rootfs`]), real pid, memory and
+//!   interfaces, SIGPWR for a shutdown.
+//!
 //! Deviations from real PVE:
 //! - Every call blocks its caller (the site lock) for at most a few seconds: the shutdown
 //!   timeout is the executor's (default 10 s), not the request's `timeout`.

@@ -83,11 +83,7 @@ pub fn remove_sections(data: &str) -> String {
     let Some(first) = lines.iter().position(opens) else {
         return data.to_string();
     };
-    let Some(last) = lines
-        .iter()
-        .rposition(|l| closes(&l))
-        .filter(|&e| e > first)
-    else {
+    let Some(last) = lines.iter().rposition(closes).filter(|&e| e > first) else {
         return data.to_string();
     };
     let mut kept: Vec<&str> = lines[..first].to_vec();

@@ -7,6 +7,8 @@ use crate::persist::tests::{busy_inner, runners};
 use crate::persist::{encode, load, restored_inner};
 use crate::qemu::model::Vm;
 use crate::world::work::TaskPlan;
+use crate::world::work::Work;
+use fake_proxmox_world::storage::volumes::Volume;
 
 /// The whole state as the export shows it, to compare worlds by.
 fn doc(inner: &Inner) -> Value {
@@ -284,4 +286,35 @@ fn snapshots_replaced_under_the_same_ids_are_written_again() {
     let back = restart(dir.path());
     assert!(back.snapshots["1"].sites[0].vms.contains_key(&300));
     assert_eq!(doc(&back), doc(&inner));
+}
+
+#[test]
+fn records_written_but_not_yet_synced_are_read_back_by_the_next_process() {
+    // `StateSync::Write`, the server's default: the answer waits for the write only; the
+    // next process (after a SIGKILL, say) reads the records from the kernel's copy.
+    let dir = tempfile::tempdir().unwrap();
+    let mut inner = busy_inner();
+    let mut j = Journal::start(dir.path(), &mut inner, 0)
+        .unwrap()
+        .with_sync(StateSync::Write)
+        .unwrap();
+    for vmid in 300..304 {
+        change(&mut inner, vmid);
+        persist(&mut j, &mut inner);
+    }
+    let back = restart(dir.path());
+    assert_eq!(doc(&back), doc(&inner));
+    drop(j);
+}
+
+#[test]
+fn the_sync_policy_reads_from_its_flag_values() {
+    assert_eq!("write".parse::<StateSync>(), Ok(StateSync::Write));
+    assert_eq!("data".parse::<StateSync>(), Ok(StateSync::Data));
+    assert!(
+        "fsync"
+            .parse::<StateSync>()
+            .unwrap_err()
+            .contains("write or data")
+    );
 }

@@ -1,0 +1,142 @@
+//! Reading the journal back: its records applied, in order, on the snapshot's world.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fake_proxmox_world::lxc::model::Ct;
+use fake_proxmox_world::nodes::model::Node;
+use fake_proxmox_world::qemu::model::Vm;
+use fake_proxmox_world::tasks::model::Task;
+
+use super::JOURNAL;
+use super::record::{Maps, RecordOwned};
+use crate::persist::PersistError;
+use crate::persist::StateOwned;
+use crate::world::Site;
+use crate::world::work::{TaskStore, Work};
+
+/// A site as replay keeps it: its small parts, and its big maps as plain maps.
+struct SiteParts {
+    site: Site,
+    nodes: BTreeMap<String, Node>,
+    vms: BTreeMap<u32, Vm>,
+    cts: BTreeMap<u32, Ct>,
+    next_task: u64,
+    tasks: BTreeMap<u64, Task<Work>>,
+}
+
+impl SiteParts {
+    fn split(mut site: Site) -> SiteParts {
+        let Maps {
+            nodes,
+            vms,
+            cts,
+            tasks,
+        } = Maps::take(&mut site);
+        let (next_task, tasks) = tasks.into_parts();
+        SiteParts {
+            site,
+            nodes: nodes.into_inner(),
+            vms: vms.into_inner(),
+            cts: cts.into_inner(),
+            next_task,
+            tasks,
+        }
+    }
+
+    fn join(self) -> Result<Site, String> {
+        let mut site = self.site;
+        site.nodes = self.nodes.into();
+        site.vms = self.vms.into();
+        site.cts = self.cts.into();
+        site.tasks = TaskStore::from_parts(self.next_task, self.tasks)
+            .map_err(|e| format!("site {}: {e}", site.name))?;
+        Ok(site)
+    }
+}
+
+/// The records of a journal file after `after`, in order: each line one record; a last
+/// line that does not read (cut short by a crash) is dropped. The number of the last record.
+pub(in crate::persist) fn replay(
+    state: &mut StateOwned,
+    bytes: &[u8],
+    after: u64,
+) -> Result<u64, PersistError> {
+    let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    // The piece after the last newline: empty, or a record whose write did not finish.
+    let tail = lines.pop().unwrap_or_default();
+    let mut last = after;
+    let mut sites: Option<Vec<SiteParts>> = None;
+    let n = lines.len();
+    for (i, line) in lines.iter().enumerate() {
+        let rec: RecordOwned = match serde_json::from_slice(line) {
+            Ok(r) => r,
+            Err(_) if i + 1 == n && tail.is_empty() => break,
+            Err(e) => {
+                return Err(PersistError::Invalid(format!(
+                    "{JOURNAL} line {}: {e}",
+                    i + 1
+                )));
+            }
+        };
+        if rec.seq <= after {
+            continue;
+        }
+        if rec.seq != last + 1 {
+            return Err(PersistError::Invalid(format!(
+                "{JOURNAL} line {}: record {} follows record {last}",
+                i + 1,
+                rec.seq
+            )));
+        }
+        last = rec.seq;
+        let parts = sites.get_or_insert_with(|| {
+            std::mem::take(&mut state.world.sites)
+                .into_iter()
+                .map(SiteParts::split)
+                .collect()
+        });
+        apply(state, parts, rec);
+    }
+    if let Some(parts) = sites {
+        state.world.sites = parts
+            .into_iter()
+            .map(SiteParts::join)
+            .collect::<Result<_, _>>()
+            .map_err(PersistError::Invalid)?;
+    }
+    Ok(last)
+}
+
+fn apply(state: &mut StateOwned, parts: &mut Vec<SiteParts>, rec: RecordOwned) {
+    let mut old: BTreeMap<String, SiteParts> = std::mem::take(parts)
+        .into_iter()
+        .map(|p| (p.site.name.clone(), p))
+        .collect();
+    for s in rec.sites {
+        let mut p = old.remove(&s.site.name).unwrap_or_else(|| SiteParts {
+            site: s.site.clone(),
+            nodes: BTreeMap::new(),
+            vms: BTreeMap::new(),
+            cts: BTreeMap::new(),
+            next_task: 0,
+            tasks: BTreeMap::new(),
+        });
+        p.site = s.site;
+        s.nodes.apply(&mut p.nodes);
+        s.vms.apply(&mut p.vms);
+        s.cts.apply(&mut p.cts);
+        s.tasks.apply(&mut p.tasks);
+        p.next_task = s.next_task;
+        parts.push(p);
+    }
+    state.saved_at = rec.saved_at;
+    state.clock = rec.clock;
+    state.faults = rec.faults;
+    if let Some(sc) = rec.scenario {
+        state.world.scenario = sc;
+    }
+    state.next_snapshot = rec.next_snapshot;
+    let keep: BTreeSet<String> = rec.snapshot_ids.into_iter().collect();
+    state.snapshots.retain(|k, _| keep.contains(k));
+    state.snapshots.extend(rec.new_snapshots);
+}
