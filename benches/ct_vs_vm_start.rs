@@ -73,6 +73,10 @@ async fn measure(
     template: &Path,
 ) -> anyhow::Result<()> {
     println!("# accelerator: {}", accelerator());
+    // Other builds share the machine: the load says how far these figures compare.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!("# load average: {}", load.trim());
+    }
     let node = &rollout.manifests.vms[0].vm.spec.for_provider.node;
     let t = Instant::now();
     containers::upload_template(fake, SITE, rollout, node, template).await?;
