@@ -11,12 +11,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use vm_lab::Error;
 use vm_lab::containers::{BindMount, Container, ContainerNic, ContainerSpec};
 use vm_lab::guests::{BridgeSpec, DhcpPool, GuestHost, HostOptions};
 use vm_lab::image::template::{self, Template, TemplateRequest};
 use vm_lab::namespace::alive;
 use vm_lab::spec::AccelChoice;
-use vm_lab::Error;
 
 const READY: Duration = Duration::from_secs(30);
 const CMD: Duration = Duration::from_secs(20);
@@ -111,7 +111,11 @@ fn eth0_v4(c: &Container) -> Vec<(Ipv4Addr, u8)> {
 /// `ip -o link` in the host's namespace: the names of its interfaces.
 fn lab_links(h: &GuestHost) -> String {
     let out = Command::new("nsenter")
-        .args(vm_lab::namespace::nsenter_argv(h.ns_init_pid(), false, "ip"))
+        .args(vm_lab::namespace::nsenter_argv(
+            h.ns_init_pid(),
+            false,
+            "ip",
+        ))
         .args(["-o", "link"])
         .output()
         .unwrap();
@@ -152,7 +156,8 @@ fn a_dhcp_container_answers_ssh_with_its_hostname_and_runs_the_packages() {
 
     // /etc/hostname (what PVE writes) wins over the name the container was started with.
     assert!(
-        c.console_text().contains("CT-READY hostname=web1 addrs=10.31.0.1"),
+        c.console_text()
+            .contains("CT-READY hostname=web1 addrs=10.31.0.1"),
         "{}",
         c.console_text()
     );
@@ -165,7 +170,9 @@ fn a_dhcp_container_answers_ssh_with_its_hostname_and_runs_the_packages() {
         "{addr}/{prefix} is not from the pool"
     );
 
-    let out = h.ssh(&key, "root", addr, "hostname; command -v etcd", CMD).unwrap();
+    let out = h
+        .ssh(&key, "root", addr, "hostname; command -v etcd", CMD)
+        .unwrap();
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "web1\n/usr/bin/etcd\n", "{out:?}");
     let out = c.exec(&["etcd", "--version"], CMD).unwrap();
@@ -182,7 +189,12 @@ fn a_static_address_bind_mounts_and_exec() {
     let key = ssh_key(dir.path());
     let interfaces = "auto lo\niface lo inet loopback\n\nauto eth0\niface eth0 inet static\n\
                       \taddress 10.32.0.5/24\n\tgateway 10.32.0.1\n";
-    let root = rootfs(dir.path(), "db1", interfaces, Some(&key.with_extension("pub")));
+    let root = rootfs(
+        dir.path(),
+        "db1",
+        interfaces,
+        Some(&key.with_extension("pub")),
+    );
     let shared = dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
     std::fs::write(shared.join("hello"), "from the host\n").unwrap();
@@ -203,16 +215,14 @@ fn a_static_address_bind_mounts_and_exec() {
         },
     ];
     let c = h.start_container(spec).unwrap();
-    assert!(
-        c.wait_console("CT-READY", READY),
-        "{}",
-        c.console_text()
-    );
+    assert!(c.wait_console("CT-READY", READY), "{}", c.console_text());
     assert_eq!(eth0_v4(&c), [(ip("10.32.0.5"), 24)]);
 
     let out = c.exec(&["cat", "/srv/shared/hello"], CMD).unwrap();
     assert_eq!((out.code, out.stdout.as_str()), (0, "from the host\n"));
-    let out = c.exec(&["sh", "-c", "echo made inside > /srv/shared/new"], CMD).unwrap();
+    let out = c
+        .exec(&["sh", "-c", "echo made inside > /srv/shared/new"], CMD)
+        .unwrap();
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(
         std::fs::read_to_string(shared.join("new")).unwrap(),
@@ -222,13 +232,20 @@ fn a_static_address_bind_mounts_and_exec() {
     assert_ne!(out.code, 0, "a read-only mount took a write: {out:?}");
     assert!(!frozen.join("x").exists());
     let out = c.exec(&["ip", "route"], CMD).unwrap();
-    assert!(out.stdout.contains("default via 10.32.0.1 dev eth0"), "{out:?}");
+    assert!(
+        out.stdout.contains("default via 10.32.0.1 dev eth0"),
+        "{out:?}"
+    );
     let out = c.exec(&["sh", "-c", "exit 3"], CMD).unwrap();
     assert_eq!(out.code, 3);
-    let err = c.exec(&["sleep", "30"], Duration::from_millis(500)).unwrap_err();
+    let err = c
+        .exec(&["sleep", "30"], Duration::from_millis(500))
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
 
-    let out = h.ssh(&key, "root", ip("10.32.0.5"), "hostname", CMD).unwrap();
+    let out = h
+        .ssh(&key, "root", ip("10.32.0.5"), "hostname", CMD)
+        .unwrap();
     assert_eq!(out.stdout.trim(), "db1", "{out:?}");
     // The container's mounts are its own: the host sees none of them.
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -269,7 +286,10 @@ fn shutdown_ends_it_and_nothing_is_left_after_remove_or_drop() {
     assert!(!lab_links(&h).contains(&veth), "{}", lab_links(&h));
     assert!(!run_dir.exists());
     assert!(h.container("ct-stop").is_none());
-    assert!(root.join("sbin/init").exists(), "the rootfs is the caller's");
+    assert!(
+        root.join("sbin/init").exists(),
+        "the rootfs is the caller's"
+    );
 
     // Dropping the host takes a running container with it.
     let c = h.start_container(spec).unwrap();
@@ -299,7 +319,9 @@ fn a_malformed_network_file_is_reported_on_the_console() {
     assert!(c.exec(&["true"], CMD).unwrap().success());
     let text = c.console_text();
     assert!(
-        text.contains("CT-ERROR: /etc/network/interfaces line 2: \"address\" outside of an iface stanza"),
+        text.contains(
+            "CT-ERROR: /etc/network/interfaces line 2: \"address\" outside of an iface stanza"
+        ),
         "{text}"
     );
     assert!(
@@ -348,7 +370,9 @@ fn what_cannot_start_is_refused() {
     // The first one's memory is free again once it is gone.
     c.kill();
     assert!(c.wait_exit(Duration::from_secs(5)));
-    let c2 = h.start_container(ContainerSpec::new("ct-b", &root)).unwrap();
+    let c2 = h
+        .start_container(ContainerSpec::new("ct-b", &root))
+        .unwrap();
     assert!(c2.is_running());
     // Whether the limit is enforced depends on the machine; the answer must match the cgroup.
     if c2.memory_limit_enforced() {

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
+use super::cgroup;
+use super::iface::{self, ContainerIface};
 use super::spec::ContainerSpec;
-use super::{cgroup, launch};
 use crate::error::{Error, Result};
 use crate::guests::net::{self, NsProcess};
 use crate::machine::ExecOutput;
@@ -39,17 +40,6 @@ pub struct Container {
     /// What it counts against the host's memory budget (MiB).
     pub(super) budget_mib: u64,
     pub(super) started: Instant,
-}
-
-/// One interface inside a container, as `ip -j addr` reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerIface {
-    /// Its name, e.g. `eth0` or `lo`.
-    pub name: String,
-    /// Its MAC in lower case (`None` for the loopback).
-    pub mac: Option<String>,
-    /// Its addresses with their prefix lengths.
-    pub addrs: Vec<(IpAddr, u8)>,
 }
 
 impl Container {
@@ -168,7 +158,7 @@ impl Container {
                 ),
             ));
         }
-        launch::parse_ip_json(&String::from_utf8_lossy(&out.stdout))
+        iface::parse_ip_json(&String::from_utf8_lossy(&out.stdout))
             .map_err(|e| Error::tool("ip", e))
     }
 

@@ -1,12 +1,8 @@
 //! What starting a container runs, as pure functions: the launcher's command line and the
-//! `ip` commands that make its veth pairs; and the parsing of `ip -j addr`.
+//! `ip` commands that make its veth pairs.
 
-use std::net::IpAddr;
 use std::path::Path;
 
-use serde_json::Value;
-
-use super::container::ContainerIface;
 use super::spec::{ContainerNic, ContainerSpec};
 
 /// The launcher script (see `launcher.sh`): run by a static busybox as the container's PID 1
@@ -91,44 +87,6 @@ pub(super) fn veth_commands(seq: u32, nics: &[ContainerNic], init_pid: u32) -> V
     v
 }
 
-/// `ip -j addr` output → each interface with its MAC and addresses.
-pub(super) fn parse_ip_json(text: &str) -> Result<Vec<ContainerIface>, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("ip -j addr: {e}"))?;
-    let list = v
-        .as_array()
-        .ok_or_else(|| "ip -j addr: not a list".to_string())?;
-    let mut out = Vec::new();
-    for iface in list {
-        let Some(name) = iface.get("ifname").and_then(Value::as_str) else {
-            continue;
-        };
-        let mac = iface
-            .get("address")
-            .and_then(Value::as_str)
-            .filter(|_| iface.get("link_type").and_then(Value::as_str) != Some("loopback"))
-            .map(str::to_ascii_lowercase);
-        let addrs = iface
-            .get("addr_info")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|ai| {
-                        let ip: IpAddr = ai.get("local")?.as_str()?.parse().ok()?;
-                        let prefix = u8::try_from(ai.get("prefixlen")?.as_u64()?).ok()?;
-                        Some((ip, prefix))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push(ContainerIface {
-            name: name.to_string(),
-            mac,
-            addrs,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -193,26 +151,5 @@ mod tests {
                 "link set veth7i1 down",
             ]
         );
-    }
-
-    #[test]
-    fn ip_json_gives_names_macs_and_addresses() {
-        let text = r#"[{"ifindex":1,"ifname":"lo","link_type":"loopback","address":"00:00:00:00:00:00",
-            "addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8}]},
-            {"ifindex":2,"ifname":"eth0","link_type":"ether","address":"BC:24:11:00:00:01",
-            "addr_info":[{"family":"inet","local":"10.9.0.5","prefixlen":24},
-                         {"family":"inet6","local":"fe80::1","prefixlen":64}]}]"#;
-        let v = parse_ip_json(text).unwrap();
-        assert_eq!(v.len(), 2);
-        assert_eq!(v[0].mac, None);
-        assert_eq!(v[1].mac.as_deref(), Some("bc:24:11:00:00:01"));
-        assert_eq!(
-            v[1].addrs,
-            [
-                ("10.9.0.5".parse().unwrap(), 24),
-                ("fe80::1".parse().unwrap(), 64)
-            ]
-        );
-        assert!(parse_ip_json("not json").is_err());
     }
 }

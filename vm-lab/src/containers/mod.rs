@@ -22,6 +22,7 @@
 
 mod cgroup;
 mod container;
+mod iface;
 mod launch;
 mod spec;
 
@@ -33,7 +34,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-pub use container::{Container, ContainerIface};
+pub use container::Container;
+pub use iface::ContainerIface;
 pub use spec::{BindMount, ContainerNic, ContainerSpec};
 
 use crate::error::{Error, Result};
