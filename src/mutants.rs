@@ -56,6 +56,9 @@ pub enum Mutant {
     NoGuestAgent,
     DefaultScsiController,
     BootsFromCloudInitDrive,
+    /// A container is created without `ssh-public-keys` (the keys go only to VMs' `sshkeys`):
+    /// it runs, and refuses SSH.
+    ContainerWithoutSshKeys,
 }
 
 impl Mutant {
@@ -81,6 +84,7 @@ impl Mutant {
             Mutant::NoGuestAgent => "no-guest-agent",
             Mutant::DefaultScsiController => "default-scsi-controller",
             Mutant::BootsFromCloudInitDrive => "boots-from-cloudinit-drive",
+            Mutant::ContainerWithoutSshKeys => "container-without-ssh-keys",
         }
     }
 
@@ -91,7 +95,7 @@ impl Mutant {
 }
 
 /// Every mutant.
-pub const ALL: [Mutant; 19] = [
+pub const ALL: [Mutant; 20] = [
     Mutant::NeverWaitsForTasks,
     Mutant::TokenAsCookie,
     Mutant::Qcow2OnLvmThin,
@@ -111,6 +115,7 @@ pub const ALL: [Mutant; 19] = [
     Mutant::NoGuestAgent,
     Mutant::DefaultScsiController,
     Mutant::BootsFromCloudInitDrive,
+    Mutant::ContainerWithoutSshKeys,
 ];
 
 /// The cluster provisioner's mutants, in the order the lab self-test runs them.

@@ -9,6 +9,8 @@
 //! `cargo test --test stack -- --name 'stopped'` runs one scenario; `--shard I/N` (or
 //! `HARNESS_SHARD`) and `--durations FILE` as for the other runners (`tests/support/shard.rs`).
 
+#[path = "stack/containers.rs"]
+mod containers;
 #[path = "lab/params.rs"]
 mod params;
 #[path = "support/shard.rs"]

@@ -6,11 +6,13 @@
 //! (S1, S2) is vm-lab's. [`lab::Bringup`] runs the steps in order on a lab, each method named
 //! after what it does (`start_lab`, `check_ssh`, `make_certificates`, `stage_configs`,
 //! `provision_over_ssh`, `wait_for_quorum`). [`stack::StackCluster`] runs S2–S6 on VMs a
-//! deployer made through a PVE API instead: files onto each cloud image's persistent disk, a
-//! cloud-init per-boot script to start the member, every restart through the API
-//! ([`stack::VmPower`]).
+//! deployer made through a PVE API instead (VMs and containers): files onto each cloud image's
+//! persistent disk with a cloud-init per-boot script to start the member, or into a container's
+//! root file system, every restart through the API ([`stack::VmPower`]); [`console`] reads what
+//! each guest's boots print.
 
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod etcd;
 pub mod external;

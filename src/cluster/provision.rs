@@ -40,6 +40,10 @@ pub enum Onto {
     /// script ([`PER_BOOT_SCRIPT`]) runs `boot.sh` on every boot, as it would on a real cloud
     /// image; the boot disk itself is never partitioned.
     CloudImage { dir: String },
+    /// A container's root file system, which PVE keeps across its restarts: the files go into
+    /// the layout's mount point as a plain directory. Nothing at boot runs `boot.sh` (vm-lab's
+    /// container template has no boot hook), so whoever restarts the container starts it.
+    ContainerRoot,
 }
 
 impl Onto {
@@ -87,7 +91,29 @@ pub fn disk_script(layout: &GuestLayout, opts: &ProvisionOptions) -> String {
     match &opts.onto {
         Onto::BlankDisk => blank_disk_script(layout, opts),
         Onto::CloudImage { dir } => cloud_dir_script(layout, dir),
+        Onto::ContainerRoot => container_dir_script(layout),
     }
+}
+
+/// [`Onto::ContainerRoot`]: the mount point made as a directory of the container's root.
+fn container_dir_script(layout: &GuestLayout) -> String {
+    format!(
+        r#"set -u
+fail() {{ code=$1; shift; echo "provision: $*" >&2; exit "$code"; }}
+MNT={mnt}
+for b in etcd etcdctl; do command -v $b >/dev/null 2>&1 || fail 22 "$b is not in the container's template"; done
+mkdir -p {bin} {etc} {secrets} "$MNT/log" {data} || fail 25 "cannot create directories under $MNT"
+chmod 700 {secrets} {data}
+cp "$(command -v etcd)" "$(command -v etcdctl)" {bin}/ || fail 26 "cannot copy etcd into $MNT"
+sync
+echo "provision: $MNT on the container's root file system"
+"#,
+        mnt = sh_quote(&layout.mount),
+        bin = sh_quote(&layout.bin_dir()),
+        etc = sh_quote(&layout.etc_dir()),
+        secrets = sh_quote(&layout.secrets_dir()),
+        data = sh_quote(&layout.data_dir()),
+    )
 }
 
 /// [`Onto::CloudImage`]: a directory on the image's persistent file system, bound at the mount
@@ -189,7 +215,9 @@ pub fn boot_script(cfg: &NodeConfig, layout: &GuestLayout, timing: RaftTiming) -
         r#"#!/bin/sh
 # Cluster first-boot automation for {node}, installed by provision-harness.
 set -u
-say() {{ {{ echo "$*" > /dev/console; }} 2>/dev/null || echo "$*"; }}
+# the console only where it is a device: where /dev is a bare tmpfs (vm-lab's containers), a
+# redirection would make a plain file of that name and the report would reach no one
+say() {{ {{ [ -c /dev/console ] && echo "$*" > /dev/console; }} 2>/dev/null || echo "$*"; }}
 fail() {{ say "{failed}: $*"; exit 1; }}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MNT={mnt}
@@ -377,6 +405,7 @@ pub async fn provision_node<S: NodeShell>(
             match opts.onto {
                 Onto::BlankDisk => "partition and format the disk",
                 Onto::CloudImage { .. } => "prepare the cluster directory on the disk",
+                Onto::ContainerRoot => "prepare the cluster directory in the container",
             },
         )?;
     let files = install_files(staged, &cfg, opts)?;

@@ -1,9 +1,10 @@
-//! The cluster on VMs a deployer made through the PVE API (the whole stack): the same S2–S6 as
-//! on a vm-lab lab, but each VM is reached over SSH at the address its guest agent reported, the
-//! cluster's files go onto the cloud image's persistent disk ([`Onto::CloudImage`]), and every
-//! restart, stop and start goes through the PVE API (`POST …/status/reboot|stop|start`), never
-//! around it. What a boot did is read from the VM's serial console when the target offers one
-//! (a lab-backed fake does), otherwise from the node over SSH.
+//! The cluster on guests a deployer made through the PVE API (the whole stack): the same S2–S6
+//! as on a vm-lab lab, but each guest is reached over SSH at the address PVE reported (a VM's
+//! guest agent, a container's `interfaces`), the cluster's files go onto a VM's persistent disk
+//! ([`Onto::CloudImage`]) or a container's root file system ([`Onto::ContainerRoot`]), and every
+//! restart, stop and start goes through the PVE API (`POST …/{qemu|lxc}/{vmid}/status/…`), never
+//! around it. What a boot did is read from the guest's console when the target offers one (a
+//! lab-backed fake does), otherwise from the node over SSH.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -12,30 +13,64 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::{self, NodeConfig, StageOptions, StagedCluster};
+use super::console::{BootMarkers, BootReport, read_from, wait_boot_report, wait_console};
+pub use super::console::{CONSOLE_MILESTONES, ConsoleMark, ConsoleWatch, Milestone};
 use super::error::ClusterError;
 use super::etcd::{self, sh_quote};
-use super::provision::{
-    self, BOOT_FAILED_MARKER, BOOT_MARKER, Onto, PER_BOOT_SCRIPT, ProvisionOptions,
-};
+use super::provision::{self, BOOT_MARKER, Onto, PER_BOOT_SCRIPT, ProvisionOptions};
 use super::quorum::{self, Node, Quorum};
 use super::tls::{self, ClusterTls};
 use super::topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};
 use super::transport::{NodeShell, SshShell, SshTarget, last_lines};
 
-/// What the project's cloud image prints once a boot is done (its per-boot scripts ran).
-const CLOUD_READY: &str = "CLOUDIMG-READY";
-/// The prefix of the cloud image's cloud-init failures.
-const CLOUD_ERROR: &str = "CLOUDINIT-ERROR:";
+/// Which kind of PVE guest a member runs in: PVE's API family, `qemu` or `lxc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuestFamily {
+    /// A QEMU VM booting the project's cloud image.
+    #[default]
+    Qemu,
+    /// A Linux container made from vm-lab's container template.
+    Lxc,
+}
 
-/// One VM of the cluster, as the deployer made it and the target lets the harness reach it.
+impl GuestFamily {
+    /// PVE's path segment: `qemu` or `lxc`.
+    pub fn api(self) -> &'static str {
+        match self {
+            GuestFamily::Qemu => "qemu",
+            GuestFamily::Lxc => "lxc",
+        }
+    }
+
+    /// What its boots print on the console.
+    pub fn markers(self) -> &'static BootMarkers {
+        match self {
+            GuestFamily::Qemu => &super::console::CLOUD_IMAGE,
+            GuestFamily::Lxc => &super::console::CONTAINER,
+        }
+    }
+
+    /// How a step names it: `VM` or `container`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            GuestFamily::Qemu => "VM",
+            GuestFamily::Lxc => "container",
+        }
+    }
+}
+
+/// One guest of the cluster (a VM or a container), as the deployer made it and the target lets
+/// the harness reach it.
 #[derive(Debug, Clone)]
 pub struct StackVm {
-    /// The VM's name (also its hostname and its member name).
+    /// The guest's name (also its hostname and its member name).
     pub name: String,
     /// The PVE node it runs on.
     pub node: String,
     pub vmid: u32,
-    /// The address its guest agent reported.
+    /// A VM or a container.
+    pub family: GuestFamily,
+    /// The address PVE reported for it (a VM's guest agent, a container's `interfaces`).
     pub address: IpAddr,
     /// How to reach its SSH server.
     pub ssh: SshTarget,
@@ -57,14 +92,16 @@ impl Default for StackOptions {
     }
 }
 
-/// How the cluster's VMs are powered: `verb` (`reboot`, `stop`, `start`) on VM `vmid` of PVE
-/// node `node`, done when the VM has done it (a PVE client posts `…/status/{verb}` and awaits
-/// the task). The provisioner never reaches around the API; the deployer's client implements
-/// this where the two are joined (`rehearse_stack`), so neither product imports the other.
+/// How the cluster's guests are powered: `verb` (`reboot`, `stop`, `start`) on guest `vmid` of
+/// `family` on PVE node `node`, done when the guest has done it (a PVE client posts
+/// `…/{qemu|lxc}/{vmid}/status/{verb}` and awaits the task). The provisioner never reaches around
+/// the API; the deployer's client implements this where the two are joined (`rehearse_stack`),
+/// so neither product imports the other.
 pub trait VmPower: Send + Sync {
     fn power<'a>(
         &'a self,
         node: &'a str,
+        family: GuestFamily,
         vmid: u32,
         verb: &'a str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
@@ -213,7 +250,7 @@ impl StackCluster {
                 let start = Instant::now();
                 let r = async {
                     if let Some(log) = &vm.serial_log {
-                        wait_console(&vm.name, log, CLOUD_READY, boot_timeout).await?;
+                        wait_console(&vm.name, log, vm.family.markers(), boot_timeout).await?;
                     }
                     provision::check_hostnames(std::slice::from_ref(shell), Duration::from_secs(60))
                         .await
@@ -288,16 +325,16 @@ impl StackCluster {
     #[tracing::instrument(name = "install", skip_all, err(Display), fields(only = only.unwrap_or("all")))]
     pub async fn install(&mut self, only: Option<&str>) -> Result<(), ClusterError> {
         let staged = self.staged()?.clone();
-        let opts = self.provision.clone();
         let jobs = self
-            .shells
+            .vms
             .iter()
-            .filter(|s| only.is_none_or(|n| n == s.node()))
-            .map(|s| {
-                let (staged, opts, steps) = (&staged, &opts, &self.steps);
+            .zip(&self.shells)
+            .filter(|(_, s)| only.is_none_or(|n| n == s.node()))
+            .map(|(vm, s)| {
+                let (staged, opts, steps) = (&staged, self.provision_for(vm), &self.steps);
                 async move {
                     let start = Instant::now();
-                    let r = provision::provision_node(staged, s, opts).await;
+                    let r = provision::provision_node(staged, s, &opts).await;
                     steps.record(s.node(), "install over SSH", start, &r);
                     r
                 }
@@ -361,6 +398,16 @@ impl StackCluster {
         r
     }
 
+    /// How `vm` is provisioned: [`StackCluster::provision`], with a container's files on its
+    /// root file system.
+    pub fn provision_for(&self, vm: &StackVm) -> ProvisionOptions {
+        let mut opts = self.provision.clone();
+        if vm.family == GuestFamily::Lxc {
+            opts.onto = Onto::ContainerRoot;
+        }
+        opts
+    }
+
     /// Every step the harness took on each VM so far, in the order they ended.
     pub fn steps(&self) -> Vec<StackStep> {
         self.steps.all()
@@ -370,11 +417,11 @@ impl StackCluster {
     async fn power(&self, name: &str, verb: &str) -> Result<(), ClusterError> {
         let vm = self.vm(name)?;
         self.pve
-            .power(&vm.node, vm.vmid, verb)
+            .power(&vm.node, vm.family, vm.vmid, verb)
             .await
             .map_err(|detail| ClusterError::Remote {
                 node: name.to_owned(),
-                step: format!("{verb} through the PVE API"),
+                step: format!("{verb} of the {} through the PVE API", vm.family.noun()),
                 code: 0,
                 detail,
             })
@@ -396,9 +443,74 @@ impl StackCluster {
         mark: ConsoleMark,
     ) -> Result<(), ClusterError> {
         let vm = self.vm(name)?;
-        match &vm.serial_log {
-            Some(log) => wait_console_report(name, log, mark, self.options.boot_timeout).await,
-            None => self.wait_service_over_ssh(name).await,
+        let Some(log) = &vm.serial_log else {
+            if vm.family == GuestFamily::Lxc {
+                quorum::wait_until(
+                    &format!("{name}: the member started over SSH"),
+                    self.options.boot_timeout,
+                    || self.start_member_over_ssh(name),
+                )
+                .await?;
+            }
+            return self.wait_service_over_ssh(name).await;
+        };
+        let fail = |detail: String| ClusterError::Remote {
+            node: name.to_owned(),
+            step: "boot".into(),
+            code: 1,
+            detail,
+        };
+        let report = wait_boot_report(
+            name,
+            log,
+            mark,
+            vm.family.markers(),
+            self.options.boot_timeout,
+        )
+        .await?;
+        match (report, vm.family) {
+            (BootReport::Started, _) => Ok(()),
+            (BootReport::Booted { errors }, _) if !errors.is_empty() => {
+                Err(fail(errors.join(" | ")))
+            }
+            (BootReport::Booted { .. }, GuestFamily::Qemu) => Err(fail(format!(
+                "the VM booted and no first-boot script reported: no {PER_BOOT_SCRIPT} on its disk"
+            ))),
+            // vm-lab's container template runs nothing of the cluster's at boot (its init
+            // configures the network and starts dropbear): the harness starts the member.
+            (BootReport::Booted { .. }, GuestFamily::Lxc) => self.start_member_over_ssh(name).await,
+        }
+    }
+
+    /// Runs the member's first-boot script over SSH, its output appended to the guest's
+    /// console (PID 1's stdout) as a boot hook's would be; Ok once it reports etcd started.
+    #[tracing::instrument(name = "start the member over SSH", skip_all, err(Display), fields(node = name))]
+    pub async fn start_member_over_ssh(&self, name: &str) -> Result<(), ClusterError> {
+        let script = format!(
+            r#"out=$({boot} </dev/null 2>&1); rc=$?
+printf '%s\n' "$out" 2>/dev/null >> /proc/1/fd/1
+printf '%s\n' "$out"
+exit $rc
+"#,
+            boot = sh_quote(&self.layout.boot_script())
+        );
+        let out = self
+            .shell(name)?
+            .run(&script, Duration::from_secs(60))
+            .await?
+            .check(name, "start the member (boot.sh over SSH)")?;
+        if out.stdout.contains(BOOT_MARKER) {
+            Ok(())
+        } else {
+            Err(ClusterError::Remote {
+                node: name.to_owned(),
+                step: "start the member (boot.sh over SSH)".into(),
+                code: 0,
+                detail: format!(
+                    "no \"{BOOT_MARKER}\" from it: {}",
+                    last_lines(&format!("{}\n{}", out.stdout, out.stderr), 6)
+                ),
+            })
         }
     }
 
@@ -537,288 +649,38 @@ impl StackCluster {
     }
 }
 
-/// Waits until the console shows `marker` (from its start).
-async fn wait_console(
-    name: &str,
-    log: &Path,
-    marker: &str,
-    timeout: Duration,
-) -> Result<(), ClusterError> {
-    let start = Instant::now();
-    loop {
-        let text = read_from(log, 0);
-        if text.contains(marker) {
-            return Ok(());
-        }
-        if start.elapsed() >= timeout {
-            return Err(ClusterError::Remote {
-                node: name.to_owned(),
-                step: "boot".into(),
-                code: 1,
-                detail: format!(
-                    "no {marker} on its console within {} s; it ends: {}",
-                    timeout.as_secs(),
-                    last_lines(&text, 6)
-                ),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// `e` with what the VM's console says its last boot applied (the cloud image's ready line:
-/// hostname, users, addresses), when there is a console.
+/// `e` with what the guest's console says its last boot applied (the ready line's hostname,
+/// users and addresses) or why it failed, when there is a console.
 fn with_console(vm: &StackVm, e: ClusterError) -> ClusterError {
     let Some(log) = &vm.serial_log else { return e };
     let text = read_from(log, 0);
-    let Some(line) = text.lines().rev().find(|l| l.contains(CLOUD_READY)) else {
-        return e;
+    let markers = vm.family.markers();
+    let said = match text.lines().rev().find(|l| l.contains(markers.ready)) {
+        Some(line) => {
+            let applied: Vec<&str> = line
+                .split_whitespace()
+                .filter(|w| {
+                    ["host=", "hostname=", "users=", "addrs=", "cloudinit="]
+                        .iter()
+                        .any(|k| w.starts_with(k))
+                })
+                .collect();
+            format!("its console says it applied {}", applied.join(" "))
+        }
+        None => {
+            let errors = super::console::error_lines(&text, markers);
+            if errors.is_empty() {
+                return e;
+            }
+            format!("its console says {}", errors.join(" | "))
+        }
     };
-    let applied: Vec<&str> = line
-        .split_whitespace()
-        .filter(|w| {
-            ["host=", "users=", "addrs=", "cloudinit="]
-                .iter()
-                .any(|k| w.starts_with(k))
-        })
-        .collect();
     ClusterError::Remote {
         node: vm.name.clone(),
         step: "SSH".into(),
         code: 0,
-        detail: format!("{e}; its console says it applied {}", applied.join(" ")),
+        detail: format!("{e}; {said}"),
     }
-}
-
-/// A guest-side milestone: when the harness first saw it on a VM's console, and since when the
-/// VM had been on its way to it (the previous milestone of the same boot, or the moment the
-/// boot's console appeared).
-#[derive(Debug, Clone)]
-pub struct Milestone {
-    pub vm: String,
-    pub what: &'static str,
-    pub since: Instant,
-    pub at: Instant,
-}
-
-/// What each boot prints on the project's cloud image, in order, and what it means.
-pub const CONSOLE_MILESTONES: [(&str, &str); 4] = [
-    ("CLOUDIMG-INIT", "booted (init runs)"),
-    (CLOUD_READY, "cloud-init applied, SSH up"),
-    (BOOT_MARKER, "etcd started"),
-    (provision::HEALTHY_MARKER, "etcd healthy"),
-];
-
-/// Which consoles a [`ConsoleWatch`] reads.
-enum Consoles {
-    /// These VMs' logs.
-    Of(Vec<(String, PathBuf)>),
-    /// Every `*/*/serial.log` under a lab backend's run root (`<host>/<node>-<vmid>/`), named by
-    /// their guest directory (`pve-01-100`), as the guests appear.
-    Under(PathBuf),
-}
-
-impl Consoles {
-    fn list(&self) -> Vec<(String, PathBuf)> {
-        match self {
-            Consoles::Of(v) => v.clone(),
-            Consoles::Under(root) => std::fs::read_dir(root)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .flat_map(|host| {
-                    std::fs::read_dir(host.path())
-                        .into_iter()
-                        .flatten()
-                        .flatten()
-                })
-                .map(|g| {
-                    (
-                        g.file_name().to_string_lossy().into_owned(),
-                        g.path().join("serial.log"),
-                    )
-                })
-                .filter(|(_, p)| p.is_file())
-                .collect(),
-        }
-    }
-}
-
-/// Watches consoles in the background and timestamps every milestone of every boot
-/// ([`CONSOLE_MILESTONES`]) as it appears, to put the guest's side on the same time axis as the
-/// API's. Resolution: its poll interval (200 ms); what was there when it started is stamped then.
-pub struct ConsoleWatch {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    handle: tokio::task::JoinHandle<Vec<Milestone>>,
-}
-
-/// What the watch knows of one console: the file of the current boot, when it appeared, the
-/// occurrences of each marker seen, and the last milestone's time.
-struct Seen {
-    mark: ConsoleMark,
-    counts: [usize; 4],
-    last: Instant,
-}
-
-impl ConsoleWatch {
-    /// Watches these VMs' consoles.
-    pub fn start(vms: &[StackVm]) -> Self {
-        Self::spawn(Consoles::Of(
-            vms.iter()
-                .filter_map(|v| v.serial_log.clone().map(|p| (v.name.clone(), p)))
-                .collect(),
-        ))
-    }
-
-    /// Watches every guest a lab backend runs under `root` (its state directory's `lab/`),
-    /// from before the guests exist: milestones are named by guest directory (`<node>-<vmid>`).
-    pub fn start_under(root: PathBuf) -> Self {
-        Self::spawn(Consoles::Under(root))
-    }
-
-    fn spawn(consoles: Consoles) -> Self {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let handle = tokio::spawn(async move {
-            let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-            let mut out = Vec::new();
-            loop {
-                let done = flag.load(std::sync::atomic::Ordering::Relaxed);
-                for (vm, log) in consoles.list() {
-                    let mark = ConsoleMark::of(&log);
-                    let text = read_from(&log, 0);
-                    let now = Instant::now();
-                    let entry = seen.entry(vm.clone()).or_insert(Seen {
-                        mark,
-                        counts: [0; 4],
-                        last: now,
-                    });
-                    if entry.mark.inode != mark.inode || entry.mark.born != mark.born {
-                        *entry = Seen {
-                            mark,
-                            counts: [0; 4],
-                            last: now,
-                        };
-                    }
-                    for (i, (marker, what)) in CONSOLE_MILESTONES.iter().enumerate() {
-                        let n = text.matches(marker).count();
-                        for _ in entry.counts[i]..n {
-                            out.push(Milestone {
-                                vm: vm.clone(),
-                                what,
-                                since: entry.last,
-                                at: now,
-                            });
-                            entry.last = now;
-                        }
-                        entry.counts[i] = entry.counts[i].max(n);
-                    }
-                }
-                if done {
-                    return out;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        Self { stop, handle }
-    }
-
-    /// Stops watching (after one last look) and returns the milestones in the order seen.
-    pub async fn finish(self) -> Vec<Milestone> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.handle.await.unwrap_or_default()
-    }
-}
-
-/// A place in a console log: the file (its inode and birth time, which tell a file made anew
-/// even when the inode number is reused) and its length then. A guest's next QEMU may write a new
-/// file (the lab backend makes a guest's run directory anew on every start), whose text all
-/// counts as later.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ConsoleMark {
-    inode: u64,
-    born: Option<std::time::SystemTime>,
-    len: u64,
-}
-
-impl ConsoleMark {
-    pub fn of(log: &Path) -> Self {
-        use std::os::unix::fs::MetadataExt as _;
-        std::fs::metadata(log)
-            .map(|m| Self {
-                inode: m.ino(),
-                born: m.created().ok(),
-                len: m.len(),
-            })
-            .unwrap_or_default()
-    }
-
-    /// Where in `log`, as it is now, the text after this mark begins.
-    fn offset_in(self, log: &Path) -> u64 {
-        let now = Self::of(log);
-        if now.inode == self.inode && now.born == self.born && now.len >= self.len {
-            self.len
-        } else {
-            0
-        }
-    }
-}
-
-/// What a boot printed after `mark`: the first-boot script's report, a failure, or a boot that
-/// finished without either (no per-boot script on the disk).
-async fn wait_console_report(
-    name: &str,
-    log: &Path,
-    mark: ConsoleMark,
-    timeout: Duration,
-) -> Result<(), ClusterError> {
-    let start = Instant::now();
-    let fail = |detail: String| ClusterError::Remote {
-        node: name.to_owned(),
-        step: "boot".into(),
-        code: 1,
-        detail,
-    };
-    loop {
-        let text = read_from(log, mark.offset_in(log));
-        if text.contains(BOOT_MARKER) {
-            return Ok(());
-        }
-        if let Some(l) = text.lines().find(|l| l.contains(BOOT_FAILED_MARKER)) {
-            return Err(fail(l.trim().to_owned()));
-        }
-        if text.contains(CLOUD_READY) {
-            // The image runs its per-boot scripts before it reports ready.
-            let errors: Vec<&str> = text
-                .lines()
-                .filter(|l| l.contains(CLOUD_ERROR))
-                .map(str::trim)
-                .collect();
-            return Err(fail(if errors.is_empty() {
-                format!(
-                    "the VM booted and no first-boot script reported: no {PER_BOOT_SCRIPT} \
-                     on its disk"
-                )
-            } else {
-                errors.join(" | ")
-            }));
-        }
-        if start.elapsed() >= timeout {
-            return Err(fail(format!(
-                "no report within {} s; its console ends: {}",
-                timeout.as_secs(),
-                last_lines(&text, 6)
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// The console log from byte `mark` on (empty when it cannot be read).
-fn read_from(log: &Path, mark: u64) -> String {
-    let bytes = std::fs::read(log).unwrap_or_default();
-    let from = usize::try_from(mark).unwrap_or(usize::MAX).min(bytes.len());
-    String::from_utf8_lossy(&bytes[from..]).into_owned()
 }
 
 #[cfg(test)]
@@ -826,110 +688,63 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn log_with(text: &str) -> (tempfile::TempDir, PathBuf) {
+    fn guest(family: GuestFamily, console: &str) -> (tempfile::TempDir, StackVm) {
         let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("serial.log");
-        std::fs::write(&p, text).unwrap();
-        (d, p)
-    }
-
-    #[tokio::test]
-    async fn a_boot_report_counts_only_after_the_mark() {
-        let before = format!("{BOOT_MARKER} (pid 1)\n");
-        let (_d, p) = log_with(&before);
-        let mark = ConsoleMark::of(&p);
-        std::fs::write(&p, format!("{before}{CLOUD_READY} host=node01\n")).unwrap();
-        let err = wait_console_report("node01", &p, mark, Duration::from_secs(1))
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("no first-boot script reported"), "{err}");
-        wait_console_report("node01", &p, ConsoleMark::default(), Duration::from_secs(1))
-            .await
-            .unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_console_made_anew_by_the_next_boot_counts_from_its_start() {
-        let (d, p) = log_with(&"SeaBIOS and a long first boot\n".repeat(50));
-        let mark = ConsoleMark::of(&p);
-        // The next QEMU writes a new, shorter file at the same path.
-        std::fs::remove_file(&p).unwrap();
-        std::fs::write(
-            d.path().join("serial.log"),
-            format!("{BOOT_MARKER} (pid 7)\n"),
-        )
-        .unwrap();
-        wait_console_report("node01", &p, mark, Duration::from_secs(1))
-            .await
-            .unwrap();
-    }
-
-    #[tokio::test]
-    async fn the_console_watch_stamps_each_boot_s_milestones_as_they_appear() {
-        let (d, p) = log_with("CLOUDIMG-INIT\n");
+        let log = d.path().join("console.log");
+        std::fs::write(&log, console).unwrap();
         let vm = StackVm {
-            name: "node01".into(),
+            name: "node03".into(),
             node: "pve-01".into(),
-            vmid: 100,
-            address: "192.168.100.11".parse().unwrap(),
+            vmid: 102,
+            family,
+            address: "192.168.100.13".parse().unwrap(),
             ssh: SshTarget {
-                node: "node01".into(),
+                node: "node03".into(),
                 base: vec!["ssh".into()],
                 key: d.path().join("key"),
             },
-            serial_log: Some(p.clone()),
+            serial_log: Some(log),
         };
-        let watch = ConsoleWatch::start(std::slice::from_ref(&vm));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        std::fs::write(
-            &p,
-            format!("CLOUDIMG-INIT\n{CLOUD_READY} host=node01\n{BOOT_MARKER} (pid 9)\n"),
-        )
-        .unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // The next boot writes a new file: its init counts again.
-        std::fs::remove_file(&p).unwrap();
-        std::fs::write(&p, "CLOUDIMG-INIT\n").unwrap();
-        let seen: Vec<&str> = watch.finish().await.iter().map(|m| m.what).collect();
-        assert_eq!(
-            seen,
-            [
-                "booted (init runs)",
-                "cloud-init applied, SSH up",
-                "etcd started",
-                "booted (init runs)"
-            ]
-        );
+        (d, vm)
     }
 
-    #[tokio::test]
-    async fn a_failed_boot_names_its_cause() {
-        let (_d, p) = log_with(&format!(
-            "cloudimg: per-boot\n{BOOT_FAILED_MARKER}: /cluster/secrets/ca.crt is missing\n"
-        ));
-        let err = wait_console_report("node02", &p, ConsoleMark::default(), Duration::from_secs(1))
-            .await
-            .unwrap_err()
-            .to_string();
+    fn refused() -> ClusterError {
+        ClusterError::Remote {
+            node: "node03".into(),
+            step: "hostname over SSH".into(),
+            code: 255,
+            detail: "Connection timed out".into(),
+        }
+    }
+
+    #[test]
+    fn an_unreachable_guest_is_named_with_what_its_console_says() {
+        let (_d, ct) = guest(
+            GuestFamily::Lxc,
+            "CT-INIT\nCT-READY hostname=node03 addrs=192.168.100.13/30\n",
+        );
+        let e = with_console(&ct, refused()).to_string();
         assert!(
-            err.contains("node02") && err.contains("ca.crt is missing"),
-            "{err}"
+            e.contains("node03") && e.contains("applied hostname=node03 addrs=192.168.100.13/30"),
+            "{e}"
         );
-    }
-
-    #[tokio::test]
-    async fn a_silent_console_times_out_with_its_tail() {
-        let (_d, p) = log_with("SeaBIOS\nBooting from Hard Disk...\n");
-        let err = wait_console_report(
-            "node03",
-            &p,
-            ConsoleMark::default(),
-            Duration::from_millis(300),
-        )
-        .await
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("Booting from Hard Disk"), "{err}");
+        let (_d, ct) = guest(
+            GuestFamily::Lxc,
+            "CT-INIT\nCT-ERROR: eth0: cannot route via gateway 192.168.100.254\n",
+        );
+        let e = with_console(&ct, refused()).to_string();
+        assert!(e.contains("says CT-ERROR: eth0: cannot route"), "{e}");
+        // A VM's console is read with the cloud image's lines, not the container's.
+        let (_d, vm) = guest(
+            GuestFamily::Qemu,
+            "CLOUDIMG-READY host=node03 users=root addrs=eth0=192.168.100.13/24\n",
+        );
+        let e = with_console(&vm, refused()).to_string();
+        assert!(e.contains("applied host=node03 users=root addrs="), "{e}");
+        let (_d, vm) = guest(GuestFamily::Qemu, "CT-READY hostname=x\n");
+        assert_eq!(
+            with_console(&vm, refused()).to_string(),
+            refused().to_string()
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! the project's cloud image with the cluster's packages baked in), then the cluster provisioner
 //! forms the cluster on them and restarts them through the PVE API; the run ends at a quorate
 //! cluster that stores and reads a key. The `@stack` features (`tests/stack.rs`) reach the same
-//! pieces through these functions.
+//! pieces through these functions; [`containers`] makes a member a container.
+
+pub mod containers;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,10 +17,13 @@ use serde::Serialize;
 use crate::cluster::ClusterError;
 use crate::cluster::config::StageOptions;
 use crate::cluster::stack::{
-    CLUSTER_ROW, ConsoleWatch, Milestone, StackCluster, StackOptions, StackStep, StackVm, VmPower,
+    CLUSTER_ROW, ConsoleWatch, GuestFamily, Milestone, StackCluster, StackOptions, StackStep,
+    StackVm, VmPower,
 };
 use crate::cluster::transport::SshTarget;
 use crate::deployer::deploy::RolloutResult;
+use crate::deployer::guest::GuestKind;
+use crate::deployer::manifest::ManifestSet;
 use crate::deployer::pve::tasks::TaskWait;
 use crate::deployer::pve::tls::{TlsMode, parse_fingerprint};
 use crate::deployer::pve::{ClientOptions, PveClient};
@@ -108,8 +113,8 @@ pub fn pve_client(
     .map_err(|e| ClusterError::Spec(e.to_string()))
 }
 
-/// The cluster's power verbs through the deployer's PVE client: `POST …/status/{verb}`, then
-/// the task awaited.
+/// The cluster's power verbs through the deployer's PVE client:
+/// `POST …/{qemu|lxc}/{vmid}/status/{verb}`, then the task awaited.
 pub struct ApiPower {
     pub client: PveClient,
     pub wait: TaskWait,
@@ -119,13 +124,17 @@ impl VmPower for ApiPower {
     fn power<'a>(
         &'a self,
         node: &'a str,
+        family: GuestFamily,
         vmid: u32,
         verb: &'a str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
         Box::pin(async move {
             let upid: String = self
                 .client
-                .post(&format!("/nodes/{node}/qemu/{vmid}/status/{verb}"), &[])
+                .post(
+                    &format!("/nodes/{node}/{}/{vmid}/status/{verb}", family.api()),
+                    &[],
+                )
                 .await
                 .map_err(|e| e.to_string())?;
             self.client
@@ -137,13 +146,16 @@ impl VmPower for ApiPower {
     }
 }
 
-/// How the harness reaches each VM the deployer reported: the address it reported (its guest
-/// agent's), SSH as root with `key` (the fake's guest-access route gives the command line that
-/// enters the lab's namespace), and the VM's console. Sorted by name.
+/// How the harness reaches each guest the deployer reported: the address it reported (a VM's
+/// guest agent's, a container's `interfaces`), SSH as root with `key` (the fake's guest-access
+/// routes, `…/qemu/{vmid}/guest` and `…/lxc/{vmid}/guest`, give the command line that enters
+/// the lab's namespace), and the guest's console. Which are containers the manifests say.
+/// Sorted by name.
 pub async fn stack_vms(
     fake: &FakeProxmox,
     site: &str,
     deploy: &RolloutResult,
+    manifests: &ManifestSet,
     key: &Path,
 ) -> Result<Vec<StackVm>, ClusterError> {
     let ctl = fake
@@ -159,10 +171,20 @@ pub async fn stack_vms(
             v.ip.as_deref()
                 .and_then(|s| s.parse().ok())
                 .ok_or_else(|| ClusterError::Spec(format!("{} has no address: {v:?}", v.name)))?;
-        let access = ctl
-            .guest_access(&v.node, vmid, "root", key)
-            .await
-            .map_err(|e| ClusterError::Lab(format!("{}: guest access: {e}", v.name)))?;
+        let family = match manifests
+            .vms
+            .iter()
+            .find(|m| m.vm.spec.for_provider.name == v.name)
+            .and_then(|m| GuestKind::of_manifest(&m.vm.kind))
+        {
+            Some(GuestKind::Container) => GuestFamily::Lxc,
+            _ => GuestFamily::Qemu,
+        };
+        let access = match family {
+            GuestFamily::Qemu => ctl.guest_access(&v.node, vmid, "root", key).await,
+            GuestFamily::Lxc => ctl.ct_access(&v.node, vmid, "root", key).await,
+        }
+        .map_err(|e| ClusterError::Lab(format!("{}: guest access: {e}", v.name)))?;
         if access.ssh.is_empty() {
             return Err(ClusterError::Lab(format!(
                 "{}: the fake gave no ssh command",
@@ -173,6 +195,7 @@ pub async fn stack_vms(
             name: v.name.clone(),
             node: v.node.clone(),
             vmid,
+            family,
             address,
             ssh: SshTarget {
                 node: v.name.clone(),
@@ -193,7 +216,7 @@ pub async fn stage_cluster(
     deploy: &RolloutResult,
     key: &Path,
 ) -> Result<StackCluster, ClusterError> {
-    let vms = stack_vms(fake, SITE, deploy, key).await?;
+    let vms = stack_vms(fake, SITE, deploy, &rollout.manifests, key).await?;
     let power = Arc::new(ApiPower {
         client: pve_client(fake, SITE, rollout)?,
         wait: TaskWait {

@@ -510,7 +510,7 @@ const CONSOLE_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
 
 #[then(expr = "{node}'s console says {string}")]
 async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result<(), ClusterError> {
-    let log = w.console_of(&node)?;
+    let log = w.console_of(&node).await?;
     // The guest may still be on its way to the line when the deployer gave up waiting for its
     // address (a loaded machine boots slowly under TCG): what it says within a while counts.
     let deadline = std::time::Instant::now() + CONSOLE_WAIT;

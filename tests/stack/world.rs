@@ -8,8 +8,10 @@ use provision_harness::cluster::ClusterError;
 use provision_harness::cluster::quorum::Quorum;
 use provision_harness::cluster::stack::{StackCluster, StackVm};
 use provision_harness::deploy::RolloutResult;
+use provision_harness::deployer::guest::GuestKind;
 use provision_harness::pve::PveClient;
 use provision_harness::rehearse::{RehearseOptions, Rollout, run_against};
+use provision_harness::rehearse_stack::containers;
 use provision_harness::rehearse_stack::{
     SITE, golden_image_qcow2, pve_client, ssh_keypair, stack_options, stack_rollout, stack_vms,
     stage_cluster, start_lab_fake,
@@ -83,6 +85,23 @@ async fn golden_image() -> Result<PathBuf, ClusterError> {
     }
 }
 
+/// vm-lab's container template with the cluster's packages (built once per run, cached by
+/// vm-lab across runs).
+static TEMPLATE: tokio::sync::OnceCell<Result<PathBuf, String>> =
+    tokio::sync::OnceCell::const_new();
+
+async fn container_template() -> Result<PathBuf, ClusterError> {
+    let r = TEMPLATE
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(containers::container_template)
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    r.clone().map_err(ClusterError::Lab)
+}
+
 /// Removes the image built for this run (a static's value is never dropped).
 pub fn remove_image() {
     if let Some(Ok((dir, _))) = IMAGE.get() {
@@ -108,6 +127,15 @@ pub struct StackWorld {
 impl StackWorld {
     /// A fresh lab-backed fake for the PhotonCloud rollout, its manifests carrying a new key.
     pub async fn start_target(&mut self) -> Result<(), ClusterError> {
+        self.start_target_with(|_| Ok(())).await
+    }
+
+    /// [`StackWorld::start_target`] with the rollout (its manifests and the fake's scenario)
+    /// changed by `change` before the fake starts.
+    pub async fn start_target_with(
+        &mut self,
+        change: impl FnOnce(&mut Rollout) -> Result<(), ClusterError>,
+    ) -> Result<(), ClusterError> {
         let image = golden_image().await?;
         let tmp = tempfile::Builder::new()
             .prefix("stack-")
@@ -116,8 +144,9 @@ impl StackWorld {
         // A CI timeout's SIGTERM must not leave the guests' disks and the fake's state behind.
         vm_lab::lab::remove_on_sigterm(tmp.path(), true);
         let (key, public) = ssh_keypair(tmp.path())?;
-        let rollout =
+        let mut rollout =
             stack_rollout(&image, &public).map_err(|e| ClusterError::Spec(e.to_string()))?;
+        change(&mut rollout)?;
         let options = stack_options();
         let state = tmp.path().join("state");
         let fake = start_lab_fake(&rollout, &options, &state)
@@ -195,7 +224,14 @@ impl StackWorld {
     /// How the harness reaches each VM the deployer reported.
     pub async fn stack_vms(&self) -> Result<Vec<StackVm>, ClusterError> {
         let t = self.t()?;
-        stack_vms(&t.fake, SITE, self.deployed()?, &t.key).await
+        stack_vms(
+            &t.fake,
+            SITE,
+            self.deployed()?,
+            &t.rollout.manifests,
+            &t.key,
+        )
+        .await
     }
 
     /// The cluster provisioner on the deployer's VMs, up to S4 (nothing written to a VM yet).
@@ -232,10 +268,11 @@ impl StackWorld {
         Ok(())
     }
 
-    /// The console log of the VM named `name`: the cluster's record of it, or (before the
-    /// cluster provisioner ran, or when it could not) the lab backend's run directory of the VM
+    /// The console log of the guest named `name`: the cluster's record of it, or (before the
+    /// cluster provisioner ran, or when it could not) for a container what the fake's
+    /// `…/lxc/{vmid}/guest` route names, for a VM the lab backend's run directory of the VM
     /// the deployer reported (`<state>/lab/<host>/<node>-<vmid>/serial.log`).
-    pub fn console_of(&self, name: &str) -> Result<PathBuf, ClusterError> {
+    pub async fn console_of(&self, name: &str) -> Result<PathBuf, ClusterError> {
         if let Some(p) = self
             .cluster
             .as_ref()
@@ -253,6 +290,22 @@ impl StackWorld {
         let vmid = v
             .vmid
             .ok_or_else(|| ClusterError::Spec(format!("{name} has no VMID")))?;
+        if self.is_container(name)? {
+            let t = self.t()?;
+            let ctl = t
+                .fake
+                .site(SITE)
+                .ok_or_else(|| ClusterError::Spec(format!("the fake has no site {SITE}")))?
+                .control();
+            let access = ctl
+                .ct_access(&v.node, vmid, "root", &t.key)
+                .await
+                .map_err(|e| ClusterError::Lab(format!("{name}: container access: {e}")))?;
+            return access
+                .serial_log
+                .map(PathBuf::from)
+                .ok_or_else(|| ClusterError::Lab(format!("the fake names no console of {name}")));
+        }
         let guest = format!("{}-{vmid}", v.node);
         let lab = self.t()?.state.join("lab");
         std::fs::read_dir(&lab)
@@ -264,6 +317,33 @@ impl StackWorld {
             .ok_or_else(|| {
                 ClusterError::Lab(format!("no console of {name} under {}", lab.display()))
             })
+    }
+
+    /// Whether the manifest of `name` asks for a container.
+    pub fn is_container(&self, name: &str) -> Result<bool, ClusterError> {
+        self.t()?
+            .rollout
+            .manifests
+            .vms
+            .iter()
+            .find(|m| m.vm.spec.for_provider.name == name)
+            .map(|m| GuestKind::of_manifest(&m.vm.kind) == Some(GuestKind::Container))
+            .ok_or_else(|| ClusterError::Spec(format!("no manifest for {name}")))
+    }
+
+    /// vm-lab's container template with the cluster's packages uploaded to the site's storage
+    /// through the PVE API, as a team uploads one; its volid.
+    pub async fn upload_container_template(&self) -> Result<String, ClusterError> {
+        let template = container_template().await?;
+        let t = self.t()?;
+        let node = t
+            .rollout
+            .manifests
+            .vms
+            .first()
+            .map(|m| m.vm.spec.for_provider.node.clone())
+            .ok_or_else(|| ClusterError::Spec("the rollout has no manifests".into()))?;
+        containers::upload_template(&t.fake, SITE, &t.rollout, &node, &template).await
     }
 
     /// A node named in a step: a VM name, or "the old leader".

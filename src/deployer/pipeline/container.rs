@@ -90,7 +90,9 @@ pub fn ct_create_params(
         ("net0", format!("name=eth0,bridge={},{ip}", spec.bridge)),
         ("unprivileged", unprivileged.to_string()),
     ];
-    if !spec.ssh_keys.is_empty() {
+    if !spec.ssh_keys.is_empty()
+        && !crate::mutants::active(crate::mutants::Mutant::ContainerWithoutSshKeys)
+    {
         p.push(("ssh-public-keys", spec.ssh_keys.join("\n")));
     }
     p
