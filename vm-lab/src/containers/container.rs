@@ -23,7 +23,7 @@ const EXEC_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
 /// Console lines attached to errors.
 const CONSOLE_TAIL: usize = 30;
 
-/// A container started by [`crate::guests::GuestHost::start_container`]: its init runs in its
+/// A container started by `GuestHost::start_container`: its init runs in its
 /// own mount, UTS, IPC, PID and network namespaces inside the host's lab namespace.
 /// Dropping the last handle kills it.
 #[derive(Debug)]

@@ -24,9 +24,9 @@ mod cgroup;
 mod container;
 mod iface;
 mod launch;
+pub(crate) mod registry;
 mod spec;
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -43,55 +43,11 @@ use crate::guests::net::{self, NsProcess};
 use crate::guests::{BridgeSpec, GuestHost, SegmentKind};
 use crate::namespace;
 use cgroup::CgroupBase;
+use registry::{delete_veths, remove_cgroup};
 
 /// Bound on the launcher reaching `/sbin/init` once started.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 static MEMORY_WARNING: Once = Once::new();
-
-/// The containers of one host, kept in the host's state.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    containers: BTreeMap<String, Arc<Container>>,
-    /// Names being started, with the memory they count: a second start of one is refused and
-    /// the budget holds while they start.
-    starting: BTreeMap<String, u64>,
-    /// The host's cgroup once probed (`Some(None)`: probed, not usable).
-    cgroups: Option<Option<CgroupBase>>,
-}
-
-impl Registry {
-    /// Memory (MiB) of running and starting containers, as counted against the budget.
-    pub(crate) fn memory_in_use_mib(&self) -> u64 {
-        let running: u64 = self
-            .containers
-            .values()
-            .filter(|c| c.is_running())
-            .map(|c| c.budget_mib)
-            .sum();
-        running + self.starting.values().sum::<u64>()
-    }
-
-    /// Kill every container and remove their cgroups (the host is going away).
-    pub(crate) fn kill_all(&mut self, lab_init_pid: u32) {
-        let all: Vec<Arc<Container>> = std::mem::take(&mut self.containers).into_values().collect();
-        for c in &all {
-            c.kill();
-        }
-        for c in &all {
-            c.wait_exit(Duration::from_secs(2));
-            remove_cgroup(c.cgroup.as_deref());
-        }
-        delete_veths(
-            lab_init_pid,
-            &all.iter()
-                .flat_map(|c| c.host_veths.iter().cloned())
-                .collect::<Vec<_>>(),
-        );
-        if let Some(Some(base)) = self.cgroups.take() {
-            base.remove();
-        }
-    }
-}
 
 impl GuestHost {
     /// Start the container: new mount, UTS, IPC, PID and net namespaces inside the lab's user
@@ -369,24 +325,4 @@ fn tail(console: &Path) -> String {
     let text = String::from_utf8_lossy(&std::fs::read(console).unwrap_or_default()).into_owned();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
-/// Delete host-side veths that are still there (a container's end takes its pair along when
-/// its network namespace goes, so most are gone already).
-fn delete_veths(lab_init_pid: u32, veths: &[String]) {
-    for v in veths {
-        if let Err(e) = net::run_ip(lab_init_pid, &[format!("link del {v}")]) {
-            tracing::debug!("deleting {v}: {e}");
-        }
-    }
-}
-
-/// Remove a container's cgroup once its processes are gone (the kernel empties it as the PID
-/// namespace dies).
-fn remove_cgroup(dir: Option<&Path>) {
-    let Some(dir) = dir else { return };
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }

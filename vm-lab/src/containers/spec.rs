@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 
-/// One container to start on a [`crate::guests::GuestHost`].
+/// One container to start on a `GuestHost`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerSpec {
     /// Unique per host, e.g. `pve1-ct105`; names its run directory.
@@ -49,7 +49,7 @@ impl ContainerSpec {
 pub struct ContainerNic {
     /// The interface name inside the container, e.g. `eth0` (PVE's `name=`).
     pub name: String,
-    /// The segment; created when new, as [`crate::guests::GuestHost::launch`] does for guests.
+    /// The segment; created when new, as `GuestHost::launch` does for guests.
     pub bridge: String,
     /// The MAC inside the container (PVE's `hwaddr`, e.g. `BC:24:11:00:00:01`); random when
     /// `None`.

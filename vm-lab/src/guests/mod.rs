@@ -106,8 +106,8 @@ struct Bridge {
 pub(crate) struct State {
     bridges: BTreeMap<String, Bridge>,
     guests: BTreeMap<String, Arc<Guest>>,
-    /// The containers beside the guests (see [`crate::containers`]).
-    pub(crate) containers: crate::containers::Registry,
+    /// The containers beside the guests (see the `containers` module).
+    pub(crate) containers: crate::containers::registry::Registry,
     /// Numbers guests' taps and containers' veths: unique on the host.
     pub(crate) next_seq: u32,
 }

@@ -248,7 +248,7 @@ pub struct GuestNic {
     pub mac: Mac,
     /// The emulated device.
     pub model: NicModel,
-    /// The L2 segment (see [`super::BridgeSpec`]); `None`: QEMU's user-mode network,
+    /// The L2 segment (see [`BridgeSpec`]); `None`: QEMU's user-mode network,
     /// restricted (no way out), as PVE gives a NIC without a bridge.
     pub bridge: Option<String>,
     /// `false`: the link starts down (`set_link` right after QEMU starts, as PVE does).
