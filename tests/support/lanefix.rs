@@ -26,11 +26,25 @@ pub fn run(cmd: &mut Command) -> Result<String, String> {
 }
 
 /// A venv with trace-lanefix, under the target dir (made once, kept between runs).
+///
+/// Several tests of one binary (and the trace tests of other binaries, in other lanes) ask at
+/// once: one makes it while the others wait on a lock file (a thread lock within the binary),
+/// so nobody uses or removes a half-made venv; `.installed` marks it whole.
 pub fn checker() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-lanefix-venv");
+    static MADE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _in_process = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.join("trace-lanefix-venv");
     let python = dir.join("bin/python");
     let ready = dir.join(".installed");
+    if ready.exists() {
+        return python;
+    }
+    std::fs::create_dir_all(tmp).unwrap();
+    let lock = std::fs::File::create(tmp.join("trace-lanefix-venv.lock")).unwrap();
+    lock.lock().expect("locking the trace-lanefix venv");
     if !ready.exists() {
+        // A venv's scripts name its own path, so it is made in place (not renamed into it).
         let _ = std::fs::remove_dir_all(&dir);
         run(Command::new("python3").args(["-m", "venv"]).arg(&dir))
             .expect("python3 -m venv (python3 with the venv module is needed; .ci/run installs python3-venv)");
