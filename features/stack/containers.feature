@@ -7,9 +7,9 @@ Feature: Containers in the whole stack: one cluster across VMs and a container, 
   the same bridge) through the PVE API of a lab-backed fake-proxmox. The cluster provisioner then
   forms one cluster across them: node03 is reached over SSH like the VMs (the fake's
   `…/lxc/{vmid}/guest` route names how, and its console), its files go into its root file system,
-  and every restart of it is `POST …/lxc/{vmid}/status/reboot`. The container template runs
-  nothing of the cluster's at boot, so after each boot the provisioner starts the member over SSH
-  (its output goes to the container's console, as a boot hook's would).
+  and every restart of it is `POST …/lxc/{vmid}/status/reboot`. The member starts at every boot
+  of the container from `/etc/rc.local`, which the template's init runs as Debian's
+  `rc-local.service` does, its output on the container's console.
 
   Scenario: Two VMs and a container: the deployer makes them, one cluster forms across them
     Given the PhotonCloud manifests for the lab-backed site, node03 as a container

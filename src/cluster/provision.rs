@@ -41,8 +41,8 @@ pub enum Onto {
     /// image; the boot disk itself is never partitioned.
     CloudImage { dir: String },
     /// A container's root file system, which PVE keeps across its restarts: the files go into
-    /// the layout's mount point as a plain directory. Nothing at boot runs `boot.sh` (vm-lab's
-    /// container template has no boot hook), so whoever restarts the container starts it.
+    /// the layout's mount point as a plain directory, and [`RC_LOCAL`] runs `boot.sh` on every
+    /// boot (Debian's `rc-local.service` runs it; so does vm-lab's container template's init).
     ContainerRoot,
 }
 
@@ -57,6 +57,10 @@ impl Onto {
 
 /// Where cloud-init runs scripts on every boot (its `scripts-per-boot` module).
 pub const PER_BOOT_SCRIPT: &str = "/var/lib/cloud/scripts/per-boot/50-cluster.sh";
+
+/// What a container runs at the end of every boot, once its network is up (Debian's
+/// `rc-local.service`, when the file is executable).
+pub const RC_LOCAL: &str = "/etc/rc.local";
 
 /// How to provision.
 #[derive(Debug, Clone)]
@@ -308,9 +312,9 @@ pub struct InstallFile {
     pub mode: u32,
 }
 
-/// Every file S5 installs on one node (config, hosts, certificates, boot script, and on a cloud
-/// image the per-boot script that runs it), read from the staged directory after it passed its
-/// checks.
+/// Every file S5 installs on one node (config, hosts, certificates, boot script, and the hook
+/// that runs it at boot: cloud-init's per-boot script on a cloud image, `/etc/rc.local` in a
+/// container), read from the staged directory after it passed its checks.
 pub fn install_files(
     staged: &StagedCluster,
     cfg: &NodeConfig,
@@ -357,16 +361,23 @@ pub fn install_files(
         contents: boot_script(cfg, layout, timing).into_bytes(),
         mode: 0o755,
     });
-    if let Onto::CloudImage { dir } = &opts.onto {
-        files.push(InstallFile {
-            remote: PER_BOOT_SCRIPT.to_owned(),
-            contents: format!(
-                "#!/bin/sh\n# Starts the cluster member on every boot (installed by provision-harness).\nexec {}/{BOOT_SCRIPT_FILE}\n",
-                sh_quote(dir)
-            )
-            .into_bytes(),
-            mode: 0o755,
-        });
+    let hook = |remote: &str, boot: String| {
+        InstallFile {
+        remote: remote.to_owned(),
+        contents: format!(
+            "#!/bin/sh\n# Starts the cluster member on every boot (installed by provision-harness).\nexec {boot}\n"
+        )
+        .into_bytes(),
+        mode: 0o755,
+    }
+    };
+    match &opts.onto {
+        Onto::CloudImage { dir } => files.push(hook(
+            PER_BOOT_SCRIPT,
+            format!("{}/{BOOT_SCRIPT_FILE}", sh_quote(dir)),
+        )),
+        Onto::ContainerRoot => files.push(hook(RC_LOCAL, sh_quote(&layout.boot_script()))),
+        Onto::BlankDisk => {}
     }
     Ok(files)
 }

@@ -17,11 +17,11 @@ use super::console::{BootMarkers, BootReport, read_from, wait_boot_report, wait_
 pub use super::console::{CONSOLE_MILESTONES, ConsoleMark, ConsoleWatch, Milestone};
 use super::error::ClusterError;
 use super::etcd::{self, sh_quote};
-use super::provision::{self, BOOT_MARKER, Onto, PER_BOOT_SCRIPT, ProvisionOptions};
+use super::provision::{self, Onto, PER_BOOT_SCRIPT, ProvisionOptions, RC_LOCAL};
 use super::quorum::{self, Node, Quorum};
 use super::tls::{self, ClusterTls};
 use super::topology::{ClusterSpec, GuestLayout, NodeIdentity, Ports};
-use super::transport::{NodeShell, SshShell, SshTarget, last_lines};
+use super::transport::{NodeShell, SshShell, SshTarget};
 
 /// Which kind of PVE guest a member runs in: PVE's API family, `qemu` or `lxc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -444,14 +444,6 @@ impl StackCluster {
     ) -> Result<(), ClusterError> {
         let vm = self.vm(name)?;
         let Some(log) = &vm.serial_log else {
-            if vm.family == GuestFamily::Lxc {
-                quorum::wait_until(
-                    &format!("{name}: the member started over SSH"),
-                    self.options.boot_timeout,
-                    || self.start_member_over_ssh(name),
-                )
-                .await?;
-            }
             return self.wait_service_over_ssh(name).await;
         };
         let fail = |detail: String| ClusterError::Remote {
@@ -476,41 +468,9 @@ impl StackCluster {
             (BootReport::Booted { .. }, GuestFamily::Qemu) => Err(fail(format!(
                 "the VM booted and no first-boot script reported: no {PER_BOOT_SCRIPT} on its disk"
             ))),
-            // vm-lab's container template runs nothing of the cluster's at boot (its init
-            // configures the network and starts dropbear): the harness starts the member.
-            (BootReport::Booted { .. }, GuestFamily::Lxc) => self.start_member_over_ssh(name).await,
-        }
-    }
-
-    /// Runs the member's first-boot script over SSH, its output appended to the guest's
-    /// console (PID 1's stdout) as a boot hook's would be; Ok once it reports etcd started.
-    #[tracing::instrument(name = "start the member over SSH", skip_all, err(Display), fields(node = name))]
-    pub async fn start_member_over_ssh(&self, name: &str) -> Result<(), ClusterError> {
-        let script = format!(
-            r#"out=$({boot} </dev/null 2>&1); rc=$?
-printf '%s\n' "$out" 2>/dev/null >> /proc/1/fd/1
-printf '%s\n' "$out"
-exit $rc
-"#,
-            boot = sh_quote(&self.layout.boot_script())
-        );
-        let out = self
-            .shell(name)?
-            .run(&script, Duration::from_secs(60))
-            .await?
-            .check(name, "start the member (boot.sh over SSH)")?;
-        if out.stdout.contains(BOOT_MARKER) {
-            Ok(())
-        } else {
-            Err(ClusterError::Remote {
-                node: name.to_owned(),
-                step: "start the member (boot.sh over SSH)".into(),
-                code: 0,
-                detail: format!(
-                    "no \"{BOOT_MARKER}\" from it: {}",
-                    last_lines(&format!("{}\n{}", out.stdout, out.stderr), 6)
-                ),
-            })
+            (BootReport::Booted { .. }, GuestFamily::Lxc) => Err(fail(format!(
+                "the container booted and no boot hook reported: no {RC_LOCAL} on its root file system"
+            ))),
         }
     }
 

@@ -333,6 +333,52 @@ fn a_malformed_network_file_is_reported_on_the_console() {
 }
 
 #[test]
+fn an_executable_rc_local_runs_at_every_boot_before_ready_and_its_failure_is_reported() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = host();
+    h.ensure_bridge(&bridge("vmbr4", "10.35.0", false)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let interfaces = "auto eth0\niface eth0 inet static\n\taddress 10.35.0.9/24\n";
+    let root = rootfs(dir.path(), "hooked", interfaces, None);
+    let hook = root.join("etc/rc.local");
+    // The network is up when the hook runs, and what it prints reaches the console.
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho \"hook: $1 addr=$(ip -o -4 addr show eth0 | awk '{print $4}')\"\n\
+         date +%s%N >> /var/tmp/boots\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let spec = || {
+        let mut s = ContainerSpec::new("ct-hooked", &root);
+        s.nics = vec![nic("vmbr4", "BC:24:11:00:05:01")];
+        s
+    };
+    let c = h.start_container(spec()).unwrap();
+    assert!(c.wait_console("CT-READY", READY), "{}", c.console_text());
+    let text = c.console_text();
+    let hooked = text.find("hook: start addr=10.35.0.9/24");
+    assert!(
+        hooked.is_some_and(|at| at < text.find("CT-READY").unwrap_or(0)),
+        "the hook ran before the ready line, with the address up:\n{text}"
+    );
+    assert!(c.shutdown(Duration::from_secs(10)).unwrap());
+
+    // The second boot runs it again; a hook that fails is a boot error, not a ready container.
+    std::fs::write(&hook, "#!/bin/sh\ndate +%s%N >> /var/tmp/boots\nexit 3\n").unwrap();
+    let c = h.start_container(spec()).unwrap();
+    assert!(c.wait_console("CT-ERROR", READY), "{}", c.console_text());
+    let text = c.console_text();
+    assert!(
+        text.contains("CT-ERROR: /etc/rc.local exited with 3"),
+        "{text}"
+    );
+    assert!(!text.contains("CT-READY"), "{text}");
+    let boots = std::fs::read_to_string(root.join("var/tmp/boots")).unwrap();
+    assert_eq!(boots.lines().count(), 2, "{boots}");
+}
+
+#[test]
 fn what_cannot_start_is_refused() {
     log_init();
     let h = GuestHost::new(HostOptions {

@@ -2,8 +2,8 @@
 # /sbin/init of vm-lab's container template (busybox sh as PID 1 of the container's PID
 # namespace). It reads the files PVE writes into a Debian container (/etc/hostname,
 # /etc/hosts, /etc/network/interfaces, /root/.ssh/authorized_keys), configures the network with
-# busybox ip and udhcpc, starts dropbear (host keys made on first connection, keys only), and
-# prints one `CT-READY hostname=... addrs=...` line, or `CT-ERROR: ...` lines when a file it
+# busybox ip and udhcpc, starts dropbear (host keys made on first connection, keys only), runs
+# /etc/rc.local if it is executable, and prints one `CT-READY hostname=... addrs=...` line, or `CT-ERROR: ...` lines when a file it
 # needs is malformed (dropbear still starts then, so the container can be looked into).
 # SIGPWR (what lxc-stop sends) and SIGTERM stop every process and exit 0; so does SIGINT,
 # whose reboot is the caller's business (PVE's reboot is a stop and a start).
@@ -233,6 +233,14 @@ until grep -qE ':0016 0+:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
   fi
   sleep 0.05
 done
+
+# --- The boot hook: /etc/rc.local, as Debian's rc-local.service runs it (when executable, with
+# `start`, once the network is up), in the foreground, its output on the console.
+if [ -x /etc/rc.local ]; then
+  /etc/rc.local start </dev/null
+  _rc=$?
+  [ $_rc -eq 0 ] || fail "/etc/rc.local exited with $_rc"
+fi
 
 ADDRS=$(ip addr show | awk '($1 == "inet" || $1 == "inet6") && / scope global/ { printf "%s%s", sep, $2; sep = "," }')
 if [ $ERRORS -eq 0 ]; then
