@@ -117,18 +117,37 @@ pub fn encode_file(inner: &Inner, journal_seq: u64) -> Vec<u8> {
 }
 
 fn encode_doc(inner: &Inner, journal_seq: Option<u64>) -> Vec<u8> {
+    encode_parts(
+        inner.clock.now(),
+        inner.clock.mode(),
+        &inner.world,
+        &inner.faults,
+        &inner.snapshots,
+        inner.next_snapshot,
+        journal_seq,
+    )
+}
+
+fn encode_parts(
+    saved_at: f64,
+    clock: ClockMode,
+    world: &World,
+    faults: &Faults,
+    snapshots: &BTreeMap<String, World>,
+    next_snapshot: u64,
+    journal_seq: Option<u64>,
+) -> Vec<u8> {
     let doc = StateRef {
         format: FORMAT,
         version: VERSION,
-        saved_at: inner.clock.now(),
-        clock: inner.clock.mode(),
+        saved_at,
+        clock,
         world: WorldRef {
-            scenario: &inner.world.scenario,
-            sites: &inner.world.sites,
+            scenario: &world.scenario,
+            sites: &world.sites,
         },
-        faults: &inner.faults,
-        snapshots: inner
-            .snapshots
+        faults,
+        snapshots: snapshots
             .iter()
             .map(|(k, w)| {
                 let r = WorldRef {
@@ -138,12 +157,50 @@ fn encode_doc(inner: &Inner, journal_seq: Option<u64>) -> Vec<u8> {
                 (k.as_str(), r)
             })
             .collect(),
-        next_snapshot: inner.next_snapshot,
+        next_snapshot,
         journal_seq,
     };
     // Every type in the state serialises to JSON without error (string keys, finite
     // figures); an empty document would fail to read back rather than pass for a state.
     serde_json::to_vec(&doc).unwrap_or_default()
+}
+
+/// The durable state copied out of the server's state (under its lock), to serialise after
+/// the lock is released: copying a world costs a fraction of writing it as JSON.
+pub struct Copied {
+    saved_at: f64,
+    clock: ClockMode,
+    world: World,
+    faults: Faults,
+    snapshots: BTreeMap<String, World>,
+    next_snapshot: u64,
+}
+
+impl Copied {
+    /// A copy of what `inner` holds (the caller holds the lock).
+    pub fn of(inner: &Inner) -> Copied {
+        Copied {
+            saved_at: inner.clock.now(),
+            clock: inner.clock.mode(),
+            world: inner.world.clone(),
+            faults: inner.faults.clone(),
+            snapshots: (*inner.snapshots).clone(),
+            next_snapshot: inner.next_snapshot,
+        }
+    }
+
+    /// As [`encode_file`] of the state copied.
+    pub fn encode_file(&self, journal_seq: u64) -> Vec<u8> {
+        encode_parts(
+            self.saved_at,
+            self.clock,
+            &self.world,
+            &self.faults,
+            &self.snapshots,
+            self.next_snapshot,
+            Some(journal_seq),
+        )
+    }
 }
 
 /// Read a state document; a file of another format or version, or one that does not hold

@@ -3,10 +3,10 @@
 //! The shared state counts its changes (`Inner::dirty`). A request that may have changed
 //! something bumps the count after its handler ran; every request then waits until a
 //! state at least as new as the count it saw is durable. One thread writes: it takes what
-//! changed under the lock (a journal record, or now and then a whole snapshot, see
-//! `journal`; serialising it is the only work done there), writes it outside the lock, and
-//! wakes every request it covers — so many concurrent requests share one fsync, and a lone
-//! client pays one append per change.
+//! changed under the lock (copies of the changed entries for a journal record, or now and
+//! then a whole snapshot serialised, see `journal`), serialises and writes it outside the
+//! lock, and wakes every request it covers — so many concurrent requests share one fsync,
+//! and a lone client pays one append per change.
 
 use std::path::PathBuf;
 use std::sync::Arc;

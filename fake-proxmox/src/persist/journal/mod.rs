@@ -2,38 +2,45 @@
 //! world.
 //!
 //! `state.json` is a snapshot, as of journal record `journal_seq`; `journal.jsonl` holds one
-//! JSON record per line after it. A record carries, for every site, the site's small parts in
-//! full (access, firewall, guest setup, random state, …) and, of its big maps — nodes (with
-//! their storages and volumes), VMs, containers and tasks — only the entries set or removed
-//! since the last record (the world's maps track that, `fake_proxmox_world::tracked`); besides,
-//! the clock, the faults, the scenario and the control plane's snapshots taken since. A
-//! record is appended before the requests it covers are answered, and fdatasynced before
-//! them too with [`StateSync::Data`] (else within [`SYNC_EVERY`]). When the
-//! journal has grown past a few times the snapshot's size, a new snapshot is written
-//! (atomically, as before) and the journal emptied: a change costs its own size plus,
-//! amortised, a constant share of a snapshot.
+//! JSON record per line after it. A record carries, for every site, the fields of the site's
+//! small parts (access, firewall, guest setup, random state, …) that differ from what the
+//! last record said (all of them in the first record after a snapshot) and, of its big maps
+//! — nodes (with their storages and volumes), VMs, containers and tasks — only the entries
+//! set or removed since the last record (the world's maps track that,
+//! `fake_proxmox_world::tracked`), a node whose only change is its volumes without itself;
+//! besides, the clock, the faults, the scenario when it changed and the control plane's
+//! snapshots taken since (`encode` has the layout). A record is appended before the
+//! requests it covers are answered, and fdatasynced before them too with
+//! [`StateSync::Data`] (else within [`SYNC_EVERY`]). When the journal has grown past a few
+//! times the snapshot's size, a new snapshot is written (atomically, as before) and the
+//! journal emptied: a change costs its own size plus, amortised, a constant share of a
+//! snapshot.
+//!
+//! Under the server's lock the writer only copies what changed (`take`: the changed
+//! entries, each site's small parts without its big maps); serialising and comparing
+//! happen after the lock is released, so requests wait on a copy, not on JSON.
 //!
 //! Reading back: the snapshot, then every record numbered after it in order. A last line cut
 //! short (the process died while appending) is dropped: its requests were never answered.
 //! A bad line with good ones after it is corruption, and an error.
 
+mod encode;
+mod fields;
 mod record;
 pub mod replay;
 mod sync;
+mod take;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::WorldRef;
 use super::file::{FILE, PersistError, write_atomic};
 use crate::scenario::Scenario;
 use crate::server::inner::Inner;
-use fake_proxmox_world::tracked::Changes;
-use record::{
-    Maps, NodeVolumes, RecordRef, SiteRef, delta, nodes_delta, put_volumes_back, take_volumes,
-};
+use encode::Written;
 use sync::Syncer;
 pub use sync::{SYNC_EVERY, StateSync};
+pub use take::Taken;
 
 /// The journal's name in the state dir.
 pub const JOURNAL: &str = "journal.jsonl";
@@ -49,10 +56,11 @@ const FOLD_FACTOR: u64 = 4;
 
 /// What the writer owes the disk next, made under the lock and written outside it.
 pub enum Pending {
-    /// A record to append.
-    Record(Vec<u8>),
-    /// A whole state, to replace `state.json` with (the journal emptied after).
-    Snapshot(Vec<u8>),
+    /// A record to append: what changed, copied out of the world, serialised by `write`.
+    Record(Box<Taken>),
+    /// A whole state, copied, to replace `state.json` with (the journal emptied after): the
+    /// state and the last record it includes.
+    Snapshot(Box<super::Copied>, u64),
 }
 
 /// The journal as the writer keeps it: the open file and what was written to it.
@@ -72,6 +80,8 @@ pub struct Journal {
     fold: bool,
     /// When an appended record reaches the disk itself (see [`StateSync`]).
     sync: StateSync,
+    /// What the records since the last snapshot said (a record repeats none of it).
+    written: Written,
     /// With [`StateSync::Write`]: the thread that fdatasyncs what was appended since.
     syncer: Option<Syncer>,
 }
@@ -136,6 +146,7 @@ impl Journal {
             fold: false,
             sync: StateSync::Data,
             syncer: None,
+            written: Written::default(),
         })
     }
 
@@ -156,110 +167,42 @@ impl Journal {
         Ok(self)
     }
 
-    /// What to write for the state `inner` holds now (under the lock): a record of what
+    /// What to write for the state `inner` holds now (under the lock): a copy of what
     /// changed, or a snapshot when one is due.
     pub fn take(&mut self, inner: &mut Inner) -> Pending {
         if self.fold || self.len > (FOLD_FACTOR * self.snapshot_len).max(MIN_JOURNAL_BYTES) {
             self.fold = true;
             self.scenario = inner.world.scenario.clone();
-            let bytes = super::encode_file(inner, self.seq);
+            let copy = super::Copied::of(inner);
             forget_changes(inner);
-            return Pending::Snapshot(bytes);
+            // The records after the snapshot compare with it, not with older records.
+            self.written.clear();
+            return Pending::Snapshot(Box::new(copy), self.seq);
         }
         self.seq += 1;
-        let bytes = self.record(inner);
-        Pending::Record(bytes)
+        let taken = take::take(inner, self.seq, &self.scenario);
+        if let Some(sc) = &taken.scenario {
+            self.scenario = sc.clone();
+        }
+        Pending::Record(Box::new(taken))
     }
 
-    fn record(&mut self, inner: &mut Inner) -> Vec<u8> {
-        type Taken = (
-            Maps,
-            Changes<String>,
-            Vec<NodeVolumes>,
-            [Changes<u32>; 2],
-            Changes<u64>,
-        );
-        let mut taken: Vec<Taken> = Vec::new();
-        for site in &mut inner.world.sites {
-            let mut maps = Maps::take(site);
-            let nodes = maps.nodes.take_changes();
-            let volumes = take_volumes(&mut maps.nodes, &nodes);
-            let vms = maps.vms.take_changes();
-            let cts = maps.cts.take_changes();
-            let tasks = maps.tasks.take_changes();
-            taken.push((maps, nodes, volumes, [vms, cts], tasks));
-        }
-        // Snapshots are taken whole and never changed; an import replaces them all.
-        let snaps = inner.snapshots.take_changes();
-        let new: Vec<&str> = inner
-            .snapshots
-            .keys()
-            .filter(|k| snaps.all || snaps.keys.contains(*k))
-            .map(String::as_str)
-            .collect();
-        let bytes = {
-            let sites = inner
-                .world
-                .sites
-                .iter()
-                .zip(&taken)
-                .map(|(site, (maps, nodes, volumes, [vms, cts], tasks))| {
-                    let (next_task, task_map) = maps.tasks.parts();
-                    SiteRef {
-                        site,
-                        nodes: nodes_delta(&maps.nodes, nodes, volumes),
-                        vms: delta(vms, &maps.vms),
-                        cts: delta(cts, &maps.cts),
-                        next_task,
-                        tasks: delta(tasks, task_map),
-                    }
-                })
-                .collect();
-            let rec = RecordRef {
-                seq: self.seq,
-                saved_at: inner.clock.now(),
-                clock: inner.clock.mode(),
-                faults: &inner.faults,
-                scenario: (inner.world.scenario != self.scenario).then_some(&inner.world.scenario),
-                sites,
-                next_snapshot: inner.next_snapshot,
-                snapshot_ids: inner.snapshots.keys().map(String::as_str).collect(),
-                new_snapshots: new
-                    .iter()
-                    .filter_map(|k| {
-                        let w = inner.snapshots.get(*k)?;
-                        Some((
-                            *k,
-                            WorldRef {
-                                scenario: &w.scenario,
-                                sites: &w.sites,
-                            },
-                        ))
-                    })
-                    .collect(),
-            };
-            // As `encode`: every part serialises to JSON without error.
-            serde_json::to_vec(&rec).unwrap_or_default()
-        };
-        if inner.world.scenario != self.scenario {
-            self.scenario = inner.world.scenario.clone();
-        }
-        for (site, (mut maps, _, volumes, ..)) in inner.world.sites.iter_mut().zip(taken) {
-            put_volumes_back(&mut maps.nodes, volumes);
-            maps.put_back(site);
-        }
-        bytes
+    /// The record's line (without its newline).
+    fn encode(&mut self, taken: Taken) -> Result<Vec<u8>, PersistError> {
+        self.written
+            .encode(taken)
+            .map_err(|e| PersistError::Invalid(format!("writing a journal record: {e}")))
     }
 
     /// Write what `take` made (outside the lock). After a failure the next write is a
     /// snapshot: what the failed one drained from the world is nowhere else.
     pub fn write(&mut self, pending: Pending) -> Result<(), PersistError> {
         let r = match pending {
-            Pending::Record(mut bytes) => {
+            Pending::Record(taken) => self.encode(*taken).and_then(|mut bytes| {
                 bytes.push(b'\n');
                 self.append(&bytes)
-            }
-            Pending::Snapshot(bytes) => self.snapshot(&bytes),
+            }),
+            Pending::Snapshot(copy, seq) => self.snapshot(&copy.encode_file(seq)),
         };
         if r.is_err() {
             self.fold = true;

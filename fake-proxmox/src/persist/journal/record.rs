@@ -1,62 +1,25 @@
-//! A journal record as written (borrowing the world) and as read back (owned): per site its
-//! small parts whole and the changed entries of its big maps.
+//! A journal record as read back: per site its small parts (whole, or the fields that
+//! changed) and the changed entries of its big maps (see `encode` for how it is written).
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use fake_proxmox_world::lxc::model::Ct;
 use fake_proxmox_world::nodes::model::Node;
 use fake_proxmox_world::qemu::model::Vm;
 use fake_proxmox_world::storage::volumes::{Volume, Volumes};
 use fake_proxmox_world::tasks::model::Task;
-use fake_proxmox_world::tracked::{Changes, Tracked};
+use fake_proxmox_world::tracked::Tracked;
 
 use crate::clock::ClockMode;
 use crate::faults::Faults;
-use crate::persist::{WorldOwned, WorldRef};
+use crate::persist::WorldOwned;
 use crate::scenario::Scenario;
 use crate::world::Site;
 use crate::world::work::{TaskStore, Work};
+
 /// The entries of one map to set (or, `full`, the whole map) and the keys to remove.
-#[derive(Serialize)]
-pub(super) struct DeltaRef<'a, K, V> {
-    pub(super) full: bool,
-    pub(super) set: BTreeMap<&'a K, &'a V>,
-    pub(super) del: Vec<&'a K>,
-}
-
-pub(super) fn delta_all<K: Ord, V>(map: &BTreeMap<K, V>) -> DeltaRef<'_, K, V> {
-    DeltaRef {
-        full: true,
-        set: map.iter().collect(),
-        del: Vec::new(),
-    }
-}
-
-pub(super) fn delta<'a, K: Ord, V>(
-    changes: &'a Changes<K>,
-    map: &'a BTreeMap<K, V>,
-) -> DeltaRef<'a, K, V> {
-    if changes.all {
-        return delta_all(map);
-    }
-    let mut d = DeltaRef {
-        full: false,
-        set: BTreeMap::new(),
-        del: Vec::new(),
-    };
-    for k in &changes.keys {
-        match map.get_key_value(k) {
-            Some((k, v)) => {
-                d.set.insert(k, v);
-            }
-            None => d.del.push(k),
-        }
-    }
-    d
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DeltaOwned<K: Ord, V> {
@@ -79,19 +42,6 @@ impl<K: Ord, V> DeltaOwned<K, V> {
 
 /// The nodes set (each with its storages' volumes taken out, and of those only the ones
 /// set or removed) and the nodes removed; `full`: the nodes listed are all there are.
-#[derive(Serialize)]
-pub(super) struct NodesRef<'a> {
-    pub(super) full: bool,
-    pub(super) set: BTreeMap<&'a String, NodeRef<'a>>,
-    pub(super) del: Vec<&'a String>,
-}
-
-#[derive(Serialize)]
-pub(super) struct NodeRef<'a> {
-    pub(super) node: &'a Node,
-    pub(super) volumes: BTreeMap<&'a String, DeltaRef<'a, String, Volume>>,
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NodesOwned {
@@ -103,12 +53,15 @@ pub(super) struct NodesOwned {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NodeOwned {
-    pub(super) node: Node,
+    /// `None`: the node as it was, only its volumes changed.
+    #[serde(default)]
+    pub(super) node: Option<Node>,
     pub(super) volumes: BTreeMap<String, DeltaOwned<String, Volume>>,
 }
 
 impl NodesOwned {
-    pub(super) fn apply(self, nodes: &mut BTreeMap<String, Node>) {
+    /// Apply on `nodes`; an error when a node said to be unchanged is not there.
+    pub(super) fn apply(self, nodes: &mut BTreeMap<String, Node>) -> Result<(), String> {
         let mut old = if self.full {
             std::mem::take(nodes)
         } else {
@@ -119,14 +72,20 @@ impl NodesOwned {
         }
         for (name, set) in self.set {
             let mut was = nodes.remove(&name).or_else(|| old.remove(&name));
-            let mut node = set.node;
+            let mut node = match set.node {
+                Some(node) => node,
+                None => was
+                    .take()
+                    .ok_or_else(|| format!("node {name} is said unchanged but is not there"))?,
+            };
             let mut deltas = set.volumes;
             for (sname, storage) in &mut node.storages {
-                let mut vols = was
-                    .as_mut()
-                    .and_then(|w| w.storages.get_mut(sname))
-                    .map(|s| std::mem::take(&mut s.volumes).into_map())
-                    .unwrap_or_default();
+                // The volumes the node had: in the old copy, or (unchanged node) in itself.
+                let held = match was.as_mut().and_then(|w| w.storages.get_mut(sname)) {
+                    Some(s) => &mut s.volumes,
+                    None => &mut storage.volumes,
+                };
+                let mut vols = std::mem::take(held).into_map();
                 if let Some(d) = deltas.remove(sname) {
                     d.apply(&mut vols);
                 }
@@ -134,138 +93,23 @@ impl NodesOwned {
             }
             nodes.insert(name, node);
         }
+        Ok(())
     }
-}
-
-/// A node's storages' volumes, taken out of the node while its record is written.
-pub(super) struct NodeVolumes {
-    pub(super) node: String,
-    pub(super) full: bool,
-    pub(super) storages: Vec<(String, Volumes, Changes<String>)>,
-}
-
-/// Take the volumes out of the nodes `changes` names (every node when all changed).
-pub(super) fn take_volumes(
-    nodes: &mut Tracked<String, Node>,
-    changes: &Changes<String>,
-) -> Vec<NodeVolumes> {
-    let names: Vec<String> = if changes.all {
-        nodes.keys().cloned().collect()
-    } else {
-        changes.keys.iter().cloned().collect()
-    };
-    let mut out = Vec::new();
-    for name in names {
-        // `get_mut` counts the node as changed again; the caller forgets that afterwards.
-        let Some(node) = nodes.get_mut(&name) else {
-            continue;
-        };
-        let storages = node
-            .storages
-            .iter_mut()
-            .map(|(sname, st)| {
-                let mut vols = std::mem::take(&mut st.volumes);
-                let ch = vols.take_changes();
-                (sname.clone(), vols, ch)
-            })
-            .collect();
-        out.push(NodeVolumes {
-            node: name,
-            full: changes.all,
-            storages,
-        });
-    }
-    out
-}
-
-pub(super) fn put_volumes_back(nodes: &mut Tracked<String, Node>, taken: Vec<NodeVolumes>) {
-    for nv in taken {
-        let Some(node) = nodes.get_mut(&nv.node) else {
-            continue;
-        };
-        for (sname, vols, _) in nv.storages {
-            if let Some(st) = node.storages.get_mut(&sname) {
-                st.volumes = vols;
-            }
-        }
-    }
-    nodes.take_changes();
-}
-
-pub(super) fn nodes_delta<'a>(
-    nodes: &'a BTreeMap<String, Node>,
-    changes: &'a Changes<String>,
-    taken: &'a [NodeVolumes],
-) -> NodesRef<'a> {
-    let mut d = NodesRef {
-        full: changes.all,
-        set: BTreeMap::new(),
-        del: Vec::new(),
-    };
-    if !changes.all {
-        d.del = changes
-            .keys
-            .iter()
-            .filter(|k| !nodes.contains_key(*k))
-            .collect();
-    }
-    for nv in taken {
-        let Some((name, node)) = nodes.get_key_value(&nv.node) else {
-            continue;
-        };
-        let volumes = nv
-            .storages
-            .iter()
-            .map(|(sname, vols, ch)| {
-                let d = if nv.full {
-                    delta_all(vols)
-                } else {
-                    delta(ch, vols)
-                };
-                (sname, d)
-            })
-            .collect();
-        d.set.insert(name, NodeRef { node, volumes });
-    }
-    d
-}
-
-#[derive(Serialize)]
-pub(super) struct SiteRef<'a> {
-    /// The site with its big maps taken out (they serialise empty).
-    pub(super) site: &'a Site,
-    pub(super) nodes: NodesRef<'a>,
-    pub(super) vms: DeltaRef<'a, u32, Vm>,
-    pub(super) cts: DeltaRef<'a, u32, Ct>,
-    pub(super) next_task: u64,
-    pub(super) tasks: DeltaRef<'a, u64, Task<Work>>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SiteOwned {
-    pub(super) site: Site,
+    /// The site's small parts as JSON: all of them, or with `patch` its `name` and the
+    /// fields that changed since the last record.
+    pub(super) site: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub(super) patch: bool,
     pub(super) nodes: NodesOwned,
     pub(super) vms: DeltaOwned<u32, Vm>,
     pub(super) cts: DeltaOwned<u32, Ct>,
     pub(super) next_task: u64,
     pub(super) tasks: DeltaOwned<u64, Task<Work>>,
-}
-
-#[derive(Serialize)]
-pub(super) struct RecordRef<'a> {
-    pub(super) seq: u64,
-    pub(super) saved_at: f64,
-    pub(super) clock: ClockMode,
-    pub(super) faults: &'a Faults,
-    /// Only when it changed (a reset or a new scenario).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) scenario: Option<&'a Scenario>,
-    pub(super) sites: Vec<SiteRef<'a>>,
-    pub(super) next_snapshot: u64,
-    /// Every control-plane snapshot there is; the ones taken (or replaced) since, in full.
-    pub(super) snapshot_ids: Vec<&'a str>,
-    pub(super) new_snapshots: BTreeMap<&'a str, WorldRef<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -283,7 +127,7 @@ pub(super) struct RecordOwned {
     pub(super) new_snapshots: BTreeMap<String, WorldOwned>,
 }
 
-/// A site's big maps, taken out of it (and put back) around writing its small parts.
+/// A site's big maps, taken out of it (and put back) around copying its small parts.
 pub(super) struct Maps {
     pub(super) nodes: Tracked<String, Node>,
     pub(super) vms: Tracked<u32, Vm>,

@@ -14,9 +14,12 @@ use crate::persist::StateOwned;
 use crate::world::Site;
 use crate::world::work::{TaskStore, Work};
 
-/// A site as replay keeps it: its small parts, and its big maps as plain maps.
+/// A site's small parts as JSON, field by field: what a record patches.
+type Small = serde_json::Map<String, serde_json::Value>;
+
+/// A site as replay keeps it: its small parts as JSON, and its big maps as plain maps.
 struct SiteParts {
-    site: Site,
+    site: Small,
     nodes: BTreeMap<String, Node>,
     vms: BTreeMap<u32, Vm>,
     cts: BTreeMap<u32, Ct>,
@@ -25,7 +28,7 @@ struct SiteParts {
 }
 
 impl SiteParts {
-    fn split(mut site: Site) -> SiteParts {
+    fn split(mut site: Site) -> Result<SiteParts, String> {
         let Maps {
             nodes,
             vms,
@@ -33,18 +36,24 @@ impl SiteParts {
             tasks,
         } = Maps::take(&mut site);
         let (next_task, tasks) = tasks.into_parts();
-        SiteParts {
-            site,
+        let small = match serde_json::to_value(&site) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => return Err(format!("site {} is not a JSON object", site.name)),
+            Err(e) => return Err(format!("site {}: {e}", site.name)),
+        };
+        Ok(SiteParts {
+            site: small,
             nodes: nodes.into_inner(),
             vms: vms.into_inner(),
             cts: cts.into_inner(),
             next_task,
             tasks,
-        }
+        })
     }
 
     fn join(self) -> Result<Site, String> {
-        let mut site = self.site;
+        let mut site: Site = serde_json::from_value(serde_json::Value::Object(self.site))
+            .map_err(|e| format!("a site's small parts: {e}"))?;
         site.nodes = self.nodes.into();
         site.vms = self.vms.into();
         site.cts = self.cts.into();
@@ -89,13 +98,18 @@ pub(in crate::persist) fn replay(
             )));
         }
         last = rec.seq;
-        let parts = sites.get_or_insert_with(|| {
-            std::mem::take(&mut state.world.sites)
-                .into_iter()
-                .map(SiteParts::split)
-                .collect()
-        });
-        apply(state, parts, rec);
+        let parts = match &mut sites {
+            Some(p) => p,
+            None => sites.insert(
+                std::mem::take(&mut state.world.sites)
+                    .into_iter()
+                    .map(SiteParts::split)
+                    .collect::<Result<_, _>>()
+                    .map_err(PersistError::Invalid)?,
+            ),
+        };
+        apply(state, parts, rec)
+            .map_err(|e| PersistError::Invalid(format!("{JOURNAL} line {}: {e}", i + 1)))?;
     }
     if let Some(parts) = sites {
         state.world.sites = parts
@@ -107,22 +121,37 @@ pub(in crate::persist) fn replay(
     Ok(last)
 }
 
-fn apply(state: &mut StateOwned, parts: &mut Vec<SiteParts>, rec: RecordOwned) {
+fn apply(
+    state: &mut StateOwned,
+    parts: &mut Vec<SiteParts>,
+    rec: RecordOwned,
+) -> Result<(), String> {
     let mut old: BTreeMap<String, SiteParts> = std::mem::take(parts)
         .into_iter()
-        .map(|p| (p.site.name.clone(), p))
+        .map(|p| (name_of(&p.site).to_string(), p))
         .collect();
     for s in rec.sites {
-        let mut p = old.remove(&s.site.name).unwrap_or_else(|| SiteParts {
-            site: s.site.clone(),
-            nodes: BTreeMap::new(),
-            vms: BTreeMap::new(),
-            cts: BTreeMap::new(),
-            next_task: 0,
-            tasks: BTreeMap::new(),
-        });
-        p.site = s.site;
-        s.nodes.apply(&mut p.nodes);
+        let name = name_of(&s.site).to_string();
+        let mut p = match old.remove(&name) {
+            Some(p) => p,
+            None if s.patch => return Err(format!("site {name:?} is patched but not there")),
+            None => SiteParts {
+                site: Small::new(),
+                nodes: BTreeMap::new(),
+                vms: BTreeMap::new(),
+                cts: BTreeMap::new(),
+                next_task: 0,
+                tasks: BTreeMap::new(),
+            },
+        };
+        if s.patch {
+            p.site.extend(s.site);
+        } else {
+            p.site = s.site;
+        }
+        s.nodes
+            .apply(&mut p.nodes)
+            .map_err(|e| format!("site {name}: {e}"))?;
         s.vms.apply(&mut p.vms);
         s.cts.apply(&mut p.cts);
         s.tasks.apply(&mut p.tasks);
@@ -139,4 +168,10 @@ fn apply(state: &mut StateOwned, parts: &mut Vec<SiteParts>, rec: RecordOwned) {
     let keep: BTreeSet<String> = rec.snapshot_ids.into_iter().collect();
     state.snapshots.retain(|k, _| keep.contains(k));
     state.snapshots.extend(rec.new_snapshots);
+    Ok(())
+}
+
+/// A site's name from its small parts ("" when missing: the site then fails to read).
+fn name_of(small: &Small) -> &str {
+    small.get("name").and_then(|v| v.as_str()).unwrap_or("")
 }

@@ -115,6 +115,7 @@ fn a_record_carries_the_change_not_the_world() {
     let Pending::Record(rec) = j.take(&mut inner) else {
         panic!("a record was due, not a snapshot");
     };
+    let rec = j.encode(*rec).unwrap();
     let v: Value = serde_json::from_slice(&rec).unwrap();
     let vms = &v["sites"][0]["vms"];
     assert_eq!(vms["full"], false);
@@ -140,6 +141,7 @@ fn a_record_carries_the_change_not_the_world() {
     let Pending::Record(rec) = j.take(&mut inner) else {
         panic!("a record was due");
     };
+    let rec = j.encode(*rec).unwrap();
     let v: Value = serde_json::from_slice(&rec).unwrap();
     let set = v["sites"][0]["nodes"]["set"].as_object().unwrap();
     assert_eq!(set.keys().collect::<Vec<_>>(), [&node]);
@@ -155,6 +157,109 @@ fn a_record_carries_the_change_not_the_world() {
         "{} vs {snapshot}",
         rec.len()
     );
+}
+
+/// The next record's JSON, written.
+fn next_record(j: &mut Journal, inner: &mut Inner) -> Value {
+    let Pending::Record(rec) = j.take(inner) else {
+        panic!("a record was due, not a snapshot");
+    };
+    let bytes = j.encode(*rec).unwrap();
+    j.append(&[&bytes[..], b"\n"].concat()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn a_record_repeats_neither_small_parts_nor_nodes_that_did_not_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut inner = busy_inner();
+    let mut j = Journal::start(dir.path(), &mut inner, 0).unwrap();
+    let node = inner.world.sites[0].nodes.keys().next().unwrap().clone();
+    let add_volume = |inner: &mut Inner, vmid: u32| {
+        let n = inner.world.sites[0].nodes.get_mut(&node).unwrap();
+        let st = n.storages.values_mut().next().unwrap();
+        st.volumes
+            .insert(volume(vmid).volname.clone(), volume(vmid));
+    };
+    // The first record after the snapshot has nothing to compare with: all of it.
+    add_volume(&mut inner, 300);
+    let first = next_record(&mut j, &mut inner);
+    let site = &first["sites"][0];
+    assert_eq!(site.get("patch"), None);
+    assert!(site["site"].get("access").is_some());
+    assert!(site["nodes"]["set"][&node]["node"].is_object());
+    // Then a volume more, and a user: the node as it was, of the small parts the access.
+    add_volume(&mut inner, 301);
+    inner.world.sites[0].access.users.clear();
+    let second = next_record(&mut j, &mut inner);
+    let site = &second["sites"][0];
+    assert_eq!(site["patch"], true);
+    let fields: Vec<&String> = site["site"].as_object().unwrap().keys().collect();
+    assert_eq!(fields, ["access", "name"]);
+    let entry = &site["nodes"]["set"][&node];
+    assert_eq!(entry["node"], Value::Null);
+    let vols: Vec<&String> = entry["volumes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|d| d["set"].as_object().unwrap().keys())
+        .collect();
+    assert_eq!(vols, ["vm-301-disk-0"]);
+    // The node itself changed: written again.
+    inner.world.sites[0].nodes.get_mut(&node).unwrap().online = false;
+    let third = next_record(&mut j, &mut inner);
+    assert_eq!(
+        third["sites"][0]["nodes"]["set"][&node]["node"]["online"],
+        false
+    );
+    // And all of it reads back to the same world.
+    let back = restart(dir.path());
+    assert_eq!(doc(&back), doc(&inner));
+    let vols = &back.world.sites[0].nodes[&node].storages;
+    assert!(
+        vols.values()
+            .any(|s| s.volumes.contains_key("vm-301-disk-0"))
+    );
+}
+
+#[test]
+fn a_patch_for_a_site_or_node_that_is_not_there_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut inner = busy_inner();
+    let mut j = Journal::start(dir.path(), &mut inner, 0).unwrap();
+    change(&mut inner, 300);
+    persist(&mut j, &mut inner);
+    change(&mut inner, 301);
+    persist(&mut j, &mut inner);
+    let path = dir.path().join(JOURNAL);
+    let text = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+    let mut lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[1]["sites"][0]["patch"], true);
+    // Without the first record, the second patches a site replay does not have.
+    let name = lines[1]["sites"][0]["site"]["name"].clone();
+    lines[1]["sites"][0]["site"]["name"] = Value::from("elsewhere");
+    let write = |lines: &[Value]| {
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&path, body).unwrap();
+    };
+    write(&lines);
+    let err = load(dir.path()).err().expect("an error");
+    assert!(err.to_string().contains("line 2"), "{err}");
+    // A node said unchanged that the site does not have.
+    lines[1]["sites"][0]["site"]["name"] = name;
+    let set = lines[1]["sites"][0]["nodes"]["set"]
+        .as_object_mut()
+        .unwrap();
+    set.insert(
+        "nowhere".into(),
+        serde_json::json!({"node": null, "volumes": {}}),
+    );
+    write(&lines);
+    let err = load(dir.path()).err().expect("an error");
+    assert!(err.to_string().contains("nowhere"), "{err}");
 }
 
 #[test]
@@ -210,6 +315,7 @@ fn a_record_cut_short_is_dropped_and_the_next_start_goes_on() {
     let Pending::Record(rec) = j.take(&mut inner) else {
         panic!("a record was due");
     };
+    let rec = j.encode(*rec).unwrap();
     // The process died half way through appending it.
     let path = dir.path().join(JOURNAL);
     let mut f = std::fs::OpenOptions::new()
