@@ -70,7 +70,8 @@ impl User {
 pub struct Token {
     /// Full token id, `user@realm!name`.
     pub tokenid: String,
-    /// The secret (a UUID-shaped string) given once at creation.
+    /// The secret clients send after `=`; UUID-shaped when made through the API, which shows
+    /// it once.
     pub secret: String,
     /// Privilege separation: when set, the token holds only what its own ACLs grant, within the
     /// user's privileges; when not, it holds the user's privileges.

@@ -10,7 +10,7 @@ use crate::version::PveVersion;
 /// root only.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Needs {
-    /// Anyone who may use the monitor (`VM.Monitor`).
+    /// Anyone who may use the monitor (`Sys.Audit` or `Sys.Modify` on the VM).
     Nothing,
     /// `Sys.Modify` on `/`.
     SysModify,

@@ -10,7 +10,7 @@ pub struct Alias {
     pub name: String,
     /// Address or network (`10.0.0.1`, `10.0.0.0/24`, IPv6 alike).
     pub cidr: String,
-    /// 4 or 6, from the address; `None` only for an alias made without parsing it.
+    /// 4 or 6, as found when the file was read; `None` for an alias just made through the API.
     pub ipversion: Option<u8>,
     /// Trailing `# comment`, if any.
     pub comment: Option<String>,

@@ -56,9 +56,9 @@ pub struct Scope<'a> {
     pub cluster_aliases: &'a BTreeMap<String, Alias>,
     /// The cluster's ipsets, by name.
     pub cluster_ipsets: &'a BTreeMap<String, Vec<IpsetEntry>>,
-    /// The guest's or node's own aliases (empty at cluster level).
+    /// The aliases of the rule's own file (a guest's or node's; at cluster level, the cluster's).
     pub aliases: &'a BTreeMap<String, Alias>,
-    /// The guest's or node's own ipsets (empty at cluster level).
+    /// The ipsets of the rule's own file (a guest's or node's; at cluster level, the cluster's).
     pub ipsets: &'a BTreeMap<String, Vec<IpsetEntry>>,
 }
 

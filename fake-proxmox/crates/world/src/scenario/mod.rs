@@ -62,7 +62,7 @@ pub struct SiteSpec {
     /// Download speed from the internet, MiB/s (default 40); a storage's own speed caps it.
     #[serde(default = "default_download_speed")]
     pub download_mib_s: f64,
-    /// Users besides `root@pam`.
+    /// The site's users (`root@pam` too, when it is to log in).
     #[serde(default)]
     pub users: Vec<UserSpec>,
     /// API tokens.
@@ -197,7 +197,7 @@ pub struct NodeSpec {
     /// CPU sockets (default 1).
     #[serde(default = "one")]
     pub sockets: u32,
-    /// Cores (in all sockets).
+    /// Cores per socket (`cpuinfo.cores`).
     pub cores: u32,
     /// Host logical CPUs (`cpuinfo.cpus`): the start-time vCPU limit.
     pub threads: u32,
