@@ -89,31 +89,31 @@ pub enum AgentCommand {
     Ping,
     /// `guest-info`: agent version and supported commands.
     Info,
-    /// `guest-network-get-interfaces`.
+    /// `guest-network-get-interfaces`: NICs with their MACs and addresses.
     NetworkGetInterfaces,
-    /// `guest-get-host-name`.
+    /// `guest-get-host-name`: the guest's hostname.
     GetHostName,
-    /// `guest-get-osinfo`.
+    /// `guest-get-osinfo`: OS name, version and kernel.
     GetOsinfo,
     /// `guest-get-time`: guest clock in nanoseconds.
     GetTime,
-    /// `guest-get-timezone`.
+    /// `guest-get-timezone`: zone name and UTC offset.
     GetTimezone,
     /// `guest-get-users`: logged-in users.
     GetUsers,
-    /// `guest-get-vcpus`.
+    /// `guest-get-vcpus`: each vCPU and whether it is online.
     GetVcpus,
     /// `guest-get-fsinfo`: mounted file systems.
     GetFsinfo,
-    /// `guest-get-memory-blocks`.
+    /// `guest-get-memory-blocks`: memory blocks and whether each is online.
     GetMemoryBlocks,
-    /// `guest-get-memory-block-info`.
+    /// `guest-get-memory-block-info`: the size of a memory block.
     GetMemoryBlockInfo,
     /// `guest-fsfreeze-freeze`: freeze the guest's file systems.
     FsfreezeFreeze,
     /// `guest-fsfreeze-status`: `frozen` or `thawed`.
     FsfreezeStatus,
-    /// `guest-fsfreeze-thaw`.
+    /// `guest-fsfreeze-thaw`: thaw the frozen file systems.
     FsfreezeThaw,
     /// `guest-fstrim`: discard unused blocks.
     Fstrim,
@@ -153,21 +153,21 @@ pub enum AgentCommand {
         /// Byte offset from the start of the file.
         offset: i64,
     },
-    /// `guest-file-read`.
+    /// `guest-file-read` from an open file at its position.
     FileRead {
         /// Handle `guest-file-open` returned.
         handle: i64,
         /// Most bytes to read.
         count: i64,
     },
-    /// `guest-file-write`.
+    /// `guest-file-write` to an open file at its position.
     FileWrite {
         /// Handle `guest-file-open` returned.
         handle: i64,
         /// Data to write, base64.
         buf_b64: String,
     },
-    /// `guest-file-close`.
+    /// `guest-file-close`: release a handle.
     FileClose {
         /// Handle `guest-file-open` returned.
         handle: i64,

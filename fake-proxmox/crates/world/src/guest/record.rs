@@ -56,7 +56,8 @@ pub enum Power {
     Stopped,
     /// Running.
     Running,
-    /// vCPUs stopped (`qm suspend`, QMP `stop`); `status` stays `running`, `qmpstatus` is `paused`.
+    /// A VM's vCPUs stopped (`qm suspend`, QMP `stop`): `status` stays `running`, `qmpstatus`
+    /// is `paused`.
     Paused,
     /// QEMU stopped the vCPUs on a drive error (`werror`/`rerror` `stop`): `status` stays
     /// `running`, `qmpstatus` is `io-error`; `status/resume` retries the I/O.

@@ -86,12 +86,12 @@ pub enum CtWork {
         #[serde(default)]
         timeout: Option<u64>,
     },
-    /// `vzsuspend`: freeze the container.
+    /// `vzsuspend`: `lxc-checkpoint` saves the container's state and it stops.
     Suspend {
         /// The container.
         vmid: u32,
     },
-    /// `vzresume`: thaw the container.
+    /// `vzresume`: `lxc-checkpoint -r` restores a suspended container.
     Resume {
         /// The container.
         vmid: u32,

@@ -36,8 +36,8 @@ pub enum ScenarioError {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
-    /// Seed of every random choice (pids, secrets, fault probabilities); each site derives its own
-    /// from it.
+    /// Seed of every random choice: fault probabilities draw from it, each site (pids,
+    /// secrets) from its own seed derived from it.
     #[serde(default)]
     pub seed: u64,
     /// The sites, each an independent PVE cluster or standalone node.
