@@ -3,18 +3,25 @@
 //! Real: wall time. Scaled(f): simulated time passes f times faster than wall time.
 //! Stepped: time stands still until the test advances it.
 
+#![warn(missing_docs)]
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+/// How simulated time relates to wall time.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum ClockMode {
+    /// Wall time.
     #[default]
     Real,
+    /// Simulated time runs `factor` times faster than wall time.
     Scaled {
+        /// Simulated seconds per wall-clock second.
         factor: f64,
     },
+    /// Time stands still until advanced.
     Stepped,
 }
 
@@ -44,6 +51,7 @@ impl ClockMode {
     }
 }
 
+/// The site's clock: simulated UNIX time in seconds, per its mode.
 #[derive(Clone, Debug)]
 pub struct Clock {
     mode: ClockMode,
@@ -53,6 +61,7 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock in `mode`, starting at wall time.
     pub fn new(mode: ClockMode) -> Self {
         let sim = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -75,6 +84,7 @@ impl Clock {
         c
     }
 
+    /// How the clock runs now.
     pub fn mode(&self) -> ClockMode {
         self.mode
     }
@@ -89,6 +99,7 @@ impl Clock {
         }
     }
 
+    /// Switch mode, going on from the current simulated time (no jump).
     pub fn set_mode(&mut self, mode: ClockMode) {
         self.anchor_sim = self.now();
         self.anchor_real = Instant::now();

@@ -4,6 +4,8 @@
 //! segments), node and site; fires with a probability drawn from a seeded RNG, at most
 //! `count` times; and adds latency and/or answers with a status and message.
 
+#![warn(missing_docs)]
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use regex::Regex;
@@ -11,19 +13,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::PveError;
 
+/// One fault injection rule: which requests it matches, how often it fires and what it does.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultRule {
     /// Assigned when the rule is added.
     #[serde(default)]
     pub id: Option<u64>,
+    /// Only requests to this site; any site when absent.
     #[serde(default)]
     pub site: Option<String>,
+    /// Only this HTTP method (`GET`, `POST`, ..., any case); any when absent.
     #[serde(default)]
     pub method: Option<String>,
     /// Glob over the path below `/api2/json`, e.g. `/nodes/*/qemu/*/status/start`.
     #[serde(default)]
     pub path_pattern: Option<String>,
+    /// Only requests for this node; any when absent.
     #[serde(default)]
     pub node: Option<String>,
     /// 0.0..=1.0; default 1.0.
@@ -35,6 +41,7 @@ pub struct FaultRule {
     /// Answer with this status (and `message`) instead of handling the request.
     #[serde(default)]
     pub status: Option<u16>,
+    /// Error message of the injected answer (default `injected fault`).
     #[serde(default)]
     pub message: Option<String>,
     /// Holds the request this long before it is handled.
@@ -60,6 +67,7 @@ struct Compiled {
     path: Option<Regex>,
 }
 
+/// The site's fault rules and the seeded random source their probabilities are drawn from.
 #[derive(Clone, Debug)]
 pub struct Faults {
     rules: Vec<Compiled>,
@@ -70,12 +78,17 @@ pub struct Faults {
 /// What the fault layer decided for one request.
 #[derive(Debug, Default)]
 pub struct FaultHit {
+    /// Milliseconds to hold the request before handling it.
     pub latency_ms: u64,
+    /// Milliseconds to hold the answer after handling the request.
     pub answer_latency_ms: u64,
+    /// Stop the site's clock before handling the request.
     pub stop_clock: bool,
+    /// The error to answer with instead of handling the request.
     pub error: Option<PveError>,
 }
 
+/// The anchored regex for a path glob: `*` matches within one segment, `**` across segments.
 pub fn glob_to_regex(glob: &str) -> Result<Regex, regex::Error> {
     let mut re = String::from("^");
     let mut chars = glob.chars().peekable();
@@ -139,6 +152,7 @@ impl<'de> Deserialize<'de> for Faults {
 }
 
 impl Faults {
+    /// No rules; probabilities drawn from a random source seeded with `seed`.
     pub fn new(seed: u64) -> Faults {
         Faults {
             rules: Vec::new(),
@@ -147,6 +161,11 @@ impl Faults {
         }
     }
 
+    /// Add a rule and return its new id.
+    ///
+    /// # Errors
+    /// A probability outside 0..1, a status that is not an HTTP status, a rule that does nothing
+    /// (no status, latency or clock stop), or a path pattern that does not compile.
     pub fn add(&mut self, mut rule: FaultRule) -> Result<u64, String> {
         if let Some(p) = rule.probability
             && !(0.0..=1.0).contains(&p)
@@ -179,10 +198,12 @@ impl Faults {
         Ok(id)
     }
 
+    /// Remove every rule.
     pub fn clear(&mut self) {
         self.rules.clear();
     }
 
+    /// The rules, in the order they were added (with their ids).
     pub fn list(&self) -> Vec<FaultRule> {
         self.rules.iter().map(|c| c.rule.clone()).collect()
     }

@@ -1,11 +1,15 @@
 //! The request as the models see it: who asks, how they authenticated, the validated
 //! parameters, and the site's clock. Routes hand it to a model verb whole.
 
+#![warn(missing_docs)]
+
 use crate::access::model::Identity;
 use crate::guest::GuestKind;
 use crate::wire::{Params, PveError};
 
+/// One API request as the models see it.
 pub struct Request {
+    /// Who asks (the user, and the token when authenticated by one).
     pub who: Identity,
     /// Authenticated with a ticket (not an API token): some PVE rules allow more then.
     pub via_ticket: bool,
@@ -14,14 +18,23 @@ pub struct Request {
     pub template: &'static str,
     /// Path captures and form/query parameters, checked against the schema.
     pub p: Params,
+    /// Site time (seconds) when the request is handled.
     pub now: f64,
 }
 
 impl Request {
+    /// The `node` parameter.
+    ///
+    /// # Errors
+    /// PVE's parameter error when it is missing.
     pub fn node(&self) -> Result<String, PveError> {
         self.p.req_str("node")
     }
 
+    /// The `vmid` parameter.
+    ///
+    /// # Errors
+    /// PVE's parameter error when it is missing, not an integer or out of range.
     pub fn vmid(&self) -> Result<u32, PveError> {
         self.p.vmid()
     }

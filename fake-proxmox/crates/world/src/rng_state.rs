@@ -1,6 +1,8 @@
 //! A `ChaCha8Rng` in a state file: its seed, stream and word position, so a restarted
 //! server goes on drawing the numbers the old one would have drawn next.
 
+#![warn(missing_docs)]
+
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -13,6 +15,7 @@ struct RngState {
     word_pos: String,
 }
 
+/// Write `rng` as seed, stream and word position (for `#[serde(with = "rng_state")]`).
 pub fn serialize<S: Serializer>(rng: &ChaCha8Rng, s: S) -> Result<S::Ok, S::Error> {
     RngState {
         seed: hex::encode(rng.get_seed()),
@@ -22,6 +25,10 @@ pub fn serialize<S: Serializer>(rng: &ChaCha8Rng, s: S) -> Result<S::Ok, S::Erro
     .serialize(s)
 }
 
+/// Read back a generator written by `serialize`, at the same position.
+///
+/// # Errors
+/// A seed that is not 32 bytes of hex, or a word position that is not a number.
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ChaCha8Rng, D::Error> {
     use serde::de::Error;
     let st = RngState::deserialize(d)?;

@@ -82,8 +82,11 @@ fn bad_tokenid(t: &str) -> Option<String> {
 
 /// One role as `GET /access/roles` lists it.
 pub struct RoleInfo {
+    /// Role name (`Administrator`, `PVEAuditor`, or one made through the API).
     pub roleid: String,
+    /// The privileges the role grants.
     pub privs: BTreeSet<&'static str>,
+    /// Whether the role is built in (`special` = 1): built-in roles cannot be changed or deleted.
     pub special: bool,
 }
 

@@ -6,30 +6,40 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// A user group of `user.cfg`: its comment and its member user ids.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Group {
+    /// Free-text comment, if set.
     pub comment: Option<String>,
+    /// Member user ids (`user@realm`).
     pub members: BTreeSet<String>,
 }
 
 /// A resource pool: its VMs and storages (a VM is in at most one pool).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PoolConfig {
+    /// Free-text comment, if set.
     pub comment: Option<String>,
+    /// VM and container ids in the pool.
     pub vms: BTreeSet<u32>,
+    /// Storage ids in the pool.
     pub storage: BTreeSet<String>,
 }
 
 /// An authentication realm of `domains.cfg`: its type and its options as given.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Realm {
+    /// Realm type: `pam`, `pve`, `ldap`, `ad` or `openid`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// Every other option as it was set (`comment`, `default`, `server1`, ...), keyed by its PVE
+    /// name.
     pub options: BTreeMap<String, Value>,
 }
 
 /// The comments PVE gives the two realms every cluster has.
 pub const PAM_COMMENT: &str = "Linux PAM standard authentication";
+/// The default comment of the built-in `pve` realm (PVE's own user database).
 pub const PVE_COMMENT: &str = "Proxmox VE authentication server";
 
 impl Realm {
@@ -54,6 +64,7 @@ impl Realm {
         }
     }
 
+    /// A string option of the realm, if it is set and a string.
     pub fn option_str(&self, key: &str) -> Option<&str> {
         self.options.get(key).and_then(Value::as_str)
     }

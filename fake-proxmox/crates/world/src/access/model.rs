@@ -19,22 +19,31 @@ pub fn role_privs(role: &str) -> Option<&'static PrivSet> {
     super::roles::builtin(role)
 }
 
+/// A user of `user.cfg`: id, password and account settings.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct User {
+    /// `user@realm`.
     pub userid: String,
+    /// The password, kept in clear (the fake has no shadow file); login compares it as is.
     pub password: String,
+    /// Disabled users cannot log in nor use their tokens.
     pub enable: bool,
     /// Seconds since the epoch; 0: never.
     #[serde(default)]
     pub expire: u64,
+    /// Given name, if set.
     #[serde(default)]
     pub firstname: Option<String>,
+    /// Family name, if set.
     #[serde(default)]
     pub lastname: Option<String>,
+    /// E-mail address, if set.
     #[serde(default)]
     pub email: Option<String>,
+    /// Free-text comment, if set.
     #[serde(default)]
     pub comment: Option<String>,
+    /// The user's `keys` setting (TFA keys of old PVE), stored and returned only.
     #[serde(default)]
     pub keys: Option<String>,
 }
@@ -56,26 +65,40 @@ impl User {
     }
 }
 
+/// An API token of a user (`user@realm!name`).
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Token {
+    /// Full token id, `user@realm!name`.
     pub tokenid: String,
+    /// The secret clients send after `=`; UUID-shaped when made through the API, which shows
+    /// it once.
     pub secret: String,
+    /// Privilege separation: when set, the token holds only what its own ACLs grant, within the
+    /// user's privileges; when not, it holds the user's privileges.
     pub privsep: bool,
+    /// Free-text comment, if set.
     pub comment: Option<String>,
+    /// Expiry in seconds since the epoch; 0: never.
     pub expire: u64,
 }
 
+/// One ACL entry: a role granted to a user, group or token on a path.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Acl {
+    /// Object path (`/`, `/vms/100`, `/storage/local`, `/pool/p`...).
     pub path: String,
+    /// Who gets the role: `user@realm`, `@group` or `user@realm!token`.
     pub ugid: String,
+    /// Role name.
     pub role: String,
+    /// Whether the role also applies to paths below `path`.
     pub propagate: bool,
 }
 
 /// Who a request runs as.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Identity {
+    /// The authenticated user (`user@realm`); for a token, the token's owner.
     pub userid: String,
     /// Full token id (`user@realm!name`) when authenticated by API token.
     pub tokenid: Option<String>,
@@ -88,21 +111,28 @@ impl Identity {
     }
 }
 
+/// The access-control state of the cluster: users, tokens, groups, roles, ACLs, realms, pools and
+/// the ticket-signing key.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Access {
+    /// Users by user id.
     pub users: BTreeMap<String, User>,
+    /// API tokens by full token id.
     pub tokens: BTreeMap<String, Token>,
     /// One entry per (path, user/`@group`/token, role), as PVE's ACL tree holds them.
     pub acls: Vec<Acl>,
     key: [u8; 32],
     // Added after state format 1 was first written: absent in older state files.
+    /// Groups by group id.
     #[serde(default)]
     pub groups: BTreeMap<String, Group>,
     /// The roles made through the API (the built-in ones are `roles::BUILTIN`).
     #[serde(default)]
     pub roles: BTreeMap<String, BTreeSet<String>>,
+    /// Authentication realms by realm id (`pam` and `pve` always among them).
     #[serde(default = "Realm::builtin_realms")]
     pub realms: BTreeMap<String, Realm>,
+    /// Resource pools by pool id.
     #[serde(default)]
     pub pools: BTreeMap<String, PoolConfig>,
 }
@@ -160,6 +190,7 @@ impl Access {
         format!("{plain}::{}", self.sign(&plain))
     }
 
+    /// A CSRF prevention token for `userid` issued at `now` (seconds): `<HEX time>:<signature>`.
     pub fn make_csrf(&self, userid: &str, now: f64) -> String {
         let ts = format!("{:08X}", now as u64);
         format!("{ts}:{}", self.sign(&format!("{ts}:{userid}")))
@@ -194,6 +225,8 @@ impl Access {
         self.user_enabled(&user, now).then_some(user)
     }
 
+    /// Whether `token` is a CSRF prevention token this cluster issued for `userid` and it is
+    /// neither expired nor from the future beyond the clock-skew grace.
     pub fn verify_csrf(&self, token: &str, userid: &str, now: f64) -> bool {
         let Some((ts, sig)) = token.split_once(':') else {
             return false;
@@ -269,6 +302,8 @@ impl Access {
         s
     }
 
+    /// A new token secret, UUID-shaped and derived from `seed` and the cluster key (deterministic
+    /// for a seed).
     pub fn new_token_secret(&self, seed: &str) -> String {
         let h = hex::encode(hmac_sha256(&self.key, seed.as_bytes()));
         format!(

@@ -24,6 +24,7 @@ impl Access {
         Some(custom.iter().filter_map(|p| roles::known_priv(p)).collect())
     }
 
+    /// Whether `role` exists: built in or made through the API.
     pub fn role_exists(&self, role: &str) -> bool {
         roles::is_special(role) || self.roles.contains_key(role)
     }
@@ -134,6 +135,8 @@ impl Access {
         }
     }
 
+    /// Whether `who` holds `privilege` on `path` (ACL inheritance, groups and token
+    /// privilege separation applied; `root@pam` holds everything).
     pub fn has(&self, who: &Identity, path: &str, privilege: &str) -> bool {
         // root@pam holds everything; skip the ACL walk on this hot path (listings check
         // one privilege per VM and storage).

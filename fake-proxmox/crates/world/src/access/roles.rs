@@ -107,6 +107,7 @@ pub static ALL_PRIVS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     all.into_iter().collect()
 });
 
+/// A set of privilege names (`VM.Audit`, `Datastore.Allocate`, ...).
 pub type PrivSet = BTreeSet<&'static str>;
 
 /// The built-in roles and their privileges.

@@ -38,6 +38,7 @@ pub fn check_param(
     }
 }
 
+/// PVE's error text when a group id contains characters PVE refuses; `None` when it is valid.
 pub fn bad_groupid(g: &str) -> Option<String> {
     (!plain_id(g)).then(|| format!("group name '{g}' contains invalid characters"))
 }

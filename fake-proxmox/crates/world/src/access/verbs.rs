@@ -95,6 +95,11 @@ impl Site {
             .collect())
     }
 
+    /// `GET /access/users/{userid}/token/{tokenid}`: the token, once the caller may manage the
+    /// user's tokens.
+    ///
+    /// # Errors
+    /// Permission denied (see `token_admin`), no such user, or no such token.
     pub fn token(&self, req: &Request) -> Result<&Token, PveError> {
         let (userid, full) = self.token_admin(req)?;
         self.access.tokens.get(&full).ok_or_else(|| {

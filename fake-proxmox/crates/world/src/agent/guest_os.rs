@@ -30,14 +30,18 @@ const FIRST_PID: i64 = 1400;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedCommand {
+    /// The argv it matches, the program by full path or by name.
     pub command: Vec<String>,
+    /// Exit code reported.
     #[serde(default)]
     pub exitcode: i64,
     /// Killed by this signal instead of exiting (`exitcode` is then not reported).
     #[serde(default)]
     pub signal: Option<i64>,
+    /// Standard output it prints.
     #[serde(default)]
     pub out: String,
+    /// Standard error it prints.
     #[serde(default)]
     pub err: String,
     /// Simulated seconds until it exits (`exec-status` says `exited: 0` until then).
@@ -49,6 +53,7 @@ pub struct ScriptedCommand {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GuestSetup {
+    /// Scripted commands; the last one matching an argv wins.
     #[serde(default)]
     pub commands: Vec<ScriptedCommand>,
     /// Path → content (text).
@@ -57,6 +62,7 @@ pub struct GuestSetup {
 }
 
 impl GuestSetup {
+    /// Whether it sets up nothing.
     pub fn is_empty(&self) -> bool {
         self.commands.is_empty() && self.files.is_empty()
     }
@@ -65,7 +71,9 @@ impl GuestSetup {
 /// A password set through `guest-set-user-password`, as the guest's `chpasswd` got it.
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct PasswordSet {
+    /// The password as given.
     pub password: String,
+    /// Whether it was given already hashed (`crypted`), not in clear.
     pub crypted: bool,
 }
 
@@ -82,17 +90,26 @@ struct OpenFile {
 /// for its time.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Process {
+    /// Site time (seconds) when it exits.
     pub ends_at: f64,
+    /// Exit code, unless killed by a signal.
     pub exitcode: Option<i64>,
+    /// The signal that killed it, if one did.
     pub signal: Option<i64>,
+    /// Standard output.
     pub out: Vec<u8>,
+    /// Standard error.
     pub err: Vec<u8>,
 }
 
+/// The inside of a simulated guest as the QEMU guest agent sees it: files, open handles,
+/// processes `guest-exec` started, freeze state and scripted commands.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GuestOs {
     seeded: bool,
+    /// File contents by absolute path.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// Directories by absolute path.
     pub dirs: BTreeSet<String>,
     /// Files with the executable bit (`chmod +x`): files qemu-ga creates are not.
     pub executable: BTreeSet<String>,
@@ -100,8 +117,11 @@ pub struct GuestOs {
     next_handle: i64,
     processes: BTreeMap<i64, Process>,
     next_pid: i64,
+    /// Whether the file systems are frozen (`guest-fsfreeze-freeze`).
     pub frozen: bool,
+    /// Scripted commands `guest-exec` matches argvs against.
     pub scripts: Vec<ScriptedCommand>,
+    /// Passwords set through `guest-set-user-password`, by user name.
     pub passwords: BTreeMap<String, PasswordSet>,
     /// The cloud-init instance last applied at a boot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +181,7 @@ pub fn normal_path(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
+/// The directory containing `path` (`/` for a top-level entry).
 pub fn parent(path: &str) -> String {
     match path.rfind('/') {
         Some(0) | None => "/".into(),
@@ -251,6 +272,7 @@ impl GuestOs {
         }
     }
 
+    /// Create `dir` and every missing directory above it.
     pub fn mkdir_all(&mut self, dir: &str) {
         let mut cur = String::new();
         self.dirs.insert("/".into());
@@ -261,6 +283,7 @@ impl GuestOs {
         }
     }
 
+    /// Whether `p` is a directory.
     pub fn is_dir(&self, p: &str) -> bool {
         self.dirs.contains(p)
     }
@@ -278,6 +301,8 @@ impl GuestOs {
 
     // ---- guest-file-* ----
 
+    /// `guest-file-open`: a new handle for `path` in `mode` (fopen modes, `r` by default), or the
+    /// agent's error (no such file, a directory, a bad mode).
     pub fn file_open(&mut self, path: &str, mode: Option<&str>) -> Value {
         let mode = mode.unwrap_or("r");
         let p = if path.is_empty() {
@@ -338,6 +363,7 @@ impl GuestOs {
         qga_error(format!("handle '{handle}' has not been found"))
     }
 
+    /// `guest-file-seek` to an absolute `offset`: the new position, or the agent's error.
     pub fn file_seek(&mut self, handle: i64, offset: i64) -> Value {
         let Some(h) = self.handles.get_mut(&handle) else {
             return Self::no_handle(handle);
@@ -349,6 +375,8 @@ impl GuestOs {
         json!({"position": offset, "eof": false})
     }
 
+    /// `guest-file-read` of up to `count` bytes: base64 data, byte count and `eof`, or the
+    /// agent's error (unknown handle, `count` out of range, not open for reading).
     pub fn file_read(&mut self, handle: i64, count: i64) -> Value {
         if !(0..=FILE_READ_COUNT_MAX).contains(&count) {
             return qga_error(format!("value '{count}' is invalid for argument count"));
@@ -377,6 +405,7 @@ impl GuestOs {
         json!({"count": chunk.len(), "buf-b64": B64.encode(chunk), "eof": eof})
     }
 
+    /// `guest-file-write` of base64 `buf_b64`: the bytes written, or the agent's error.
     pub fn file_write(&mut self, handle: i64, buf_b64: &str) -> Value {
         let buf = match qbase64_decode(buf_b64) {
             Ok(b) => b,
@@ -407,6 +436,7 @@ impl GuestOs {
         json!({"count": buf.len(), "eof": false})
     }
 
+    /// `guest-file-close`: `{}`, or the agent's error for an unknown handle.
     pub fn file_close(&mut self, handle: i64) -> Value {
         match self.handles.remove(&handle) {
             Some(_) => json!({}),
@@ -462,6 +492,8 @@ impl GuestOs {
 
     // ---- guest-set-user-password ----
 
+    /// `guest-set-user-password`: record the (base64) password for `username`; the agent's
+    /// error for bad base64 or characters `chpasswd` refuses.
     pub fn set_user_password(
         &mut self,
         username: &str,

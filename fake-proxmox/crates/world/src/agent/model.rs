@@ -22,25 +22,36 @@ const READ_CHUNK: i64 = 1024 * 1024;
 /// Who calls an agent route on which VM, and when.
 #[derive(Clone, Copy)]
 pub struct Caller<'a> {
+    /// Node the VM is on.
     pub node: &'a str,
+    /// The VM's id.
     pub vmid: u32,
+    /// Who calls.
     pub who: &'a Identity,
+    /// Site time (seconds) of the call.
     pub now: f64,
 }
 
 /// The privileges a route accepts on `/vms/{vmid}`: any one of them.
 pub type Privs = &'static [&'static str];
 
+/// Reading commands (`info`, `get-osinfo`, `network-get-interfaces`, ...).
 pub const AUDIT: Privs = &["VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"];
+/// `fsfreeze-status`.
 pub const FREEZE_STATUS: Privs = &[
     "VM.GuestAgent.Audit",
     "VM.GuestAgent.FileSystemMgmt",
     "VM.GuestAgent.Unrestricted",
 ];
+/// `fsfreeze-freeze`, `fsfreeze-thaw` and `fstrim`.
 pub const FS_MGMT: Privs = &["VM.GuestAgent.FileSystemMgmt", "VM.GuestAgent.Unrestricted"];
+/// `shutdown` and the `suspend-*` commands.
 pub const POWER: Privs = &["VM.PowerMgmt", "VM.GuestAgent.Unrestricted"];
+/// `exec`, `exec-status`, `set-user-password` and the raw `file-*` commands.
 pub const UNRESTRICTED: Privs = &["VM.GuestAgent.Unrestricted"];
+/// `GET …/agent/file-read`.
 pub const FILE_READ: Privs = &["VM.GuestAgent.FileRead", "VM.GuestAgent.Unrestricted"];
+/// `POST …/agent/file-write`.
 pub const FILE_WRITE: Privs = &["VM.GuestAgent.FileWrite", "VM.GuestAgent.Unrestricted"];
 
 /// The privileges and whether the answer is checked (`agent_cmd`) of each simple command.

@@ -14,9 +14,13 @@ use super::sh_parse::{Node, Word, parse};
 /// How a process ended and what it printed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
+    /// Exit code (meaningless when `signal` is set).
     pub exitcode: i64,
+    /// The signal that killed it, if one did.
     pub signal: Option<i64>,
+    /// Standard output.
     pub out: Vec<u8>,
+    /// Standard error.
     pub err: Vec<u8>,
     /// Simulated seconds it ran (`sleep`, scripted durations).
     pub secs: f64,

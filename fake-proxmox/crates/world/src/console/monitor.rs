@@ -10,8 +10,11 @@ use crate::version::PveVersion;
 /// root only.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Needs {
+    /// Anyone who may use the monitor (`Sys.Audit` or `Sys.Modify` on the VM).
     Nothing,
+    /// `Sys.Modify` on `/`.
     SysModify,
+    /// `root@pam` only.
     Root,
 }
 
@@ -153,11 +156,17 @@ pub fn needs(command: &str) -> Option<Needs> {
 /// What a command does to the guest, for the caller to carry out through the executor.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Effect {
+    /// Nothing to do.
     None,
+    /// `stop`: pause the guest.
     Pause,
+    /// `cont`: resume a paused guest.
     Resume,
+    /// `system_reset`: hard reset.
     Reset,
+    /// `system_powerdown`: ACPI power button.
     Powerdown,
+    /// `quit`: QEMU exits, the VM stops.
     Quit,
 }
 

@@ -30,7 +30,9 @@ const LAST_SPICE_PORT: u16 = 61999;
 /// Which proxy a request asks for.
 #[derive(Clone, Copy, PartialEq)]
 pub enum Kind {
+    /// `vncproxy`: VNC to the VM's display.
     Vnc,
+    /// `termproxy`: the VM's serial console.
     Term,
 }
 

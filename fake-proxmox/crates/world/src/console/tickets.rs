@@ -16,6 +16,8 @@ fn secret(userid: &str, path: &str, port: Option<u16>) -> String {
     }
 }
 
+/// A short-lived ticket `<prefix>:<HEX time>::<signature>` (e.g. `PVEVNC`) made at `now`,
+/// bound to `userid`, `path` and, when given, `port`.
 pub fn assemble(
     access: &Access,
     prefix: &str,

@@ -29,7 +29,10 @@ pub struct CtCreate<'a> {
 /// unpacked; the model's guess from the file name stands) and the task log lines it printed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CtCreated {
+    /// The OS type detected in the unpacked template (`debian`, `alpine`, ...); `None`: nothing was
+    /// unpacked.
     pub ostype: Option<String>,
+    /// Task log lines the create printed.
     pub log: Vec<String>,
 }
 
@@ -38,7 +41,9 @@ pub struct CtCreated {
 /// for a reboot) or the task fails with `container did not stop`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtShutdown {
+    /// How long the container's init gets to stop before it is killed or the task fails.
     pub timeout: Duration,
+    /// Kill the container once `timeout` has passed instead of failing (`forceStop`).
     pub force: bool,
 }
 
@@ -48,8 +53,11 @@ pub const CT_SHUTDOWN_DEFAULT: Duration = Duration::from_secs(60);
 /// One interface of a running container (`ip --json address` in its network namespace).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CtIface {
+    /// Interface name inside the container (`eth0`).
     pub name: String,
+    /// MAC address, when it has one.
     pub mac: Option<String>,
+    /// Its addresses with prefix lengths.
     pub addrs: Vec<(IpAddr, u8)>,
 }
 

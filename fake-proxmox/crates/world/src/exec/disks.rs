@@ -24,12 +24,16 @@ use crate::storage::model::StorageType;
 /// `vm-100-disk-0`, `iso/x.iso`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vol<'a> {
+    /// The node holding the volume.
     pub node: &'a str,
+    /// Storage id.
     pub storage: &'a str,
+    /// Volume name within the storage (without the `storage:` prefix).
     pub volname: &'a str,
 }
 
 impl<'a> Vol<'a> {
+    /// The volume `storage:volname` on `node`.
     pub fn new(node: &'a str, storage: &'a str, volname: &'a str) -> Vol<'a> {
         Vol {
             node,
@@ -49,20 +53,28 @@ impl fmt::Display for Vol<'_> {
 /// directory the scenario gives it, if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageInfo {
+    /// The site the storage belongs to.
     pub site: String,
+    /// The node it is configured on.
     pub node: String,
+    /// Storage id.
     pub name: String,
+    /// Storage plugin type (`dir`, `lvmthin`, `zfspool`, ...).
     pub kind: StorageType,
+    /// A host directory holding the storage's files, when the scenario gives one.
     pub backing_dir: Option<PathBuf>,
 }
 
 /// One copy of a volume's data into a freshly allocated one.
 #[derive(Clone, Copy, Debug)]
 pub struct CopyJob<'a> {
+    /// The source volume.
     pub from: Vol<'a>,
     /// The source's format (`qcow2`, `raw`, `vmdk`).
     pub from_format: &'a str,
+    /// The freshly allocated target volume.
     pub to: Vol<'a>,
+    /// The target's format (`qcow2`, `raw`, `vmdk`).
     pub to_format: &'a str,
     /// The source's virtual size: what the progress lines count.
     pub size: u64,
@@ -74,14 +86,18 @@ pub struct CopyJob<'a> {
 /// progress as PVE logs it, its error lines); no lines when nothing really ran.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Copied {
+    /// Bytes written to the target.
     pub bytes: u64,
+    /// Task log lines the copy printed.
     pub log: Vec<String>,
 }
 
 /// A failed copy: the task error and the log lines printed before it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CopyFailed {
+    /// The task's error text.
     pub error: String,
+    /// Task log lines printed before the failure.
     pub log: Vec<String>,
 }
 
@@ -98,7 +114,9 @@ pub struct Placed {
 /// image, content), as `generate_nocloud` / `generate_configdrive2` lay them out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CloudInitImage {
+    /// ISO volume label: `cidata` for NoCloud, `config-2` for ConfigDrive.
     pub label: &'static str,
+    /// Files in the image: path inside it, content.
     pub files: Vec<(String, String)>,
 }
 

@@ -36,6 +36,8 @@
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`), because no route
 //! serves them (they answer 501).
 
+#![warn(missing_docs)]
+
 mod ct;
 mod disks;
 mod files;
@@ -83,59 +85,100 @@ pub struct Host<'a> {
 /// same sequence of calls real PVE runs (`file-open`, `file-read`…, `file-close`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AgentCommand {
+    /// `guest-ping`: the agent answers.
     Ping,
+    /// `guest-info`: agent version and supported commands.
     Info,
+    /// `guest-network-get-interfaces`: NICs with their MACs and addresses.
     NetworkGetInterfaces,
+    /// `guest-get-host-name`: the guest's hostname.
     GetHostName,
+    /// `guest-get-osinfo`: OS name, version and kernel.
     GetOsinfo,
+    /// `guest-get-time`: guest clock in nanoseconds.
     GetTime,
+    /// `guest-get-timezone`: zone name and UTC offset.
     GetTimezone,
+    /// `guest-get-users`: logged-in users.
     GetUsers,
+    /// `guest-get-vcpus`: each vCPU and whether it is online.
     GetVcpus,
+    /// `guest-get-fsinfo`: mounted file systems.
     GetFsinfo,
+    /// `guest-get-memory-blocks`: memory blocks and whether each is online.
     GetMemoryBlocks,
+    /// `guest-get-memory-block-info`: the size of a memory block.
     GetMemoryBlockInfo,
+    /// `guest-fsfreeze-freeze`: freeze the guest's file systems.
     FsfreezeFreeze,
+    /// `guest-fsfreeze-status`: `frozen` or `thawed`.
     FsfreezeStatus,
+    /// `guest-fsfreeze-thaw`: thaw the frozen file systems.
     FsfreezeThaw,
+    /// `guest-fstrim`: discard unused blocks.
     Fstrim,
+    /// `guest-shutdown`: power the guest off from inside.
     Shutdown,
+    /// `guest-suspend-disk`: hibernate.
     SuspendDisk,
+    /// `guest-suspend-ram`: suspend to RAM.
     SuspendRam,
+    /// `guest-suspend-hybrid`: both.
     SuspendHybrid,
     /// `guest-exec` with `capture-output`; `input_data` is base64 as PVE encodes it.
     Exec {
+        /// Program to run.
         path: String,
+        /// Its arguments.
         args: Vec<String>,
+        /// Standard input, base64.
         input_data: Option<String>,
     },
+    /// `guest-exec-status` of a process `Exec` started.
     ExecStatus {
+        /// The pid `guest-exec` returned.
         pid: i64,
     },
     /// `mode` absent is QGA's `r`.
     FileOpen {
+        /// File path in the guest.
         path: String,
+        /// fopen mode (`r`, `w`, `a+`...).
         mode: Option<String>,
     },
+    /// `guest-file-seek` to an absolute offset.
     FileSeek {
+        /// Handle `guest-file-open` returned.
         handle: i64,
+        /// Byte offset from the start of the file.
         offset: i64,
     },
+    /// `guest-file-read` from an open file at its position.
     FileRead {
+        /// Handle `guest-file-open` returned.
         handle: i64,
+        /// Most bytes to read.
         count: i64,
     },
+    /// `guest-file-write` to an open file at its position.
     FileWrite {
+        /// Handle `guest-file-open` returned.
         handle: i64,
+        /// Data to write, base64.
         buf_b64: String,
     },
+    /// `guest-file-close`: release a handle.
     FileClose {
+        /// Handle `guest-file-open` returned.
         handle: i64,
     },
     /// `password` is base64 as PVE encodes it.
     SetUserPassword {
+        /// Account whose password is set.
         username: String,
+        /// The new password, base64.
         password: String,
+        /// Whether the password is already hashed.
         crypted: bool,
     },
 }
@@ -144,9 +187,13 @@ pub enum AgentCommand {
 /// on (its bridges). The VM is mutable: an agent `shutdown` powers it off, a simulated guest
 /// keeps its files and processes on it.
 pub struct AgentCall<'a> {
+    /// The VM the agent runs in.
     pub vm: &'a mut Vm,
+    /// The node the VM is on, when known.
     pub node: Option<&'a Node>,
+    /// What to send.
     pub command: AgentCommand,
+    /// Site time (seconds) of the call.
     pub now: f64,
 }
 
@@ -287,12 +334,21 @@ pub enum GuestFault {
     Pause,
     /// The cable of NIC `net` (`net0`) is pulled (QMP `set_link … off`); the config keeps no
     /// `link_down=1`.
-    LinkDown { net: String },
+    LinkDown {
+        /// NIC key (`net0`).
+        net: String,
+    },
     /// The cable of NIC `net` is plugged back in.
-    LinkUp { net: String },
+    LinkUp {
+        /// NIC key (`net0`).
+        net: String,
+    },
     /// Every write to disk `disk` (`scsi0`) fails with an I/O error from now until QEMU
     /// stops; reads still work and the volume keeps what was written before.
-    DiskWriteError { disk: String },
+    DiskWriteError {
+        /// Disk key (`scsi0`, `virtio1`).
+        disk: String,
+    },
 }
 
 /// A fault on a node, as the control API takes it (`{"fault": "link_down", "bridge":
@@ -301,9 +357,15 @@ pub enum GuestFault {
 #[serde(tag = "fault", rename_all = "snake_case", deny_unknown_fields)]
 pub enum NodeFault {
     /// The node's link on `bridge` goes down: its guests' NICs there lose carrier.
-    LinkDown { bridge: String },
+    LinkDown {
+        /// Bridge name (`vmbr0`).
+        bridge: String,
+    },
     /// The link comes back.
-    LinkUp { bridge: String },
+    LinkUp {
+        /// Bridge name (`vmbr0`).
+        bridge: String,
+    },
 }
 
 impl GuestFault {

@@ -7,6 +7,8 @@ use serde_json::Value;
 use super::{AgentCall, Executor, Host};
 use crate::qemu::model::{Power, Vm};
 
+/// The executor without real guests: starts, stops and agent calls are decided by the
+/// model and the simulated guest OS alone.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Simulated;
 

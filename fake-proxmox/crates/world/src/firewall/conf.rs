@@ -21,7 +21,9 @@ pub struct FwConf {
     pub aliases: BTreeMap<String, Alias>,
     /// By name (lower case once read back).
     pub ipset: BTreeMap<String, Vec<IpsetEntry>>,
+    /// `[IPSET name] # comment`: each ipset's comment, by name.
     pub ipset_comments: BTreeMap<String, String>,
+    /// `[RULES]` in file order.
     pub rules: Vec<Rule>,
     /// `cluster.fw` only: security groups by name, with their comments.
     pub groups: BTreeMap<String, Option<String>>,

@@ -11,7 +11,9 @@ use crate::world::Site;
 
 /// One page of log lines and the count of matching lines.
 pub struct LogPage {
+    /// How many lines matched in all.
     pub total: u64,
+    /// The page's lines as `{"n": line number, "t": text}`.
     pub lines: Vec<Value>,
 }
 

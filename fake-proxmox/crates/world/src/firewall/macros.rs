@@ -12,8 +12,11 @@ use std::sync::LazyLock;
 /// One rule a macro expands to (its action is the rule's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct T {
+    /// Protocol (`tcp`, `udp`, ...); any when `None`.
     pub proto: Option<&'static str>,
+    /// Destination ports (`22`, `137:139`); any when `None`.
     pub dport: Option<&'static str>,
+    /// Source ports; any when `None`.
     pub sport: Option<&'static str>,
 }
 

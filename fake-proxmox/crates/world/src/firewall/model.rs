@@ -110,6 +110,7 @@ pub fn rule_entry(rule: &Rule) -> Map<String, Value> {
     m
 }
 
+/// An alias as a row of `GET …/firewall/aliases` (name, cidr, ipversion, comment).
 pub fn alias_entry(a: &Alias) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("name".into(), Value::from(a.name.clone()));
@@ -123,6 +124,7 @@ pub fn alias_entry(a: &Alias) -> Map<String, Value> {
     m
 }
 
+/// An ipset entry as a row of `GET …/firewall/ipset/{name}` (`nomatch` and `errors` only when set).
 pub fn ipset_entry(e: &IpsetEntry) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("cidr".into(), Value::from(e.cidr.clone()));

@@ -39,7 +39,9 @@ pub const INTEGER_FIELDS: &[&str] = &["enable", "ipversion", "pos"];
 /// longer verifies, e.g. naming a deleted alias, keeps them).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Rule {
+    /// The rule's fields by PVE name (`type`, `action`, `dport`, ...), values as text.
     pub f: BTreeMap<String, String>,
+    /// Why the rule does not verify, by parameter (empty when it does).
     pub errors: BTreeMap<String, String>,
 }
 
@@ -50,16 +52,22 @@ pub fn truthy(s: Option<&str>) -> bool {
 
 /// What a rule may refer to: the cluster's aliases and ipsets, and the guest's own.
 pub struct Scope<'a> {
+    /// The cluster's aliases (`cluster.fw`), by lower-case name.
     pub cluster_aliases: &'a BTreeMap<String, Alias>,
+    /// The cluster's ipsets, by name.
     pub cluster_ipsets: &'a BTreeMap<String, Vec<IpsetEntry>>,
+    /// The aliases of the rule's own file (a guest's or node's; at cluster level, the cluster's).
     pub aliases: &'a BTreeMap<String, Alias>,
+    /// The ipsets of the rule's own file (a guest's or node's; at cluster level, the cluster's).
     pub ipsets: &'a BTreeMap<String, Vec<IpsetEntry>>,
 }
 
 /// Why a rule does not verify: a parameter error (`raise_param_exc`, 400) or a plain `die`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
+    /// A 400 parameter error: parameter name, message.
     Param(String, String),
+    /// A plain error message (500).
     Die(String),
 }
 
@@ -81,6 +89,7 @@ const LOG_LEVELS: &[&str] = &[
 ];
 
 impl Rule {
+    /// A field of the rule by PVE name, if set.
     pub fn get(&self, k: &str) -> Option<&str> {
         self.f.get(k).map(String::as_str)
     }

@@ -15,8 +15,10 @@ use super::sections::{Pending, Snapshot};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GuestKind {
+    /// A QEMU virtual machine.
     #[default]
     Qemu,
+    /// An LXC container.
     Lxc,
 }
 
@@ -46,11 +48,16 @@ impl GuestKind {
     }
 }
 
+/// A guest's run state as the model tracks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Power {
+    /// Not running.
     Stopped,
+    /// Running.
     Running,
+    /// A VM's vCPUs stopped (`qm suspend`, QMP `stop`): `status` stays `running`, `qmpstatus`
+    /// is `paused`.
     Paused,
     /// QEMU stopped the vCPUs on a drive error (`werror`/`rerror` `stop`): `status` stays
     /// `running`, `qmpstatus` is `io-error`; `status/resume` retries the I/O.
@@ -74,13 +81,19 @@ pub struct GuestCore {
     /// Absent in state files written before containers: those hold only VMs.
     #[serde(default)]
     pub kind: GuestKind,
+    /// The guest's id (VMID), unique across kinds in the cluster.
     pub vmid: u32,
+    /// The node the guest is on.
     pub node: String,
     /// The config file, values as text exactly as PVE writes them.
     pub config: BTreeMap<String, String>,
+    /// The config's `lock` (`backup`, `migrate`, `snapshot`, ...), if locked.
     pub lock: Option<String>,
+    /// Run state.
     pub power: Power,
+    /// Site time (seconds) of the last start; uptime counts from it.
     pub started_at: f64,
+    /// The guest's process id while running (QEMU's or the container's init).
     pub pid: Option<u32>,
     /// DHCP leases per NIC key (`net0`), from the bridge's simulated pool.
     pub leases: BTreeMap<String, Ipv4Addr>,

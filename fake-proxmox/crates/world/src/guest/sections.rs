@@ -11,12 +11,14 @@ type Config = BTreeMap<String, String>;
 /// Pending values and pending deletions (written `delete: a,!b`; `!` marks a forced one).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Pending {
+    /// Pending values by key, as text.
     pub set: Config,
     /// Key → forced (`delete` with `force=1`: a disk is freed, not kept as `unusedN`).
     pub delete: BTreeMap<String, bool>,
 }
 
 impl Pending {
+    /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
         self.set.is_empty() && self.delete.is_empty()
     }
@@ -39,8 +41,11 @@ impl Pending {
 /// A request's changes after parameter checks, in PVE's processing order.
 #[derive(Debug, Default)]
 pub struct Change {
+    /// Keys to delete, in order.
     pub deletes: Vec<String>,
+    /// `force=1`: deleted disks are freed, not kept as `unusedN`.
     pub force: bool,
+    /// Keys and their new values, in order.
     pub sets: Vec<(String, String)>,
 }
 
@@ -49,7 +54,9 @@ pub struct Change {
 pub struct Snapshot {
     /// The VM's config when the snapshot was taken (its `parent` included).
     pub config: BTreeMap<String, String>,
+    /// When the snapshot was taken, seconds since the epoch.
     pub snaptime: u64,
+    /// The snapshot's description, if any.
     pub description: Option<String>,
     /// `STORAGE:vm-VMID-state-NAME` when RAM was saved.
     pub vmstate: Option<String>,

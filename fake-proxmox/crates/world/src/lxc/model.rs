@@ -19,6 +19,7 @@ use crate::version::PveVersion;
 /// container does not have: PVE writes its hostname, addresses and keys into the rootfs.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Ct {
+    /// What every guest kind has: id, node, config, power state, snapshots.
     #[serde(flatten)]
     pub core: GuestCore,
     /// The memory its processes use, as the executor measured it at its last `refresh_ct`
@@ -83,14 +84,17 @@ impl Ct {
             * MIB
     }
 
+    /// Whether the config says `unprivileged: 1` (root in the container is not root on the host).
     pub fn is_unprivileged(&self) -> bool {
         self.config.get("unprivileged").is_some_and(|v| v == "1")
     }
 
+    /// Whether it is not stopped.
     pub fn is_running(&self) -> bool {
         self.power != Power::Stopped
     }
 
+    /// Seconds since its last start at `now`; 0 when stopped.
     pub fn uptime(&self, now: f64) -> u64 {
         if self.is_running() {
             (now - self.started_at).max(0.0) as u64
@@ -134,6 +138,7 @@ impl Ct {
         s
     }
 
+    /// The config file's SHA-1 in hex: the `digest` a config update must match.
     pub fn digest(&self) -> String {
         hex::encode(Sha1::digest(self.conf_text().as_bytes()))
     }
@@ -284,17 +289,22 @@ pub fn is_unused_key(k: &str) -> bool {
 /// a host directory (a bind mount) or a host device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MountType {
+    /// A storage volume, or a new one to allocate (`STORAGE:SIZE_GB`).
     Volume,
+    /// A host directory (bind mount, absolute path).
     Bind,
+    /// A host device (under `/dev/`).
     Device,
 }
 
 /// A parsed `rootfs`/`mpN` value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountPoint {
+    /// What is mounted: volume id, `STORAGE:SIZE_GB`, host directory or host device.
     pub volume: String,
     /// `mp=` (the path inside the container; `/` for the rootfs, never written for it).
     pub mp: Option<String>,
+    /// `size=` in bytes, when given.
     pub size: Option<u64>,
     /// The other options, in the order given.
     pub opts: Vec<(String, String)>,
@@ -366,6 +376,7 @@ impl MountPoint {
 pub struct NetConf(pub BTreeMap<String, String>);
 
 impl NetConf {
+    /// Split a `netN` value into its `key=value` pairs (pairs without `=` are dropped).
     pub fn parse(value: &str) -> NetConf {
         NetConf(
             value
@@ -376,10 +387,12 @@ impl NetConf {
         )
     }
 
+    /// The value of `k`, if set.
     pub fn get(&self, k: &str) -> Option<&str> {
         self.0.get(k).map(String::as_str)
     }
 
+    /// The bridge the interface is on (`bridge=`).
     pub fn bridge(&self) -> Option<&str> {
         self.get("bridge")
     }

@@ -11,11 +11,18 @@ use crate::world::Site;
 /// The options a request sets (`new`) or deletes (`delete`) on container `vmid`, whose
 /// current config is `old` (none while creating).
 pub struct ConfigChange<'a> {
+    /// The container's id.
     pub vmid: u32,
+    /// The pool the request names (`pool=`): its privileges count as well as the container's.
     pub pool: Option<&'a str>,
+    /// The config before the change; `None` while creating.
     pub old: Option<&'a BTreeMap<String, String>>,
+    /// Options set, with their new values.
     pub new: &'a [(String, String)],
+    /// Options deleted.
     pub delete: &'a [String],
+    /// Whether the container is (or becomes) unprivileged: only then may non-root change
+    /// `features`.
     pub unprivileged: bool,
 }
 

@@ -59,23 +59,31 @@ fn overlap(t0: f64, t1: f64, from: f64, to: f64) -> f64 {
 /// exists: one set per guest kind, read from the figures its `vmstatus` reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Figures {
+    /// Whether the guest runs.
     pub running: bool,
+    /// Site time (seconds) of its last start.
     pub started_at: f64,
+    /// CPUs it may use (`maxcpu`).
     pub maxcpu: f64,
     /// `cpu` while running.
     pub cpu: f64,
+    /// Configured memory, bytes (`maxmem`).
     pub maxmem: f64,
     /// `mem` while running.
     pub mem: f64,
     /// What the host spends on it while running (PVE 9's `memhost`).
     pub memhost: f64,
+    /// Root disk size, bytes (`maxdisk`).
     pub maxdisk: f64,
     /// `disk`: what its root filesystem holds (0 for a VM: QEMU cannot tell).
     pub disk: f64,
     /// DERIVE sources while running: bytes per second.
     pub netin: f64,
+    /// Network bytes sent per second (`netout`).
     pub netout: f64,
+    /// Disk bytes read per second (`diskread`).
     pub diskread: f64,
+    /// Disk bytes written per second (`diskwrite`).
     pub diskwrite: f64,
 }
 

@@ -1,6 +1,8 @@
 //! Scenarios: the YAML description of the simulated sites (clusters, nodes, storages,
 //! bridges, users, tokens, ACLs). The embedded default is seed 000's two sites.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -11,44 +13,62 @@ use crate::version::PveVersion;
 
 const DEFAULT_YAML: &str = include_str!("default.yaml");
 
+/// Why a scenario could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
+    /// The file could not be read.
     #[error("cannot read scenario file {path}: {source}")]
     Read {
+        /// The scenario file's path.
         path: String,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The text is not YAML of the scenario's shape (parser message).
     #[error("invalid scenario YAML: {0}")]
     Yaml(String),
+    /// The YAML parsed but breaks a rule (no sites, duplicate names, bad sizes...).
     #[error("invalid scenario: {0}")]
     Invalid(String),
 }
 
+/// The world a fake-proxmox server starts with: its sites, as a YAML file describes them.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// Seed of every random choice: fault probabilities draw from it, each site (pids,
+    /// secrets) from its own seed derived from it.
     #[serde(default)]
     pub seed: u64,
+    /// The sites, each an independent PVE cluster or standalone node.
     pub sites: Vec<SiteSpec>,
 }
 
+/// One site: a PVE cluster (or standalone node) with its version, users, nodes and storages.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SiteSpec {
+    /// Site name, unique in the scenario.
     pub name: String,
+    /// The PVE version the site emulates (default 9.1).
     #[serde(default = "default_version")]
     pub version: PveVersion,
     /// A cluster name makes `/cluster/status` list a cluster entry (standalone node otherwise).
     #[serde(default)]
     pub cluster_name: Option<String>,
+    /// Seconds a simulated guest takes to boot before its agent answers (default 25).
     #[serde(default = "default_boot_delay")]
     pub boot_delay_secs: f64,
+    /// Download speed from the internet, MiB/s (default 40); a storage's own speed caps it.
     #[serde(default = "default_download_speed")]
     pub download_mib_s: f64,
+    /// The site's users (`root@pam` too, when it is to log in).
     #[serde(default)]
     pub users: Vec<UserSpec>,
+    /// API tokens.
     #[serde(default)]
     pub tokens: Vec<TokenSpec>,
+    /// ACL entries.
     #[serde(default)]
     pub acls: Vec<AclSpec>,
     /// Files download-url "finds" at these URLs (nothing is ever fetched).
@@ -66,6 +86,7 @@ pub struct SiteSpec {
     /// (`VMID LEVEL CHAIN DD/Mon/YYYY:HH:MM:SS +ZZZZ MESSAGE`): no traffic is simulated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub firewall_log: Vec<String>,
+    /// The site's nodes.
     pub nodes: Vec<NodeSpec>,
     /// What every simulated guest of the site has: scripted command results and files (see
     /// `agent::guest_os`).
@@ -102,11 +123,15 @@ fn default_download_speed() -> f64 {
     40.0
 }
 
+/// A user of the site.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct UserSpec {
+    /// `user@realm`.
     pub userid: String,
+    /// Its password.
     pub password: String,
+    /// Whether it may log in (default yes).
     #[serde(default = "yes")]
     pub enable: bool,
 }
@@ -115,31 +140,41 @@ fn yes() -> bool {
     true
 }
 
+/// An API token of the site.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TokenSpec {
     /// `user@realm!name`
     pub tokenid: String,
+    /// The token's secret (what clients send after `=`).
     pub secret: String,
+    /// Privilege separation (default yes): the token holds only what its own ACLs grant.
     #[serde(default = "yes")]
     pub privsep: bool,
 }
 
+/// An ACL entry of the site.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AclSpec {
+    /// Object path (`/`, `/vms/100`, `/storage/local`).
     pub path: String,
     /// A user id (`user@realm`) or a token id (`user@realm!name`).
     pub ugid: String,
+    /// Role name (`PVEAdmin`, `PVEVMUser`, ...).
     pub role: String,
+    /// Whether it applies below `path` too (default yes).
     #[serde(default = "yes")]
     pub propagate: bool,
 }
 
+/// A file `download-url` can "fetch": its URL and size.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteFileSpec {
+    /// The URL a download names.
     pub url: String,
+    /// Its size in bytes (what the download transfers and the volume holds).
     pub size_bytes: u64,
     /// A local file that stands for the download: with real disks (`FileDisks`), the
     /// downloaded volume is a copy of it (nothing is ever fetched).
@@ -147,24 +182,34 @@ pub struct RemoteFileSpec {
     pub file: Option<PathBuf>,
 }
 
+/// One node of a site: its hardware, network bridges and storages.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
+    /// Node name (`pve1`).
     pub name: String,
+    /// The node's address (default `192.0.2.10`).
     #[serde(default = "default_ip")]
     pub ip: String,
+    /// CPU model as `nodes/{node}/status` shows it (default `Common KVM processor`).
     #[serde(default = "default_cpu_model")]
     pub cpu_model: String,
+    /// CPU sockets (default 1).
     #[serde(default = "one")]
     pub sockets: u32,
+    /// Cores per socket (`cpuinfo.cores`).
     pub cores: u32,
     /// Host logical CPUs (`cpuinfo.cpus`): the start-time vCPU limit.
     pub threads: u32,
+    /// Host memory in bytes.
     pub memory_bytes: u64,
+    /// Whether the node is up at the start (default yes).
     #[serde(default = "yes")]
     pub online: bool,
+    /// Linux bridges (`vmbr0`...) guests' NICs attach to.
     #[serde(default)]
     pub bridges: Vec<BridgeSpec>,
+    /// Storages configured on the node.
     #[serde(default)]
     pub storages: Vec<StorageSpec>,
     /// What runs this node's VMs, when it differs from its site's `backend` (one lab node in a
@@ -197,46 +242,62 @@ fn default_cpu_model() -> String {
     "Common KVM processor".into()
 }
 
+/// A Linux bridge of a node, as `/etc/network/interfaces` would define it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BridgeSpec {
+    /// Bridge name (`vmbr0`).
     pub name: String,
+    /// The bridge's own address with prefix (`192.168.1.2/24`), if any.
     #[serde(default)]
     pub cidr: Option<String>,
+    /// Default gateway on the bridge, if any.
     #[serde(default)]
     pub gateway: Option<String>,
+    /// `bridge_ports` (`eno1`), if any.
     #[serde(default)]
     pub ports: Option<String>,
     /// The simulated DHCP pool guests on this bridge get addresses from.
     #[serde(default)]
     pub dhcp_start: Option<String>,
+    /// Last address of the DHCP pool.
     #[serde(default)]
     pub dhcp_end: Option<String>,
 }
 
+/// A storage of a node (a shared one is listed on each node that has it).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StorageSpec {
+    /// Storage id (`local`, `local-lvm`).
     pub name: String,
+    /// Plugin type (`dir`, `lvmthin`, `zfspool`, ...).
     #[serde(rename = "type")]
     pub kind: StorageType,
+    /// PVE's `path` of a directory-like storage (`/var/lib/vz`), if any.
     #[serde(default)]
     pub path: Option<String>,
     /// With real disks (`FileDisks`): the host directory holding this storage's files
     /// (default `<disks root>/<site>/<node>/<storage>/`). PVE's `path` stays as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backing_dir: Option<PathBuf>,
+    /// Content types it holds (`images`, `iso`, `backup`, ...).
     pub content: Vec<Content>,
+    /// Capacity in bytes.
     pub total_bytes: u64,
+    /// Write speed, MiB/s (default 200): copies and downloads take size / speed.
     #[serde(default = "default_speed")]
     pub speed_mib_s: f64,
+    /// Whether all nodes see the same storage (`shared`).
     #[serde(default)]
     pub shared: bool,
+    /// Whether the storage is enabled (default yes); a disabled one is not active.
     #[serde(default = "yes")]
     pub enabled: bool,
     /// PVE's `prune-backups` option of the storage (`keep-last=3,keep-weekly=2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prune_backups: Option<String>,
+    /// Volumes it holds at the start.
     #[serde(default)]
     pub volumes: Vec<VolumeSpec>,
 }
@@ -245,12 +306,15 @@ fn default_speed() -> f64 {
     200.0
 }
 
+/// A volume a storage holds at the start.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct VolumeSpec {
     /// Path part of the volid, e.g. `iso/ubuntu-22.04-cloud.img`.
     pub volname: String,
+    /// Virtual size in bytes.
     pub size_bytes: u64,
+    /// Bytes taken on the storage; `size_bytes` when unset.
     #[serde(default)]
     pub used_bytes: Option<u64>,
     /// With real disks (`FileDisks`): a local file the volume is a copy of (else an empty
@@ -280,7 +344,9 @@ pub struct VolumeSpec {
 /// A site's snippets storage given a directory by [`Scenario::share_snippets`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnippetShare {
+    /// Site name.
     pub site: String,
+    /// Storage id.
     pub storage: String,
     /// The storage's directory: its `snippets/` holds the snippet files.
     pub dir: PathBuf,
@@ -342,10 +408,16 @@ impl Scenario {
         Self::from_yaml_str(DEFAULT_YAML).expect("embedded default scenario is valid")
     }
 
+    /// The YAML of the built-in scenario.
     pub fn default_yaml() -> &'static str {
         DEFAULT_YAML
     }
 
+    /// Parse and check a scenario from YAML text.
+    ///
+    /// # Errors
+    /// `ScenarioError::Yaml` when the text does not parse, `ScenarioError::Invalid` when it
+    /// breaks a rule.
     pub fn from_yaml_str(s: &str) -> Result<Scenario, ScenarioError> {
         let sc: Scenario =
             serde_norway::from_str(s).map_err(|e| ScenarioError::Yaml(e.to_string()))?;
@@ -353,6 +425,10 @@ impl Scenario {
         Ok(sc)
     }
 
+    /// Read, parse and check a scenario file.
+    ///
+    /// # Errors
+    /// `ScenarioError::Read` when the file cannot be read, else as `from_yaml_str`.
     pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<Scenario, ScenarioError> {
         let p = path.as_ref();
         let s = std::fs::read_to_string(p).map_err(|source| ScenarioError::Read {
@@ -362,6 +438,7 @@ impl Scenario {
         Self::from_yaml_str(&s)
     }
 
+    /// The scenario as YAML (empty when it cannot be written).
     pub fn to_yaml(&self) -> String {
         serde_norway::to_string(self).unwrap_or_default()
     }

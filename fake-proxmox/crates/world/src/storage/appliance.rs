@@ -15,15 +15,21 @@ const SOURCE: &str = "http://download.proxmox.com/images";
 pub struct Appliance {
     /// The file name, as `pveam` and the API name it (`debian-12-standard_12.7-1_amd64.tar.zst`).
     pub template: String,
+    /// Package name (`debian-12-standard`).
     pub package: String,
+    /// Package version (`12.7-1`).
     pub version: String,
     /// `debian-12`, `ubuntu-24.04`, `alpine-3.20`, …
     pub os: String,
+    /// Index section (default `system`).
     #[serde(default = "default_section")]
     pub section: String,
+    /// One-line summary.
     pub headline: String,
+    /// Longer description, if any.
     #[serde(default)]
     pub description: Option<String>,
+    /// CPU architecture (default `amd64`).
     #[serde(default = "default_arch")]
     pub architecture: String,
     /// The template file's size: what the download transfers and the volume holds.

@@ -28,7 +28,9 @@ fn plugin_class(kind: StorageType) -> &'static str {
 /// The value of one attribute of a volume as `get_volume_attribute` reads it: backups on
 /// a file-based storage have notes (empty without) and a protection flag; nothing else has.
 pub enum Attribute {
+    /// The backup's notes (empty without).
     Notes(String),
+    /// Whether the backup is protected from pruning and removal.
     Protected(bool),
 }
 

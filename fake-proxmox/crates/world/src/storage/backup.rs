@@ -76,13 +76,18 @@ pub fn listed_vmid(name: &str) -> Option<u32> {
 /// What a prune does with a backup (the `mark` of PVE's prune list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mark {
+    /// Kept by the retention options.
     Keep,
+    /// Removed by the prune.
     Remove,
+    /// Protected: kept whatever the options say.
     Protected,
+    /// Not named as vzdump names backups: left out of the prune.
     Renamed,
 }
 
 impl Mark {
+    /// The mark as PVE's prune list writes it (`keep`, `remove`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Mark::Keep => "keep",
@@ -96,11 +101,15 @@ impl Mark {
 /// One backup of a prune list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PruneEntry {
+    /// The backup's volume id.
     pub volid: String,
+    /// Creation time, seconds since the epoch (from the file name when standard-named).
     pub ctime: u64,
     /// `qemu`, `lxc`, `openvz` or `unknown`.
     pub guest: String,
+    /// The guest it backs up, when known.
     pub vmid: Option<u32>,
+    /// What the prune does with it; `None` before marking.
     pub mark: Option<Mark>,
 }
 

@@ -7,12 +7,16 @@ use super::model::StorageType;
 /// A storage operation the API can ask about (`GET …/feature`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Feature {
+    /// Take a snapshot of the volume.
     Snapshot,
+    /// Make a linked clone of it.
     Clone,
+    /// Make a full copy of it.
     Copy,
 }
 
 impl Feature {
+    /// The feature a `feature=` parameter names; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<Feature> {
         match s {
             "snapshot" => Some(Feature::Snapshot),
@@ -28,12 +32,14 @@ impl Feature {
 pub enum VolumeState {
     /// A template's `base-…` image.
     Base,
+    /// The volume's current image.
     Current,
     /// A snapshot of the volume.
     Snap,
 }
 
 impl VolumeState {
+    /// The state of `volname` (a snapshot of it when `snapshot`; a base image by its `base-` name).
     pub fn of(volname: &str, snapshot: bool) -> VolumeState {
         let short = volname.rsplit('/').next().unwrap_or(volname);
         if snapshot {

@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What a disk image holds, as a guest's start cares (see the module documentation).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageFacts {

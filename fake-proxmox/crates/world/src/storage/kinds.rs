@@ -3,36 +3,55 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A storage plugin type (`type` in `storage.cfg`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StorageType {
+    /// A local directory.
     Dir,
+    /// An NFS export, mounted.
     Nfs,
+    /// An SMB/CIFS share, mounted.
     Cifs,
+    /// A Btrfs file system (subvolumes for containers).
     Btrfs,
+    /// A CephFS file system, mounted.
     #[serde(rename = "cephfs")]
     CephFs,
+    /// LVM: thick logical volumes in a volume group.
     Lvm,
+    /// LVM-thin: thin volumes in a thin pool.
     #[serde(rename = "lvmthin")]
     LvmThin,
+    /// Ceph RBD block devices.
     Rbd,
+    /// A ZFS pool: zvols and datasets.
     #[serde(rename = "zfspool")]
     ZfsPool,
 }
 
+/// A content type a storage may hold (`content` in `storage.cfg`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Content {
+    /// VM disk images.
     Images,
+    /// Container root and mount point volumes.
     Rootdir,
+    /// Container templates (`template/cache/`).
     Vztmpl,
+    /// ISO images (`template/iso/`).
     Iso,
+    /// vzdump backups (`dump/`).
     Backup,
+    /// Snippets: hook scripts, cloud-init user-data (`snippets/`).
     Snippets,
+    /// Disk images to import (`import/`).
     Import,
 }
 
 impl Content {
+    /// The content type's PVE name (`images`, `rootdir`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Content::Images => "images",
@@ -44,6 +63,7 @@ impl Content {
             Content::Import => "import",
         }
     }
+    /// The content type a PVE name stands for; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<Content> {
         Some(match s {
             "images" => Content::Images,
@@ -59,6 +79,7 @@ impl Content {
 }
 
 impl StorageType {
+    /// The plugin type's PVE name (`dir`, `lvmthin`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             StorageType::Dir => "dir",

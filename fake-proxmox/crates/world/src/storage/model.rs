@@ -8,21 +8,31 @@ use serde::Serialize;
 pub use super::kinds::{Content, StorageType};
 pub use super::volumes::{Volume, Volumes};
 
+/// A storage as one node sees it: its `storage.cfg` entry, capacity and volumes.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Storage {
+    /// Storage id (`local`, `local-lvm`).
     pub name: String,
+    /// Plugin type.
     pub kind: StorageType,
+    /// PVE's `path` of a directory-like storage, if any.
     pub path: Option<String>,
+    /// Content types it holds.
     pub content: BTreeSet<Content>,
+    /// Capacity in bytes.
     pub total: u64,
+    /// Write speed, MiB/s.
     pub speed_mib_s: f64,
+    /// Whether all nodes see the same storage.
     pub shared: bool,
+    /// Whether the storage is enabled; a disabled one is not active.
     pub enabled: bool,
     /// Control-plane override: the storage reports no free space.
     pub full: bool,
     /// The storage's `prune-backups` retention (`keep-last=3,keep-daily=7`), if configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prune_backups: Option<String>,
+    /// Its volumes by volume name.
     pub volumes: Volumes,
     /// The guest config inside each backup archive that has one, by volume name (what a
     /// restore recovers, `recover_config`).
@@ -38,6 +48,7 @@ pub struct Storage {
 const MIB: u64 = 1024 * 1024;
 
 impl Storage {
+    /// Bytes in use (all of it when marked full), at most the capacity.
     pub fn used(&self) -> u64 {
         if self.full {
             return self.total;
@@ -45,10 +56,12 @@ impl Storage {
         self.volumes.used().min(self.total)
     }
 
+    /// Bytes free.
     pub fn avail(&self) -> u64 {
         self.total.saturating_sub(self.used())
     }
 
+    /// The content types as `storage.cfg` writes them (`images,iso`).
     pub fn content_string(&self) -> String {
         self.content
             .iter()
@@ -57,10 +70,12 @@ impl Storage {
             .join(",")
     }
 
+    /// Whether it holds content type `c`.
     pub fn supports(&self, c: Content) -> bool {
         self.content.contains(&c)
     }
 
+    /// The volume id `storage:volname`.
     pub fn volid(&self, volname: &str) -> String {
         format!("{}:{}", self.name, volname)
     }
@@ -90,6 +105,8 @@ impl Storage {
         }
     }
 
+    /// The volume name of image `base` of `vmid` in format `fmt`: `VMID/base.fmt` on a file-based
+    /// storage, `base` otherwise.
     pub fn image_volname(&self, vmid: u32, base: &str, fmt: &str) -> String {
         if self.kind.is_file_based() {
             format!("{vmid}/{base}.{fmt}")
@@ -182,6 +199,8 @@ impl Storage {
         Ok(volname)
     }
 
+    /// The error text PVE gives when `volname` does not fit: lvcreate's on LVM storages, qemu-img's
+    /// otherwise.
     pub fn no_space_text(&self, volname: &str) -> String {
         let short = volname.rsplit('/').next().unwrap_or(volname);
         match self.kind {

@@ -9,16 +9,22 @@ use serde::Serialize;
 
 use super::kinds::Content;
 
+/// One volume of a storage.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Volume {
+    /// Volume name within the storage (`100/vm-100-disk-0.qcow2`, `vm-100-disk-0`, `iso/x.iso`).
     pub volname: String,
+    /// Content type.
     pub vtype: Content,
+    /// Format (`qcow2`, `raw`, `vmdk`, `subvol`, ...).
     pub format: String,
     /// Virtual size in bytes.
     pub size: u64,
     /// Bytes taken on the storage.
     pub used: u64,
+    /// The guest that owns it, if any.
     pub vmid: Option<u32>,
+    /// Creation time, seconds since the epoch.
     pub ctime: u64,
     /// A backup's notes (PVE keeps them in `<archive>.notes`); only backups have them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +112,7 @@ impl Volumes {
             .fold(0u64, |a, v| a.saturating_add(v.used));
     }
 
+    /// Add or replace a volume, keeping the used-bytes total; returns the one replaced.
     pub fn insert(&mut self, volname: String, v: Volume) -> Option<Volume> {
         self.changed = true;
         let add = v.used;
@@ -117,6 +124,7 @@ impl Volumes {
         old
     }
 
+    /// Remove a volume, keeping the used-bytes total; returns it.
     pub fn remove(&mut self, volname: &str) -> Option<Volume> {
         let old = self.map.remove(volname)?;
         self.changed = true;
@@ -128,6 +136,7 @@ impl Volumes {
         Some(old)
     }
 
+    /// Keep only the volumes `keep` accepts (it may change them); the total is counted again.
     pub fn retain(&mut self, keep: impl FnMut(&String, &mut Volume) -> bool) {
         self.changed = true;
         self.map.retain(keep);

@@ -11,25 +11,34 @@ use serde_json::{Value, json};
 /// errors), and whether it failed: it replaces the transfer laid out for it in the log.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CopyLog {
+    /// The lines printed.
     pub lines: Vec<String>,
+    /// Whether the copy failed (the task log ends after its lines).
     pub failed: bool,
 }
 
 /// A piece of a task log placed on the simulated timeline.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub enum Chunk {
+    /// One log line.
     Line(String),
     /// A transfer from `at` to `until`, logged once per percent as qemu-img does.
     Transfer {
+        /// Bytes transferred in all.
         total: u64,
+        /// When the transfer ends: seconds after the task start in a plan, site time in a task.
         until: f64,
+        /// How the progress lines look.
         style: TransferStyle,
     },
 }
 
+/// How a transfer's progress lines look in the task log.
 #[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub enum TransferStyle {
+    /// qemu-img's `transferred X of Y (N.00%)`.
     QemuImg,
+    /// wget's dotted progress (`NNNK ........ NN%`), for downloads.
     Download,
 }
 
@@ -68,23 +77,37 @@ pub(crate) fn splice_copies(timeline: &mut Vec<(f64, Chunk)>, copies: Vec<CopyLo
 /// `Work`): tasks never look into it.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Task<W> {
+    /// The task's UPID.
     pub upid: String,
+    /// The node it runs on.
     pub node: String,
+    /// Process id in the UPID.
     pub pid: u32,
+    /// Process start time in the UPID (clock ticks since boot, as in `/proc/PID/stat`).
     pub pstart: u64,
+    /// Start time, seconds since the epoch (whole).
     pub starttime: u64,
+    /// Task type (`qmstart`, `vzcreate`, `imgcopy`, ...).
     pub ttype: String,
+    /// The object it works on (usually the VMID); may be empty.
     pub id: String,
+    /// Who started it (`user@realm` or `user@realm!token`).
     pub user: String,
+    /// Site time (seconds) it started.
     pub start: f64,
+    /// Site time (seconds) it ends.
     pub end: f64,
+    /// Log pieces at their site times.
     pub timeline: Vec<(f64, Chunk)>,
     /// Lines appended on completion.
     pub tail: Vec<String>,
+    /// What happens to the world when it completes.
     pub work: W,
     /// An error decided when the task started (or armed by the control plane).
     pub planned_error: Option<String>,
+    /// `OK` or the error text once stopped; `None` while running.
     pub exitstatus: Option<String>,
+    /// End time, seconds since the epoch, once stopped.
     pub endtime: Option<u64>,
 }
 
@@ -101,6 +124,7 @@ pub fn render_bytes(b: u64) -> String {
 }
 
 impl<W> Task<W> {
+    /// Whether it has not stopped yet (no exit status).
     pub fn running(&self) -> bool {
         self.exitstatus.is_none()
     }
@@ -197,17 +221,27 @@ impl<W> Task<W> {
 
 /// How a task is to be laid out when it starts.
 pub struct TaskPlan<W> {
+    /// Task type (`qmstart`, `vzcreate`, ...).
     pub ttype: &'static str,
+    /// The object it works on (usually the VMID).
     pub id: String,
+    /// Who starts it.
     pub user: String,
+    /// The node it runs on.
     pub node: String,
+    /// Log pieces at their offsets (seconds) from the start.
     pub timeline: Vec<(f64, Chunk)>,
+    /// Seconds from start to end.
     pub duration: f64,
+    /// What happens to the world when it completes.
     pub work: W,
+    /// The error it will end with, if decided in advance.
     pub planned_error: Option<String>,
 }
 
 impl<W> TaskPlan<W> {
+    /// A plan of type `ttype` on `id`, run on `node` by `user`, doing `work`: no log, half a second
+    /// long.
     pub fn new(
         ttype: &'static str,
         id: impl Into<String>,

@@ -133,10 +133,12 @@ impl<W> TaskStore<W> {
         self.running.iter().map(|(_, seq)| *seq).collect()
     }
 
+    /// How many tasks are kept.
     pub fn len(&self) -> usize {
         self.by_seq.len()
     }
 
+    /// Whether no task is kept.
     pub fn is_empty(&self) -> bool {
         self.by_seq.is_empty()
     }
@@ -192,6 +194,7 @@ impl<W> TaskStore<W> {
         gone.len()
     }
 
+    /// The task with this UPID, if kept.
     pub fn get(&self, upid: &str) -> Option<&Task<W>> {
         self.by_seq.get(self.by_upid.get(upid)?)
     }
@@ -201,6 +204,7 @@ impl<W> TaskStore<W> {
         self.by_upid.get(upid).copied()
     }
 
+    /// The task with this sequence number, if kept.
     pub fn by_seq(&self, seq: u64) -> Option<&Task<W>> {
         self.by_seq.get(&seq)
     }

@@ -1,17 +1,26 @@
 //! UPIDs: `UPID:node:PID:PSTART:STARTTIME:type:id:user:` with uppercase hex fields.
 
+/// A task's UPID, parsed: `UPID:node:PID:PSTART:STARTTIME:type:id:user:`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Upid {
+    /// Node name.
     pub node: String,
+    /// Process id.
     pub pid: u32,
+    /// Process start time (clock ticks since boot).
     pub pstart: u64,
+    /// Start time, seconds since the epoch.
     pub starttime: u64,
+    /// Task type.
     pub ttype: String,
+    /// Object id (may be empty).
     pub id: String,
+    /// Owner (`user@realm` or a token id).
     pub user: String,
 }
 
 impl Upid {
+    /// The UPID string, numbers in 8-digit upper-case hex.
     pub fn encode(&self) -> String {
         format!(
             "UPID:{}:{:08X}:{:08X}:{:08X}:{}:{}:{}:",

@@ -19,10 +19,13 @@ pub enum ErrorBody {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {message}")]
 pub struct PveError {
+    /// HTTP status.
     pub status: u16,
     /// Full message, including Perl's trailing newline where PVE has one.
     pub message: String,
+    /// Per-parameter messages (`errors` of a 400 parameter error), if any.
     pub errors: Option<BTreeMap<String, String>>,
+    /// How the error is put on the wire: JSON envelope, or the reason phrase alone.
     pub body: ErrorBody,
 }
 

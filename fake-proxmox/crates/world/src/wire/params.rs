@@ -9,7 +9,9 @@ use super::PveError;
 /// A parameter value as received: form/query text, or a JSON body value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RawParam {
+    /// Form or query text.
     Text(String),
+    /// A value from a JSON body.
     Json(Value),
     /// `key` without `=value` in a query string.
     Null,
@@ -34,10 +36,12 @@ impl RawParam {
 pub struct Params(pub BTreeMap<String, Value>);
 
 impl Params {
+    /// Whether `k` is given and not null.
     pub fn has(&self, k: &str) -> bool {
         self.0.get(k).is_some_and(|v| !v.is_null())
     }
 
+    /// `k` as text (numbers as written, booleans as `0`/`1`); `None` when absent or null.
     pub fn str(&self, k: &str) -> Option<String> {
         match self.0.get(k)? {
             Value::String(s) => Some(s.clone()),
@@ -47,6 +51,7 @@ impl Params {
         }
     }
 
+    /// `k` as an integer (from a number, numeric text or a boolean); `None` otherwise.
     pub fn int(&self, k: &str) -> Option<i64> {
         match self.0.get(k)? {
             Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
@@ -56,6 +61,7 @@ impl Params {
         }
     }
 
+    /// `k` as a boolean (Perl truth: `0` and empty are false); `None` when absent or not scalar.
     pub fn bool(&self, k: &str) -> Option<bool> {
         match self.0.get(k)? {
             Value::Bool(b) => Some(*b),
@@ -65,6 +71,7 @@ impl Params {
         }
     }
 
+    /// `k` as a boolean, false when absent.
     pub fn flag(&self, k: &str) -> bool {
         self.bool(k).unwrap_or(false)
     }
@@ -75,6 +82,10 @@ impl Params {
             .ok_or_else(|| PveError::param(k, "property is missing and it is not optional"))
     }
 
+    /// A required integer.
+    ///
+    /// # Errors
+    /// PVE's parameter error when it is missing or not an integer.
     pub fn req_int(&self, k: &str) -> Result<i64, PveError> {
         match self.0.get(k) {
             None | Some(Value::Null) => Err(PveError::param(
@@ -93,12 +104,17 @@ impl Params {
         }
     }
 
+    /// The `vmid` parameter as a VMID.
+    ///
+    /// # Errors
+    /// PVE's parameter error when it is missing, not an integer or out of range.
     pub fn vmid(&self) -> Result<u32, PveError> {
         let v = self.req_int("vmid")?;
         u32::try_from(v)
             .map_err(|_| PveError::param("vmid", "value must have a maximum value of 999999999"))
     }
 
+    /// The names of the parameters given.
     pub fn keys(&self) -> impl Iterator<Item = &String> {
         self.0.keys()
     }

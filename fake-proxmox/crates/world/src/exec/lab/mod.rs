@@ -65,6 +65,7 @@ pub type VolumePath = Arc<dyn Fn(&str, &str, &str) -> Option<PathBuf> + Send + S
 /// How long `shutdown` and `reboot` wait for the guest to power off.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Runs VMs as real QEMU guests on a lab host (see the module documentation).
 pub struct LabExecutor {
     host: GuestHost,
     volumes: VolumePath,
@@ -90,11 +91,13 @@ impl LabExecutor {
         }
     }
 
+    /// The same executor, waiting `timeout` for a guest to power off on `shutdown` and `reboot`.
     pub fn with_shutdown_timeout(mut self, timeout: Duration) -> LabExecutor {
         self.shutdown_timeout = timeout;
         self
     }
 
+    /// The lab host the guests run on.
     pub fn host(&self) -> &GuestHost {
         &self.host
     }

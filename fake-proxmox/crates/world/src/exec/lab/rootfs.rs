@@ -19,6 +19,7 @@ pub struct DirRoot {
 }
 
 impl DirRoot {
+    /// The root file system at host directory `root`.
     pub fn new(root: impl Into<PathBuf>) -> DirRoot {
         DirRoot { root: root.into() }
     }

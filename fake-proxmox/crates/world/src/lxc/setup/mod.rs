@@ -30,11 +30,19 @@ pub trait RootFs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     /// A directory and its parents (`mkdir -p`); `mode` for the last one.
-    MakeDir { path: String, mode: u32 },
+    MakeDir {
+        /// Absolute path inside the root file system.
+        path: String,
+        /// Permission bits (`0o755`).
+        mode: u32,
+    },
     /// A file's whole content.
     Write {
+        /// Absolute path inside the root file system.
         path: String,
+        /// The whole new content.
         content: String,
+        /// Permission bits (`0o644`).
         mode: u32,
     },
 }

@@ -11,7 +11,9 @@ use crate::lxc::model::NetConf;
 /// The host's `/etc/resolv.conf` as PVE reads it (`search`, the first three nameservers).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostDns {
+    /// `search` domains, if set.
     pub search: Option<String>,
+    /// Nameserver addresses (at most three).
     pub nameservers: Vec<String>,
 }
 
