@@ -123,9 +123,7 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
     let cpus = c.site.node_cpus(&node);
     let rows: Vec<Value> = c
         .site
-        .cts
-        .values()
-        .filter(|ct| ct.node == node)
+        .cts_on(&node)
         .filter(|ct| {
             c.site
                 .access

@@ -46,9 +46,9 @@ fn nodes(c: &mut Ctx) -> Result<Reply, PveError> {
                 "ssl_fingerprint": fingerprint_for(&n.name),
             });
             if n.online {
-                v["cpu"] = json!(n.cpu(site.guests()));
+                v["cpu"] = json!(n.cpu(site.guests_on(&n.name)));
                 v["maxcpu"] = json!(n.threads);
-                v["mem"] = json!(n.mem_used(site.guests()));
+                v["mem"] = json!(n.mem_used(site.guests_on(&n.name)));
                 v["maxmem"] = json!(n.memory);
                 v["uptime"] = json!((c.req.now - n.booted_at) as u64);
                 v["disk"] = json!(8u64 << 30);
@@ -117,8 +117,9 @@ fn node_status(c: &mut Ctx) -> Result<Reply, PveError> {
     c.require(&format!("/nodes/{name}"), "Sys.Audit")?;
     let site = &*c.site;
     let n = site.node_of_request(&c.req)?;
-    // One pass over the site's VMs for both figures: a deployer asks once per VM it places.
-    let (running, share) = node_loads(site.guests().filter(|g| g.core().node == n.name))
+    // One pass over the node's guests (indexed) for both figures: a deployer asks once per
+    // VM it places.
+    let (running, share) = node_loads(site.guests_on(&n.name))
         .remove(n.name.as_str())
         .unwrap_or_default();
     let used = n.mem_used_with(share);

@@ -129,9 +129,7 @@ fn list(c: &mut Ctx) -> Result<Reply, PveError> {
     let full = c.req.p.flag("full");
     let data: Vec<VmStatus> = c
         .site
-        .vms
-        .values()
-        .filter(|v| v.node == node)
+        .vms_on(&node)
         .filter(|v| {
             c.site
                 .access

@@ -14,15 +14,9 @@ impl Site {
             }
             return Ok(v);
         }
-        // The lowest free id: walk the ids in use from 100 up to the first gap (one pass over
-        // the map's keys, not a lookup per candidate).
-        let mut next = 100u32;
-        for id in self.vmids_from(100) {
-            if id != next {
-                break;
-            }
-            next += 1;
-        }
+        // The lowest free id from 100 up; the index walks only the ids taken since its last
+        // answer (a rollout asks once per VM it creates).
+        let next = self.lowest_free_vmid();
         (next < 1_000_000)
             .then_some(next)
             .ok_or_else(|| PveError::die("unable to get any free VMID in range [100, 1000000)"))

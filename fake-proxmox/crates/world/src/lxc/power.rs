@@ -231,10 +231,8 @@ impl Site {
             return;
         };
         let mut used: std::collections::BTreeSet<Ipv4Addr> = self
-            .guests()
-            .map(|g| g.core())
-            .filter(|g| g.node == ct.node)
-            .flat_map(|g| g.leases.values().copied())
+            .guests_on(&ct.node)
+            .flat_map(|g| g.core().leases.values().copied())
             .collect();
         let mut new = Vec::new();
         for (k, v) in ct.config.iter().filter(|(k, _)| is_net_key(k)) {

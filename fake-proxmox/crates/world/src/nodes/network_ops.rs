@@ -164,9 +164,8 @@ impl Site {
     }
 
     fn guests_on_bridge(&self, node: &str, bridge: &str) -> bool {
-        self.vms
-            .values()
-            .filter(|v| v.node == node && v.power != Power::Stopped)
+        self.vms_on(node)
+            .filter(|v| v.power != Power::Stopped)
             .any(|v| {
                 v.config
                     .iter()

@@ -27,9 +27,8 @@ impl Site {
     pub fn power_off_node(&mut self, req: &Request, reboot: bool) -> Result<(), PveError> {
         let node = req.node()?;
         let mut running: Vec<u32> = self
-            .vms
-            .values()
-            .filter(|v| v.node == node && v.power != Power::Stopped)
+            .vms_on(&node)
+            .filter(|v| v.power != Power::Stopped)
             .map(|v| v.vmid)
             .collect();
         running.sort_unstable_by(|a, b| b.cmp(a));
@@ -48,9 +47,8 @@ impl Site {
     /// `stopall` done: the VMs are down and so is the node.
     pub(crate) fn finish_node_down(&mut self, node: &str, reboot: bool, now: f64) -> Vec<String> {
         let running: Vec<u32> = self
-            .vms
-            .values()
-            .filter(|v| v.node == node && v.power != Power::Stopped)
+            .vms_on(node)
+            .filter(|v| v.power != Power::Stopped)
             .map(|v| v.vmid)
             .collect();
         for vmid in running {
@@ -99,9 +97,8 @@ impl Site {
         n.boot_at = None;
         n.booted_at = at;
         let mut onboot: Vec<(u64, u32)> = self
-            .vms
-            .values()
-            .filter(|v| v.node == node && v.config.get("onboot").is_some_and(|o| o == "1"))
+            .vms_on(node)
+            .filter(|v| v.config.get("onboot").is_some_and(|o| o == "1"))
             .map(|v| (start_order(v.config.get("startup")), v.vmid))
             .collect();
         onboot.sort_unstable();
@@ -118,12 +115,9 @@ impl Site {
     /// `startall` done: the `onboot` VMs run.
     pub(crate) fn finish_node_up(&mut self, node: &str, now: f64) -> Vec<String> {
         let onboot: Vec<u32> = self
-            .vms
-            .values()
+            .vms_on(node)
             .filter(|v| {
-                v.node == node
-                    && v.power == Power::Stopped
-                    && v.config.get("onboot").is_some_and(|o| o == "1")
+                v.power == Power::Stopped && v.config.get("onboot").is_some_and(|o| o == "1")
             })
             .map(|v| v.vmid)
             .collect();

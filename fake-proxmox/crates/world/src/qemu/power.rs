@@ -211,10 +211,8 @@ impl Site {
                 continue;
             };
             let used: std::collections::BTreeSet<Ipv4Addr> = self
-                .guests()
-                .map(|g| g.core())
-                .filter(|o| o.node == vm.node)
-                .flat_map(|o| o.leases.values().copied())
+                .guests_on(&vm.node)
+                .flat_map(|o| o.core().leases.values().copied())
                 .chain(new.iter().map(|(_, ip)| *ip))
                 .collect();
             if let Some(ip) = (u32::from(lo)..=u32::from(hi))

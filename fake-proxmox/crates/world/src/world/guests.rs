@@ -3,6 +3,8 @@
 //! through these (nextid, "already exists", node load and memory, DHCP leases) counts both.
 
 use crate::guest::{Guest, GuestCore, GuestKind};
+use crate::lxc::model::Ct;
+use crate::qemu::model::Vm;
 use crate::wire::PveError;
 use crate::world::Site;
 
@@ -29,6 +31,38 @@ impl Site {
             .values()
             .map(|vm| vm as &dyn Guest)
             .chain(self.cts.values().map(|ct| ct as &dyn Guest))
+    }
+
+    /// The guests of every kind whose config is on `node`, in VMID order (indexed: no walk
+    /// over the site's other guests).
+    pub fn guest_ids_on(&self, node: &str) -> Vec<u32> {
+        self.index.ids_on(&self.vms, &self.cts, node)
+    }
+
+    /// The VMs whose config is on `node`, in VMID order.
+    pub fn vms_on(&self, node: &str) -> impl Iterator<Item = &Vm> {
+        self.guest_ids_on(node)
+            .into_iter()
+            .filter_map(|id| self.vms.get(&id))
+    }
+
+    /// The containers whose config is on `node`, in VMID order.
+    pub fn cts_on(&self, node: &str) -> impl Iterator<Item = &Ct> {
+        self.guest_ids_on(node)
+            .into_iter()
+            .filter_map(|id| self.cts.get(&id))
+    }
+
+    /// The guests of every kind whose config is on `node`, in VMID order.
+    pub fn guests_on(&self, node: &str) -> impl Iterator<Item = &dyn Guest> {
+        self.guest_ids_on(node)
+            .into_iter()
+            .filter_map(|id| self.guest(id))
+    }
+
+    /// The lowest VMID from 100 up that no guest of either kind holds.
+    pub fn lowest_free_vmid(&self) -> u32 {
+        self.index.lowest_free(&self.vms, &self.cts)
     }
 
     /// The VMIDs in use from `from` up, in order, across kinds.

@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod guests;
+pub mod index;
 pub mod task_requests;
 mod tasks;
 pub mod work;
@@ -117,6 +118,10 @@ pub struct Site {
     /// `tasks::model`): they replace its laid-out transfers. Empty between requests.
     #[serde(skip)]
     pub copy_logs: Vec<crate::exec::CopyLog>,
+    /// The guests by node and where the lowest free VMID can be (see `index`): derived
+    /// from `vms` and `cts`, so runtime only; a loaded or copied site builds it again.
+    #[serde(skip)]
+    pub(crate) index: index::GuestIndex,
     /// The cluster-level firewall objects VM rules may name, and the firewall log.
     pub firewall: crate::firewall::cluster::ClusterFirewall,
     /// What every simulated guest starts with (the scenario's `guest:`).
