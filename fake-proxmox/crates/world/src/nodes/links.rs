@@ -5,6 +5,8 @@
 //! notice. Deviation: the guests' own NICs lose carrier, so two guests of the same node on
 //! that bridge cannot reach each other either (on a real node they still could).
 
+#![warn(missing_docs)]
+
 use crate::exec::{GuestFault, NodeFault};
 use crate::qemu::model::{Nic, Power, is_net_key};
 use crate::world::Site;
@@ -12,7 +14,9 @@ use crate::world::Site;
 /// A NIC a node fault reached: the VM and its `netN`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReachedNic {
+    /// The VM's ID.
     pub vmid: u32,
+    /// Its config key, e.g. `net0`.
     pub net: String,
 }
 

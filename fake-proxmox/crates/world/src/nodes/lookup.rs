@@ -1,5 +1,7 @@
 //! Nodes as requests address them.
 
+#![warn(missing_docs)]
+
 use crate::nodes::model::Node;
 use crate::request::Request;
 use crate::wire::PveError;

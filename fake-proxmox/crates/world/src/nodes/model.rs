@@ -1,6 +1,8 @@
 //! Nodes as the world holds them: hardware, bridges, storages, armed task failures, and the
 //! synthetic load figures derived from the VMs that run on them.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
@@ -13,20 +15,32 @@ pub use super::bridge::Bridge;
 /// A task failure armed by the control plane for the next task of a type on a node.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ArmedFailure {
+    /// Task type it fails, as in the UPID (e.g. `qmstart`).
     pub task_type: String,
+    /// Exit status that task ends with instead of `OK`.
     pub exitstatus: String,
 }
 
+/// A cluster node (`/nodes/{node}`): its hardware, state, network and storages.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Node {
+    /// Node name (hostname), the `{node}` of API paths.
     pub name: String,
+    /// Cluster address, as `/cluster/status` lists it.
     pub ip: String,
+    /// Up and in the cluster; `false` while powered off or rebooting.
     pub online: bool,
+    /// CPU model name, as `cpuinfo.model` reports it.
     pub cpu_model: String,
+    /// CPU sockets.
     pub sockets: u32,
+    /// CPU cores per socket.
     pub cores: u32,
+    /// Hardware threads per core.
     pub threads: u32,
+    /// Total RAM in bytes.
     pub memory: u64,
+    /// When the node last booted (Unix seconds): the base of its `uptime`.
     pub booted_at: f64,
     /// Shut down or rebooting (`POST /nodes/{node}/status`): down until `boot_at`, or,
     /// without one, until the control plane brings it back online.
@@ -39,11 +53,15 @@ pub struct Node {
     pub bridges: Vec<Bridge>,
     /// `/etc/network/interfaces` and its pending `interfaces.new`.
     pub network: crate::nodes::network::NodeNetwork,
+    /// The storages this node has, by storage ID, with their contents.
     pub storages: BTreeMap<String, Storage>,
+    /// Failures armed for the node's next tasks: the first of a task's type is used up when
+    /// such a task starts.
     pub armed_failures: Vec<ArmedFailure>,
 }
 
 impl Node {
+    /// The running bridge of that name; `None` when the active config has none.
     pub fn bridge(&self, name: &str) -> Option<&Bridge> {
         self.bridges.iter().find(|b| b.name == name)
     }

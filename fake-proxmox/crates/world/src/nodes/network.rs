@@ -7,6 +7,8 @@
 //! removes it. The node's running bridges (`Node::bridges`, what VMs attach to) follow the
 //! active file only, so a bridge that is only pending does not exist for a starting VM.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -22,15 +24,20 @@ pub struct Iface {
     pub kind: String,
     /// Position in the file (from 2: `lo` comes first); `None` until written.
     pub priority: Option<u32>,
+    /// Listed in an `auto` line: brought up at boot.
     pub autostart: bool,
+    /// Address families it has `iface` lines for (`inet`, `inet6`), in file order.
     pub families: Vec<String>,
+    /// IPv4 configuration method (`static`, `manual`, `dhcp`, `loopback`).
     pub method: String,
+    /// IPv6 configuration method, same values as `method`.
     pub method6: String,
     /// Every other key: address, netmask, gateway, bridge_ports, slaves, mtu, comments, ...
     pub opts: BTreeMap<String, String>,
 }
 
 impl Iface {
+    /// Value of an option key, `None` when absent or false in Perl terms (empty, `0`).
     pub fn opt(&self, k: &str) -> Option<&str> {
         self.opts.get(k).map(String::as_str).filter(|v| truthy(v))
     }
@@ -94,17 +101,22 @@ pub fn netmask_bits(mask: &str) -> Option<u32> {
     (n.checked_shl(bits).unwrap_or(0) == 0).then_some(bits)
 }
 
+/// The stanzas of one interfaces file, by interface name.
 pub type Ifaces = BTreeMap<String, Iface>;
 
 /// A node's `/etc/network/interfaces` and its pending `interfaces.new`.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct NodeNetwork {
+    /// `/etc/network/interfaces`: what the node runs.
     pub active: Ifaces,
+    /// `/etc/network/interfaces.new`: changes written by the API, not applied yet; `None`
+    /// when that file does not exist.
     pub pending: Option<Ifaces>,
     /// The NICs the hardware has (`ip link`): listed with `exists` even when unconfigured.
     pub physical: BTreeSet<String>,
-    /// Modification times of the two files (the `changes` diff shows them).
+    /// Modification time of `interfaces`, Unix seconds (the `changes` diff shows it).
     pub active_mtime: f64,
+    /// Modification time of `interfaces.new`, likewise.
     pub pending_mtime: f64,
 }
 

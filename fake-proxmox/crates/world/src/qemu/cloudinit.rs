@@ -9,6 +9,8 @@
 //! simulated as `nameserver <the gateway of the node's first bridge that has one>` and no
 //! search domain.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
@@ -137,12 +139,16 @@ pub fn pending_list(vm: &Vm) -> Value {
 /// Which of the dump's three documents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DumpType {
+    /// `user-data`: hostname, user, password, SSH keys.
     User,
+    /// `network-config`: the NICs and their `ipconfigN` addressing.
     Network,
+    /// `meta-data`: the instance ID.
     Meta,
 }
 
 impl DumpType {
+    /// From the API's `type` parameter (`user`, `network`, `meta`); `None` for anything else.
     pub fn parse(s: &str) -> Option<DumpType> {
         match s {
             "user" => Some(DumpType::User),
@@ -156,7 +162,9 @@ impl DumpType {
 /// The node's resolver settings, used where the VM sets no `nameserver`/`searchdomain`.
 #[derive(Clone, Debug, Default)]
 pub struct HostDns {
+    /// Search domains, space-separated (`search` in `/etc/resolv.conf`).
     pub search: Option<String>,
+    /// Name server addresses, in order.
     pub nameservers: Vec<String>,
 }
 

@@ -6,20 +6,32 @@
 //! 10,000-VM rollout. The per-key accessors on `Vm` stay the reference; a property test holds
 //! this pass to them.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use super::model::{find_prop, is_disk_key, is_net_key};
 
+/// The config values a status row shows, read from a VM's config at once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigFacts<'a> {
+    /// Configured RAM in MiB (`memory`, its `current`); 512 when unset.
     pub memory_mib: u64,
+    /// Virtual CPUs: `vcpus` if set, else `sockets` × `cores`.
     pub cpus: u32,
+    /// `name`, if set.
     pub name: Option<&'a str>,
+    /// `tags`, as the config text (`;`-separated).
     pub tags: Option<&'a str>,
+    /// `template: 1`.
     pub template: bool,
+    /// `balloon` target in MiB (0 disables the balloon device); `None` when unset or unparsable.
     pub balloon_mib: Option<u64>,
+    /// `shares`: the memory-balloon fairness weight; `None` when unset.
     pub shares: Option<u64>,
+    /// How many `netN` NICs the VM has.
     pub nets: u64,
+    /// Has at least one `serialN` port.
     pub serial: bool,
     /// The summed sizes of the disks (not CD-ROMs, not empty drives).
     pub maxdisk: u64,
@@ -29,6 +41,7 @@ pub struct ConfigFacts<'a> {
 }
 
 impl<'a> ConfigFacts<'a> {
+    /// Read from a VM's config; unparsable values count as unset.
     pub fn of(config: &'a BTreeMap<String, String>) -> Self {
         let mut f = ConfigFacts {
             memory_mib: 512,

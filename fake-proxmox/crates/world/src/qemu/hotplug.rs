@@ -3,6 +3,8 @@
 //! `network,disk,usb`), a few cgroup and balloon knobs; everything else waits for the next
 //! stop or start of the QEMU process.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use crate::qemu::model::{Nic, is_disk_key, is_ipconfig_key, is_net_key, prop, split_props};
@@ -26,6 +28,7 @@ const FAST_PLUG: &[&str] = &[
     "vmstatestorage",
 ];
 
+/// Whether a running VM applies a change of this key at once, whatever `hotplug` says.
 pub fn is_fast_plug(key: &str) -> bool {
     FAST_PLUG.contains(&key) || super::cloudinit::OPTIONS.contains(&key) || is_ipconfig_key(key)
 }
@@ -39,14 +42,20 @@ fn is_usb_key(key: &str) -> bool {
 /// `network,disk,usb`, `0` is nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Features {
+    /// NICs (`netN`) can be added, changed and removed live.
     pub network: bool,
+    /// Disks can be attached, changed and detached live.
     pub disk: bool,
+    /// vCPU count (`vcpus`) can change live.
     pub cpu: bool,
+    /// `memory` can change live.
     pub memory: bool,
+    /// USB devices (`usbN`) can be attached and detached live.
     pub usb: bool,
 }
 
 impl Features {
+    /// Parse from a VM's config (its `hotplug` key); unknown feature names are ignored.
     pub fn of(config: &Config) -> Features {
         let raw = config.get("hotplug").map_or("1", String::as_str);
         let list = match raw {

@@ -1,5 +1,7 @@
 //! Clone, resize and destroy.
 
+#![warn(missing_docs)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::op::{VmOp, unlocked};
@@ -330,6 +332,9 @@ impl Site {
         Ok(new)
     }
 
+    /// Grow `disk` of the VM to `new_size` bytes: extend its volume (through QEMU when the VM
+    /// runs) and write the new `size=` into the drive's config. `Err` with LVM's message when a
+    /// thick storage lacks the room, or when the disk or the guest refuses.
     pub fn apply_resize(
         &mut self,
         node: &str,
@@ -459,6 +464,9 @@ impl Site {
         Ok(self.start_task(plan, now))
     }
 
+    /// Remove the VM at the end of its destroy task: its referenced volumes and snapshot RAM
+    /// states are freed, with `unreferenced` also every other volume of its VMID on the node;
+    /// its ACL entries and pool membership go.
     pub fn finish_destroy(&mut self, vmid: u32, unreferenced: bool) {
         let Some(vm) = self.vms.remove(&vmid) else {
             return;
@@ -485,6 +493,8 @@ impl Site {
 pub struct CloneOptions<'a> {
     /// Target storage (default: each disk's own).
     pub target: Option<&'a str>,
+    /// Image format of the new disks (`raw`, `qcow2`, `vmdk`); the target storage's default
+    /// when unset or not one it supports.
     pub format: Option<&'a str>,
     /// Clone the snapshot of this name instead of the current state.
     pub snapname: Option<&'a str>,

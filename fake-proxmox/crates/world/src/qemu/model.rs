@@ -1,5 +1,7 @@
 //! VM state and the VM config grammar: drives, NICs, typed config rendering, digests.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
@@ -82,17 +84,23 @@ impl Vm {
 /// A disk to allocate (or import) inside a task.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct DiskPlan {
+    /// Drive key it goes to, e.g. `scsi0`.
     pub key: String,
+    /// Storage ID the volume is allocated on.
     pub storage: String,
     /// The volume name chosen at plan time (unique: it carries the vmid).
     pub volname: String,
+    /// Image format (`raw`, `qcow2`, `vmdk`).
     pub format: String,
+    /// Virtual size in bytes.
     pub size: u64,
     /// Source volume of an import: (storage, volname) and the bytes it will write.
     pub import_from: Option<(String, String)>,
+    /// Bytes of data the import writes (the source's used space); 0 for a new empty disk.
     pub data_bytes: u64,
     /// Drive options kept in the config (`cache=`, `discard=`, ...), without file/size.
     pub opts: Vec<(String, String)>,
+    /// A cloud-init drive (`STORAGE:cloudinit`), not a data disk.
     pub cloudinit: bool,
 }
 
@@ -118,10 +126,12 @@ fn indexed(k: &str, prefix: &str, max: u32) -> bool {
     }
 }
 
+/// `net0`–`net31`: the keys of a VM's NICs.
 pub fn is_net_key(k: &str) -> bool {
     indexed(k, "net", 31)
 }
 
+/// `unused0`–`unused255`: volumes detached from the VM but still owned by it.
 pub fn is_unused_key(k: &str) -> bool {
     indexed(k, "unused", 255)
 }
@@ -135,6 +145,7 @@ pub fn add_unused(config: &mut BTreeMap<String, String>, volid: String) {
     config.insert(format!("unused{i}"), volid);
 }
 
+/// `ipconfig0`–`ipconfig31`: cloud-init addressing of the NIC of the same index.
 pub fn is_ipconfig_key(k: &str) -> bool {
     indexed(k, "ipconfig", 31)
 }
@@ -174,6 +185,7 @@ pub fn find_prop<'a>(s: &'a str, default_key: &str, key: &str) -> Option<&'a str
     None
 }
 
+/// Value of key `k` in a list from `split_props`; the first one if repeated.
 pub fn prop<'a>(props: &'a [(String, String)], k: &str) -> Option<&'a str> {
     props
         .iter()
@@ -195,6 +207,7 @@ pub fn print_drive(file: &str, opts: &[(String, String)]) -> String {
     s
 }
 
+/// NIC models a `netN` value may name (the model key also carries the MAC: `virtio=MAC`).
 pub const NIC_MODELS: &[&str] = &[
     "e1000",
     "e1000-82540em",
@@ -214,12 +227,16 @@ pub const NIC_MODELS: &[&str] = &[
 
 /// A parsed NIC: model, MAC (if any) and the other options in order.
 pub struct Nic {
+    /// Emulated NIC model, e.g. `virtio`, `e1000`; `virtio` when the value names none.
     pub model: String,
+    /// MAC address, upper-cased; `None` when the value carries none.
     pub mac: Option<String>,
+    /// The other options (`bridge`, `tag`, `firewall`, `rate`, ...), in the value's order.
     pub opts: Vec<(String, String)>,
 }
 
 impl Nic {
+    /// Parse a `netN` value; never fails, unknown keys are kept in `opts`.
     pub fn parse(s: &str) -> Nic {
         let mut model = "virtio".to_string();
         let mut mac = None;
@@ -239,6 +256,7 @@ impl Nic {
         Nic { model, mac, opts }
     }
 
+    /// The bridge it is attached to (`bridge=`); `None` when unattached.
     pub fn bridge(&self) -> Option<&str> {
         prop(&self.opts, "bridge")
     }
@@ -265,13 +283,23 @@ impl Nic {
 #[derive(Debug, PartialEq)]
 pub enum DriveFile {
     /// `STORAGE:SIZE` (size in GiB, may be fractional); storage may come from `storage=`.
-    New { storage: Option<String>, gib: f64 },
+    New {
+        /// Storage ID before the colon, if any.
+        storage: Option<String>,
+        /// Requested size in GiB.
+        gib: f64,
+    },
     /// `STORAGE:cloudinit`
-    CloudInit { storage: String },
+    CloudInit {
+        /// Storage ID to put the cloud-init drive on.
+        storage: String,
+    },
     /// An existing volume id or `none`/`cdrom`/path.
     Existing(String),
 }
 
+/// Tell a drive's `file` value apart: a disk to allocate, a cloud-init drive, or anything
+/// else (kept as given).
 pub fn classify_file(file: &str) -> DriveFile {
     if let Some(c) = NEW_DISK.as_ref().and_then(|r| r.captures(file)) {
         let gib = c
@@ -316,6 +344,7 @@ const NUMERIC_KEYS: &[&str] = &[
 ];
 
 impl Vm {
+    /// `agent` has `enabled=1` (or a true bare value): the QEMU guest agent is configured.
     pub fn is_agent_enabled(&self) -> bool {
         self.config.get("agent").is_some_and(|a| {
             find_prop(a, "enabled", "enabled")
@@ -323,6 +352,7 @@ impl Vm {
         })
     }
 
+    /// Configured RAM in MiB (`memory`, its `current`); 512 when unset or unparsable.
     pub fn memory_mib(&self) -> u64 {
         self.config
             .get("memory")
@@ -334,10 +364,12 @@ impl Vm {
             .unwrap_or(512)
     }
 
+    /// `memory_mib` in bytes.
     pub fn memory_bytes(&self) -> u64 {
         self.memory_mib().saturating_mul(1024 * 1024)
     }
 
+    /// Virtual CPUs: `vcpus` if set, else `sockets` × `cores` (each 1 when unset).
     pub fn cpus(&self) -> u32 {
         let get = |k: &str, d: u32| self.config.get(k).and_then(|v| v.parse().ok()).unwrap_or(d);
         let total = get("sockets", 1).saturating_mul(get("cores", 1));
@@ -347,6 +379,7 @@ impl Vm {
             .unwrap_or(total)
     }
 
+    /// `name`, or `VM {vmid}` as PVE shows a VM without one.
     pub fn name(&self) -> String {
         self.config
             .get("name")
@@ -354,6 +387,7 @@ impl Vm {
             .unwrap_or_else(|| format!("VM {}", self.vmid))
     }
 
+    /// `template: 1`: the VM was converted to a template.
     pub fn is_template(&self) -> bool {
         self.config.get("template").is_some_and(|v| v == "1")
     }
@@ -443,6 +477,7 @@ impl Vm {
         s
     }
 
+    /// SHA-1 of `conf_text`, hex: the `digest` a config update must match.
     pub fn digest(&self) -> String {
         hex::encode(Sha1::digest(self.conf_text().as_bytes()))
     }
@@ -468,6 +503,7 @@ impl Vm {
         Value::Object(m)
     }
 
+    /// Seconds since the QEMU process started (`now` in Unix seconds); 0 when stopped.
     pub fn uptime(&self, now: f64) -> u64 {
         match self.power {
             Power::Stopped => 0,
@@ -475,6 +511,7 @@ impl Vm {
         }
     }
 
+    /// `status` as the API reports it: `stopped`, or `running` (paused VMs included).
     pub fn status_str(&self) -> &'static str {
         match self.power {
             Power::Stopped => "stopped",

@@ -1,6 +1,8 @@
 //! The entry of every VM verb: which VM the request is about, who asks, PVE's privilege
 //! and lock checks, and the task the verb lays out.
 
+#![warn(missing_docs)]
+
 use crate::qemu::model::Vm;
 use crate::request::Request;
 use crate::wire::PveError;
@@ -9,8 +11,11 @@ use crate::world::work::{TaskPlan, Work};
 
 /// One request on one VM (`/nodes/{node}/qemu/{vmid}/…`).
 pub struct VmOp<'r> {
+    /// The path's `{node}`.
     pub node: String,
+    /// The path's `{vmid}`.
     pub vmid: u32,
+    /// The request itself: caller, parameters.
     pub req: &'r Request,
 }
 

@@ -3,6 +3,8 @@
 //! Typed rather than a `serde_json::Map`: these are the routes a monitoring loop polls, and
 //! building a JSON tree of string keys per VM was most of their CPU in the load benchmark.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -30,6 +32,7 @@ const PVE_MACHINE_REVISION: &str = "pve0";
 /// `ha` of `status/current`: the fake has no HA manager.
 #[derive(Clone, Debug, Serialize)]
 pub struct HaStatus {
+    /// 1 if HA manages the VM; always 0 here.
     pub managed: u8,
 }
 
@@ -37,14 +40,23 @@ pub struct HaStatus {
 /// as `ballooninfo` (PVE/QemuServer.pm `vmstatus`, `$ballooncb`).
 #[derive(Clone, Debug, Serialize)]
 pub struct BalloonInfo {
+    /// Bytes the balloon currently leaves the guest.
     pub actual: u64,
+    /// Guest memory free, bytes (from the guest's balloon driver).
     pub free_mem: u64,
+    /// When the guest last reported its memory figures, Unix seconds.
     pub last_update: u64,
+    /// Major page faults in the guest so far.
     pub major_page_faults: u64,
+    /// The VM's configured RAM (`memory`), bytes: the most the balloon can grant.
     pub max_mem: u64,
+    /// Bytes swapped in by the guest so far.
     pub mem_swapped_in: u64,
+    /// Bytes swapped out by the guest so far.
     pub mem_swapped_out: u64,
+    /// Minor page faults in the guest so far.
     pub minor_page_faults: u64,
+    /// Guest memory as the guest kernel sees it, bytes.
     pub total_mem: u64,
 }
 
@@ -52,45 +64,77 @@ pub struct BalloonInfo {
 /// the `zone_append` counters exist since QEMU 8.1.
 #[derive(Clone, Debug, Serialize)]
 pub struct BlockStats {
+    /// Failed operations are counted.
     pub account_failed: bool,
+    /// Invalid operations are counted.
     pub account_invalid: bool,
+    /// Failed flushes.
     pub failed_flush_operations: u64,
+    /// Failed reads.
     pub failed_rd_operations: u64,
+    /// Failed unmap (discard) requests.
     pub failed_unmap_operations: u64,
+    /// Failed writes.
     pub failed_wr_operations: u64,
+    /// Failed zone appends; QEMU 8.1 and later.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_zone_append_operations: Option<u64>,
+    /// Flushes done.
     pub flush_operations: u64,
+    /// Total time spent in flushes, nanoseconds.
     pub flush_total_time_ns: u64,
     /// QEMU leaves it out until the drive saw its first I/O.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_time_ns: Option<u64>,
+    /// Invalid flush requests.
     pub invalid_flush_operations: u64,
+    /// Invalid read requests.
     pub invalid_rd_operations: u64,
+    /// Invalid unmap requests.
     pub invalid_unmap_operations: u64,
+    /// Invalid write requests.
     pub invalid_wr_operations: u64,
+    /// Invalid zone appends; QEMU 8.1 and later.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid_zone_append_operations: Option<u64>,
+    /// Bytes read.
     pub rd_bytes: u64,
+    /// Reads merged into others.
     pub rd_merged: u64,
+    /// Reads done.
     pub rd_operations: u64,
+    /// Total time spent reading, nanoseconds.
     pub rd_total_time_ns: u64,
+    /// Per-interval latency statistics; always empty (no intervals configured).
     pub timed_stats: Vec<Value>,
+    /// Bytes unmapped (discarded).
     pub unmap_bytes: u64,
+    /// Unmap requests merged into others.
     pub unmap_merged: u64,
+    /// Unmap requests done.
     pub unmap_operations: u64,
+    /// Total time spent unmapping, nanoseconds.
     pub unmap_total_time_ns: u64,
+    /// Bytes written.
     pub wr_bytes: u64,
+    /// Highest offset written so far, bytes.
     pub wr_highest_offset: u64,
+    /// Writes merged into others.
     pub wr_merged: u64,
+    /// Writes done.
     pub wr_operations: u64,
+    /// Total time spent writing, nanoseconds.
     pub wr_total_time_ns: u64,
+    /// Bytes appended to zones; QEMU 8.1 and later.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zone_append_bytes: Option<u64>,
+    /// Zone appends merged into others; QEMU 8.1 and later.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zone_append_merged: Option<u64>,
+    /// Zone appends done; QEMU 8.1 and later.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zone_append_operations: Option<u64>,
+    /// Total time spent in zone appends, nanoseconds; QEMU 8.1 and later.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zone_append_total_time_ns: Option<u64>,
 }
@@ -98,7 +142,9 @@ pub struct BlockStats {
 /// One tap device's counters in `nics` (seen from the host: `netin` is what the tap sent).
 #[derive(Clone, Debug, Serialize)]
 pub struct NicTraffic {
+    /// Bytes the host received from the guest on this tap.
     pub netin: u64,
+    /// Bytes the host sent to the guest on this tap.
     pub netout: u64,
 }
 
@@ -107,22 +153,31 @@ pub struct NicTraffic {
 /// Flags a QEMU too old to know them leaves out.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProxmoxSupport {
+    /// `backup-access-api`: external access to backups in progress (PVE 9).
     #[serde(rename = "backup-access-api", skip_serializing_if = "Option::is_none")]
     pub backup_access_api: Option<bool>,
+    /// `backup-fleecing`: backups can write through a fleecing image.
     #[serde(rename = "backup-fleecing", skip_serializing_if = "Option::is_none")]
     pub backup_fleecing: Option<bool>,
+    /// `backup-max-workers`: the backup job's worker count can be set.
     #[serde(rename = "backup-max-workers", skip_serializing_if = "Option::is_none")]
     pub backup_max_workers: Option<bool>,
+    /// `pbs-dirty-bitmap`: incremental backups to PBS via dirty bitmaps.
     #[serde(rename = "pbs-dirty-bitmap")]
     pub pbs_dirty_bitmap: bool,
+    /// `pbs-dirty-bitmap-migration`: dirty bitmaps survive live migration.
     #[serde(rename = "pbs-dirty-bitmap-migration")]
     pub pbs_dirty_bitmap_migration: bool,
+    /// `pbs-dirty-bitmap-savevm`: dirty bitmaps survive a snapshot with RAM.
     #[serde(rename = "pbs-dirty-bitmap-savevm")]
     pub pbs_dirty_bitmap_savevm: bool,
+    /// `pbs-library-version`: version of the linked Proxmox Backup client library.
     #[serde(rename = "pbs-library-version")]
     pub pbs_library_version: &'static str,
+    /// `pbs-masterkey`: backups can carry a master-key-encrypted copy of the key.
     #[serde(rename = "pbs-masterkey")]
     pub pbs_masterkey: bool,
+    /// `query-bitmap-info`: QEMU can report its dirty bitmaps.
     #[serde(rename = "query-bitmap-info")]
     pub query_bitmap_info: bool,
 }
@@ -153,14 +208,19 @@ impl ProxmoxSupport {
 /// Fields are in alphabetical order, the order the fake's JSON maps use everywhere else.
 #[derive(Clone, Debug, Serialize)]
 pub struct VmStatus {
+    /// 1 when the guest agent is enabled in the config; `status/current` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<u8>,
+    /// Current balloon size, bytes; full status of a running VM with a balloon device only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub balloon: Option<u64>,
+    /// Minimum the balloon may shrink to (`balloon`), bytes; `None` when unset or 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub balloon_min: Option<u64>,
+    /// The balloon's own figures; as `balloon`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ballooninfo: Option<BalloonInfo>,
+    /// Per-drive I/O counters by drive key (`scsi0`, ...); full status of a running VM only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blockstat: Option<BTreeMap<String, BlockStats>>,
     /// `Some(None)` is a JSON `null`: qemu-server copies the `vga` option's `clipboard`
@@ -169,72 +229,109 @@ pub struct VmStatus {
     pub clipboard: Option<Option<String>>,
     /// `0` (integer) when stopped, a fraction when running — as PVE prints it.
     pub cpu: Value,
+    /// Virtual CPU count (`cpus`); moved to `maxcpu` in `cluster/resources`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
+    /// Used disk space, bytes: always 0, as PVE does not know it for VMs.
     pub disk: u64,
     /// Only from `query-blockstats`: absent for a stopped VM's `status/current`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diskread: Option<u64>,
+    /// Bytes written by all drives; see `diskread`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diskwrite: Option<u64>,
+    /// Guest memory free, bytes; as `balloon`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freemem: Option<u64>,
+    /// HA state; `status/current` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ha: Option<HaStatus>,
+    /// Resource ID, `qemu/{vmid}`; `cluster/resources` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The config's `lock` (e.g. `backup`, `migrate`), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock: Option<String>,
+    /// Virtual CPU count, as `cluster/resources` names it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub maxcpu: Option<u32>,
+    /// Summed size of the disks (CD-ROMs and empty drives aside), bytes.
     pub maxdisk: u64,
+    /// Configured RAM, bytes.
     pub maxmem: u64,
+    /// RAM in use, bytes: the guest's view when ballooning, else the process's.
     pub mem: u64,
+    /// RAM the QEMU process uses on the host, bytes; PVE 9 only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memhost: Option<u64>,
+    /// `name`, or `VM {vmid}` without one.
     pub name: String,
+    /// Bytes received by all the VM's NICs (from the guest's point of view).
     pub netin: u64,
+    /// Bytes sent by all the VM's NICs.
     pub netout: u64,
+    /// Per-tap traffic by tap name (`tap{vmid}i{n}`); full status of a running VM only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nics: Option<BTreeMap<String, NicTraffic>>,
+    /// The node the VM is on; `cluster/resources` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// PID of the QEMU process; running VMs only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// CPU pressure stall (`full`) of the VM's cgroup; PVE 9, running only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressurecpufull: Option<f64>,
+    /// CPU pressure stall (`some`), as `pressurecpufull`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressurecpusome: Option<f64>,
+    /// I/O pressure stall (`full`), as `pressurecpufull`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressureiofull: Option<f64>,
+    /// I/O pressure stall (`some`), as `pressurecpufull`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressureiosome: Option<f64>,
+    /// Memory pressure stall (`full`), as `pressurecpufull`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressurememoryfull: Option<f64>,
+    /// Memory pressure stall (`some`), as `pressurecpufull`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressurememorysome: Option<f64>,
+    /// QEMU's feature flags; full status of a running VM only.
     #[serde(rename = "proxmox-support", skip_serializing_if = "Option::is_none")]
     pub proxmox_support: Option<ProxmoxSupport>,
+    /// QEMU's run state (`running`, `paused`, `io-error`, `stopped`); full status only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qmpstatus: Option<&'static str>,
+    /// Machine type the QEMU process runs, e.g. `pc-i440fx-10.1+pve0`; running only.
     #[serde(rename = "running-machine", skip_serializing_if = "Option::is_none")]
     pub running_machine: Option<String>,
+    /// QEMU version the process runs; running only.
     #[serde(rename = "running-qemu", skip_serializing_if = "Option::is_none")]
     pub running_qemu: Option<&'static str>,
+    /// 1 when the VM has a serial port.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub serial: Option<u8>,
+    /// Balloon fairness weight (`shares`, default 1000); only when ballooning is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shares: Option<u64>,
+    /// 1 when the display is SPICE-capable (`vga` of type `qxl*` or `virtio*`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spice: Option<u8>,
+    /// `running` or `stopped`.
     pub status: &'static str,
+    /// The config's `tags`, `;`-separated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<String>,
+    /// 1 for a template.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template: Option<u8>,
+    /// `qemu`; `cluster/resources` only.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<&'static str>,
+    /// Seconds since the VM started; 0 when stopped.
     pub uptime: u64,
+    /// The VM's ID.
     pub vmid: u32,
 }
 
@@ -430,6 +527,7 @@ impl Vm {
         self.disk_io_with(&ConfigFacts::of(&self.config), now)
     }
 
+    /// `disk_io` from config facts already read: the read and written byte totals.
     pub fn disk_io_with(&self, f: &ConfigFacts, now: f64) -> (u64, u64) {
         let up = self.uptime(now).saturating_mul(f.io_drives);
         (

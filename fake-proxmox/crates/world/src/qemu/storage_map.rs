@@ -2,16 +2,22 @@
 //! volumes go to (kept apart from `migrate`, so the task model can name it without an
 //! import cycle).
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 /// `targetstorage`: one storage for all, `SRC:DST` pairs (`,`-separated), or `1` (keep).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct StorageMap {
+    /// Target for every source storage without an entry; `None`: such volumes keep their
+    /// storage ID.
     pub default: Option<String>,
+    /// Source storage ID → target storage ID.
     pub entries: BTreeMap<String, String>,
 }
 
 impl StorageMap {
+    /// Parse a `targetstorage` value; `Err` for a source mapped twice or two defaults.
     pub fn parse(text: &str) -> Result<StorageMap, String> {
         let mut map = StorageMap::default();
         if text == "1" {
@@ -31,6 +37,7 @@ impl StorageMap {
         Ok(map)
     }
 
+    /// The target storage for volumes on `source`: its entry, else the default, else itself.
     pub fn target(&self, source: &str) -> String {
         self.entries
             .get(source)
@@ -45,10 +52,14 @@ impl StorageMap {
 /// nothing else.
 #[derive(Clone, Debug, Default)]
 pub struct IdMap {
+    /// The value was `1`: every ID maps to itself.
     pub identity: bool,
+    /// The explicit pairs and the default target.
     pub map: StorageMap,
 }
 
+/// Parse an ID map value; `Err` with PVE's text for a duplicate source, a second default,
+/// or `1` combined with other entries.
 pub fn parse_idmap(text: &str) -> Result<IdMap, String> {
     let mut out = IdMap::default();
     for entry in crate::schema::formats::split_list(text) {
