@@ -45,6 +45,8 @@ impl<K> Changes<K> {
     }
 }
 
+/// A `BTreeMap` that records the keys changed since the last `take_changes` and logs the
+/// keys touched for index readers; reads go through `Deref`.
 #[derive(Debug)]
 pub struct Tracked<K, V> {
     map: BTreeMap<K, V>,
@@ -97,6 +99,7 @@ pub enum Touched<'a, K> {
 }
 
 impl<K: Ord + Clone, V> Tracked<K, V> {
+    /// An empty map, counted as changed everywhere (nothing on disk matches it yet).
     pub fn new() -> Self {
         Self::default()
     }
@@ -131,11 +134,13 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
         self.map.get_mut(key)
     }
 
+    /// Set `key` (counted as changed); returns the value it replaced.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         self.mark(key.clone());
         self.map.insert(key, value)
     }
 
+    /// Take `key`'s entry out (counted as changed); `None` if absent, nothing recorded.
     pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
@@ -146,6 +151,7 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
         Some(v)
     }
 
+    /// The entry of `key`: counted as changed even if it stays vacant.
     pub fn entry(&mut self, key: K) -> btree_map::Entry<'_, K, V> {
         self.mark(key.clone());
         self.map.entry(key)
@@ -165,6 +171,7 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
         self.map.iter_mut()
     }
 
+    /// Keep the entries `f` accepts: the whole map counts as changed.
     pub fn retain(&mut self, f: impl FnMut(&K, &mut V) -> bool) {
         self.mark_all();
         self.touch_all();

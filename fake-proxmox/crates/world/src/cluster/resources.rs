@@ -14,13 +14,17 @@ use crate::world::Site;
 #[derive(serde::Serialize)]
 #[serde(untagged)]
 pub enum Resource {
+    /// A VM's row (`type` `qemu`), no pool.
     Vm(Box<VmStatus>),
     /// A VM in a pool the caller may audit: its row with the pool's name.
     Pooled {
         #[serde(flatten)]
+        /// The VM's row as in `Vm`.
         vm: Box<VmStatus>,
+        /// The pool's ID (the row's `pool` field).
         pool: String,
     },
+    /// A container, node, storage, pool or SDN zone row, as JSON.
     Other(Value),
 }
 

@@ -12,7 +12,9 @@ use crate::world::work::{TaskPlan, Work};
 
 /// What `start` would do now: the task error and its log lines, or fine.
 pub struct StartCheck {
+    /// Task log lines QEMU would print before failing (a missing bridge).
     pub lines: Vec<String>,
+    /// The task's exit status if the start would fail; `None`: it would start.
     pub error: Option<String>,
 }
 
@@ -39,6 +41,8 @@ impl Site {
         Ok(vm)
     }
 
+    /// Whether a start of `vmid` on `node` would succeed now (config locked, already
+    /// running, template, too many vCPUs, missing bridge), with pending changes applied.
     pub fn check_start(&self, node: &str, vmid: u32) -> StartCheck {
         let fail = |e: String| StartCheck {
             lines: Vec::new(),
@@ -135,6 +139,8 @@ impl Site {
         Ok(self.spawn_start(&op.node, op.vmid, &req.task_user(), req.now))
     }
 
+    /// Start a `qmstart` task for `vmid` as `user`; returns its UPID. A start that
+    /// `check_start` refuses still runs as a task that fails with that status.
     pub fn spawn_start(&mut self, node: &str, vmid: u32, user: &str, now: f64) -> String {
         let check = self.check_start(node, vmid);
         let mut plan = TaskPlan::new(

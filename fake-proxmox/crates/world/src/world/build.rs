@@ -353,6 +353,8 @@ fn node_from_spec(n: &NodeSpec, storages: &[StorageSpec], rng: &mut impl Rng, no
     }
 }
 
+/// A node's Linux bridge as the scenario declares it, its link up; a DHCP range counts
+/// only when both ends parse as IPv4 addresses.
 pub fn bridge_from_spec(b: &BridgeSpec) -> Bridge {
     Bridge {
         name: b.name.clone(),

@@ -24,9 +24,12 @@ use crate::version::PveVersion;
 use crate::wire::PveError;
 use crate::world::work::TaskStore;
 
+/// Every site of the running scenario, with the backends that carry out their effects.
 #[derive(Clone, Debug)]
 pub struct World {
+    /// The scenario the sites were built from (kept for a reset).
     pub scenario: Scenario,
+    /// One entry per scenario site, in scenario order.
     pub sites: Vec<Site>,
     /// What runs every site's VMs; kept when the world is rebuilt (reset, new scenario).
     pub exec: Arc<dyn Executor>,
@@ -40,15 +43,19 @@ pub struct World {
 /// What runs a site's VMs and holds its volume data.
 #[derive(Clone, Debug)]
 pub struct Runners {
+    /// Starts, stops and observes the guests.
     pub exec: Arc<dyn Executor>,
+    /// Creates, copies and frees the volume data.
     pub disks: Arc<dyn Disks>,
 }
 
 impl World {
+    /// The site named `name` in the scenario, if any.
     pub fn site(&self, name: &str) -> Option<&Site> {
         self.sites.iter().find(|s| s.name == name)
     }
 
+    /// The site named `name`, to change.
     pub fn site_mut(&mut self, name: &str) -> Option<&mut Site> {
         self.sites.iter_mut().find(|s| s.name == name)
     }
@@ -58,6 +65,7 @@ impl World {
         self.sites.iter_mut().find(|s| s.nodes.contains_key(node))
     }
 
+    /// Bring every site up to `now` (Unix seconds): see `Site::tick`.
     pub fn tick(&mut self, now: f64) {
         for s in &mut self.sites {
             s.tick(now);
@@ -80,19 +88,29 @@ fn runners_on<'a>(
 /// state attaches again (`World::reattached`), or the scratch list of one task completion.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Site {
+    /// The scenario's site name, unique in the world.
     pub name: String,
+    /// The PVE release this site answers as (`/version`, API differences).
     pub version: PveVersion,
+    /// Set: `/cluster/status` lists a cluster of this name; unset: a standalone node.
     pub cluster_name: Option<String>,
+    /// Seconds from a guest start until its agent answers.
     pub boot_delay_secs: f64,
+    /// Internet download speed for `download-url`, in MiB/s (a storage's own speed caps it).
     pub download_mib_s: f64,
+    /// The URLs `download-url` finds, with their size (nothing is ever fetched).
     pub remote_files: Vec<RemoteFileSpec>,
+    /// Users, groups, roles, tokens, ACLs, realms and pools (PVE's `/access`).
     pub access: Access,
-    /// Tracked maps (`tracked`): the state file journals the entries that changed.
+    /// The nodes by name. Like `vms` and `cts` a tracked map (`tracked`): the state file
+    /// journals the entries that changed.
     pub nodes: crate::tracked::Tracked<String, Node>,
+    /// QEMU VMs by VMID, over all nodes.
     pub vms: crate::tracked::Tracked<u32, Vm>,
     /// LXC containers; absent in state files written before containers.
     #[serde(default)]
     pub cts: crate::tracked::Tracked<u32, crate::lxc::model::Ct>,
+    /// Every task of the site's nodes, running or done (PVE's task list and UPIDs).
     pub tasks: TaskStore,
     /// Kept with its position, so a restarted server draws the same MACs and figures next.
     #[serde(with = "crate::rng_state")]
@@ -211,6 +229,7 @@ impl Site {
         format!("BC:24:11:{:02X}:{:02X}:{:02X}", b[0], b[1], b[2])
     }
 
+    /// The node named `name` on this site, if any.
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.get(name)
     }

@@ -114,6 +114,7 @@ impl Site {
         self.share_storages();
     }
 
+    /// The task with this UPID, running or done.
     pub fn task(&self, upid: &str) -> Option<&Task> {
         self.tasks.get(upid)
     }
