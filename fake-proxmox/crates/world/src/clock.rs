@@ -3,8 +3,6 @@
 //! Real: wall time. Scaled(f): simulated time passes f times faster than wall time.
 //! Stepped: time stands still until the test advances it.
 
-#![warn(missing_docs)]
-
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};

@@ -4,8 +4,6 @@
 //! segments), node and site; fires with a probability drawn from a seeded RNG, at most
 //! `count` times; and adds latency and/or answers with a status and message.
 
-#![warn(missing_docs)]
-
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use regex::Regex;

@@ -24,6 +24,7 @@
 //! `GuestCore`, its task work is one variant of `world::work::Work` (`Work::Ct`), its map
 //! is in `world/guests.rs`; `tasks`, `storage` and `access` did not change for it.
 
+#![warn(missing_docs)]
 // A library reports through its return values and `tracing`, never by printing.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 

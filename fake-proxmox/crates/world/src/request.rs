@@ -1,8 +1,6 @@
 //! The request as the models see it: who asks, how they authenticated, the validated
 //! parameters, and the site's clock. Routes hand it to a model verb whole.
 
-#![warn(missing_docs)]
-
 use crate::access::model::Identity;
 use crate::guest::GuestKind;
 use crate::wire::{Params, PveError};

@@ -1,8 +1,6 @@
 //! A `ChaCha8Rng` in a state file: its seed, stream and word position, so a restarted
 //! server goes on drawing the numbers the old one would have drawn next.
 
-#![warn(missing_docs)]
-
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -12,8 +12,6 @@
 //!   `usermod` does for a user the node does not have (scenario users keep theirs).
 //! - No TFA: every user's TFA listing is empty.
 
-#![warn(missing_docs)]
-
 pub mod acl;
 pub mod directory;
 pub mod model;

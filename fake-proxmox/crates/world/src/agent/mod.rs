@@ -16,8 +16,6 @@
 //! - A Perl die inside PVE's handler (`Wide character in subroutine entry`) comes without
 //!   Perl's ` at …/Agent.pm line N.` suffix.
 
-#![warn(missing_docs)]
-
 pub mod cloud_config;
 pub mod cloud_init;
 mod coreutils;

@@ -2,8 +2,6 @@
 //! `spiceproxy`) and a VM's monitor: `sendkey`, `monitor` (QEMU's human monitor) and
 //! `dbus-vmstate`.
 
-#![warn(missing_docs)]
-
 pub mod monitor;
 pub mod proxy;
 pub mod tickets;

@@ -36,8 +36,6 @@
 //! Not in the seam yet: consoles (`vncproxy`, `termproxy`, `spiceproxy`), because no route
 //! serves them (they answer 501).
 
-#![warn(missing_docs)]
-
 mod ct;
 mod disks;
 mod files;

@@ -21,8 +21,6 @@
 //!   (none by default: `no content`), one log for all the site's nodes.
 //! - `/etc/services` and `/etc/protocols` are Debian's (netbase) as of 2021.
 
-#![warn(missing_docs)]
-
 pub mod cluster;
 pub mod conf;
 pub mod log;

@@ -2,8 +2,6 @@
 //! config file's sections (`sections`). The kinds (`qemu`) build on this module; it never
 //! imports them.
 
-#![warn(missing_docs)]
-
 pub mod record;
 pub mod sections;
 

@@ -44,8 +44,6 @@
 //! - `rrd`/`rrddata`: only the current run is kept; `memhost` is the container's `mem`
 //!   and the pressure sources are 0.
 
-#![warn(missing_docs)]
-
 mod apply;
 pub mod clone;
 pub mod create;

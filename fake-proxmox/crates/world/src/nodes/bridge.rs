@@ -1,8 +1,6 @@
 //! A node's Linux bridge as the world runs it (what VMs attach to): its own file, so the network
 //! config (`network`) and the node (`model`) both use it without importing each other.
 
-#![warn(missing_docs)]
-
 use std::net::Ipv4Addr;
 
 use serde::Serialize;

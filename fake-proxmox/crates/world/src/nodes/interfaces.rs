@@ -1,8 +1,6 @@
 //! `/etc/network/interfaces` as text (the writer's layout) and as the API shows it (what the
 //! parser reads back), and the `changes` diff between the active and the pending file.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};

@@ -5,8 +5,6 @@
 //! notice. Deviation: the guests' own NICs lose carrier, so two guests of the same node on
 //! that bridge cannot reach each other either (on a real node they still could).
 
-#![warn(missing_docs)]
-
 use crate::exec::{GuestFault, NodeFault};
 use crate::qemu::model::{Nic, Power, is_net_key};
 use crate::world::Site;

@@ -1,7 +1,5 @@
 //! Nodes as requests address them.
 
-#![warn(missing_docs)]
-
 use crate::nodes::model::Node;
 use crate::request::Request;
 use crate::wire::PveError;

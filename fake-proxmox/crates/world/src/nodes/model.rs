@@ -1,8 +1,6 @@
 //! Nodes as the world holds them: hardware, bridges, storages, armed task failures, and the
 //! synthetic load figures derived from the VMs that run on them.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;

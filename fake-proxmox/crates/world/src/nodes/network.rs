@@ -7,8 +7,6 @@
 //! removes it. The node's running bridges (`Node::bridges`, what VMs attach to) follow the
 //! active file only, so a bridge that is only pending does not exist for a starting VM.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;

@@ -10,6 +10,4 @@
 //! - Member figures are the VM's and storage's current ones (PVE: the last RRD sample); a
 //!   storage member is shown on the first node (by name) that has it.
 
-#![warn(missing_docs)]
-
 pub mod model;

@@ -9,8 +9,6 @@
 //! simulated as `nameserver <the gateway of the node's first bridge that has one>` and no
 //! search domain.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};

@@ -1,8 +1,6 @@
 //! Creating VMs and changing their config. Synchronous checks answer with PVE's HTTP
 //! errors; disk allocation and imports are task work (see `disks`).
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::disks::DiskOutcome;

@@ -1,8 +1,6 @@
 //! Disks of VMs: checking drive options (`$check_storage_access`), planning allocations and
 //! imports, laying them out as task work with progress, allocating them.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 
 use super::op::VmOp;

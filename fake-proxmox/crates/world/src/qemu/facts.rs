@@ -6,8 +6,6 @@
 //! 10,000-VM rollout. The per-key accessors on `Vm` stay the reference; a property test holds
 //! this pass to them.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 use super::model::{find_prop, is_disk_key, is_net_key};

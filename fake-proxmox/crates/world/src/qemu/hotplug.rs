@@ -3,8 +3,6 @@
 //! `network,disk,usb`), a few cgroup and balloon knobs; everything else waits for the next
 //! stop or start of the QEMU process.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 use crate::qemu::model::{Nic, is_disk_key, is_ipconfig_key, is_net_key, prop, split_props};

@@ -1,7 +1,5 @@
 //! Clone, resize and destroy.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::op::{VmOp, unlocked};

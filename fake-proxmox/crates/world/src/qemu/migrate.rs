@@ -6,8 +6,6 @@
 //! node that cannot be reached gives. Shared-storage volumes are not copied; the fake keeps
 //! a storage's volumes per node, so their records move with the VM.
 
-#![warn(missing_docs)]
-
 use serde_json::{Value, json};
 
 use super::model::{Power, Vm, is_disk_key, is_unused_key, prop, split_props};

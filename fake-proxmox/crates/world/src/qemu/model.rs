@@ -1,7 +1,5 @@
 //! VM state and the VM config grammar: drives, NICs, typed config rendering, digests.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 

@@ -6,8 +6,6 @@
 //! one's (PVE mirrors it with `drive-mirror`, with other log lines). Moving a disk to another
 //! VM (`target-vmid`) is `reassign`.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 
 use super::model::{DiskPlan, Vm, add_unused, prop, split_props};

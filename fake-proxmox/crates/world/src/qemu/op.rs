@@ -1,8 +1,6 @@
 //! The entry of every VM verb: which VM the request is about, who asks, PVE's privilege
 //! and lock checks, and the task the verb lays out.
 
-#![warn(missing_docs)]
-
 use crate::qemu::model::Vm;
 use crate::request::Request;
 use crate::wire::PveError;

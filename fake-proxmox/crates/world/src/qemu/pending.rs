@@ -4,8 +4,6 @@
 //! reboot) or starts. `GET .../config` shows pending values unless `current=1`;
 //! `GET .../pending` lists both. The digest covers the section, as PVE's covers the file.
 
-#![warn(missing_docs)]
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};

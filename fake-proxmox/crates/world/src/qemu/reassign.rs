@@ -3,8 +3,6 @@
 //! renamed for the target VM, leaves the source's config (and its boot order) and joins the
 //! target's under `target-disk`, in a `qmmove` task named `SRC-DISK>DST-DISK`.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 
 use super::model::{Power, Vm, is_unused_key, prop, split_props};

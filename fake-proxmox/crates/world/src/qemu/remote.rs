@@ -12,8 +12,6 @@
 //! tunnel process, nothing ever connects to its socket, so the task ends as PVE's does after
 //! its 300 s accept timeout, removing the placeholder.
 
-#![warn(missing_docs)]
-
 use std::net::IpAddr;
 
 use serde_json::{Value, json};

@@ -9,8 +9,6 @@
 //! and CephFS never. Deviations: volume snapshots take no space; a RAM snapshot's state
 //! volume is sized at twice the VM's memory plus 500 MiB.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};

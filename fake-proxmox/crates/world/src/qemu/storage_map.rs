@@ -2,8 +2,6 @@
 //! volumes go to (kept apart from `migrate`, so the task model can name it without an
 //! import cycle).
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 
 /// `targetstorage`: one storage for all, `SRC:DST` pairs (`,`-separated), or `1` (keep).

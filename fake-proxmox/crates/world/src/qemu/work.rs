@@ -1,7 +1,5 @@
 //! What finished tasks do to the world, and how an aborted or failed task is undone.
 
-#![warn(missing_docs)]
-
 use crate::qemu::model::DiskPlan;
 use crate::world::Site;
 use crate::world::work::Work;

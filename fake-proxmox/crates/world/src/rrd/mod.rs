@@ -3,6 +3,4 @@
 //! each row from what the model knows (when the guest was made and started, its size, the
 //! simulated load rates `status/current` reports), which is what a recorded series would hold.
 
-#![warn(missing_docs)]
-
 pub mod series;

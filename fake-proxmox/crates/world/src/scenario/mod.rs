@@ -1,8 +1,6 @@
 //! Scenarios: the YAML description of the simulated sites (clusters, nodes, storages,
 //! bridges, users, tokens, ACLs). The embedded default is seed 000's two sites.
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

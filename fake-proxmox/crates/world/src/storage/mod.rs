@@ -14,8 +14,6 @@
 //! - `import-metadata` reads no OVF: each OVA/OVF describes the same typical VM (`import_meta`).
 //! - File restore needs PBS, which the fake has none of: always PVE's refusal.
 
-#![warn(missing_docs)]
-
 pub mod aplinfo;
 pub mod appliance;
 pub mod attributes;

@@ -10,8 +10,6 @@
 //! - Only the last 10,000 tasks per site are kept.
 //! - Log texts are modelled on real task logs but are not byte-identical for every type.
 
-#![warn(missing_docs)]
-
 pub mod model;
 pub mod store;
 pub mod upid;

@@ -2,8 +2,6 @@
 //! map) and the typed parameters a validated request carries. Rendering them onto HTTP is the
 //! server's (`fake_proxmox::wire`).
 
-#![warn(missing_docs)]
-
 pub mod error;
 pub mod params;
 
