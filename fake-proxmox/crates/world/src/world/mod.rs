@@ -27,7 +27,7 @@ use crate::world::work::TaskStore;
 /// Every site of the running scenario, with the backends that carry out their effects.
 #[derive(Clone, Debug)]
 pub struct World {
-    /// The scenario the sites were built from (kept for a reset).
+    /// The scenario the sites were built from (the state file keeps it with them).
     pub scenario: Scenario,
     /// One entry per scenario site, in scenario order.
     pub sites: Vec<Site>,

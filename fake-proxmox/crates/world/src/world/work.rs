@@ -29,7 +29,7 @@ pub enum Work {
     CreateVm {
         /// The new VM's ID.
         vmid: u32,
-        /// The config keys and values it gets, in request order.
+        /// The config keys and values it gets.
         config: Vec<(String, String)>,
         /// The disks to allocate or import.
         disks: Vec<DiskPlan>,
