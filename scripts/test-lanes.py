@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""Runs every test target of the workspace, in lanes that run at the same time, and prints each
-target's output whole when it ends, then the time each took. Used by scripts/test.
+"""Runs every test target of the workspace, several at once, and prints each target's output
+whole when it ends, then the time each took. Used by scripts/test.
 
 Most test targets spend their time waiting (a fake's clock, a deployer's polls, a guest booting),
 so on a 2-core machine one target at a time leaves the CPU idle most of the run: even the QEMU
-suites under TCG keep only about half a core busy (`lab` ran 752 s on 405 s of CPU beside
-`stack`). Four lanes run at once instead, each one target at a time:
+suites under TCG keep only about half a core busy (`stack` ran 551 s on 375 s of CPU alone).
+Four lanes run at once instead. They take jobs from one queue, longest first (by the last
+measured times below), each the first job whose kind has room:
 
-  qemu-a, qemu-b  the targets that boot QEMU guests, split in two lanes of about equal length
-                  (the trace suites in one: they share a Python venv); then they help with `rest`
-  docker          the targets that build or run the fake-proxmox image or other containers (one
-                  image tag: never two at once); then it helps with `rest`
-  rest            everything else, doc tests included, longest first
+  qemu    targets that boot QEMU guests: at most 2 at once (more, and TCG guests on two cores
+          miss their boot and SSH timeouts)
+  docker  targets that build or run the fake-proxmox image or other containers: one at a time
+          (one image tag)
+  other   everything else, doc tests included: no limit but the lanes
+
+The two longest suites, `stack` and `lab`, run as two shards each (`--shard I/2`, balanced by
+their committed durations files in tests/data/), so the four halves and the shorter QEMU
+targets share the two QEMU places evenly and the lanes end close together.
 
 The list of targets comes from cargo itself (`cargo test --workspace --no-run`), so a new target
-runs without being named here; it lands in `rest` unless listed below.
+runs without being named here; it is of kind `other` unless listed below.
 
   scripts/test-lanes.py              build, then run every target; exit 101 if any failed
   HARNESS_TEST_LANES=1 ...           one lane: every target one after the other
@@ -27,25 +32,24 @@ import sys
 import threading
 import time
 
-# (package, target) pairs by lane; a `lib` target is named by its crate name. Each QEMU lane holds
-# about 15 min of the 30 measured on the 2-core machine.
-QEMU_A = {
+# (package, target) pairs by kind; a `lib` target is named by its crate name.
+QEMU = {
     ("provision-harness", "lab"),
     ("provision-harness", "harness_selftest_lab"),
     ("provision-harness", "trace_lab"),
     ("provision-harness", "trace"),
-    ("vm-lab", "cloud_image"),
-}
-QEMU_B = {
     ("provision-harness", "stack"),
     ("provision-harness", "rehearse_lab"),
     ("provision-harness", "rehearse_stack"),
     ("fake-proxmox", "lab_backend"),
     ("fake-proxmox", "lab_executor"),
     ("fake-proxmox", "lab_faults"),
+    ("fake-proxmox", "lab_containers"),
     ("fake-proxmox", "proxmoxer_lab"),
+    ("vm-lab", "cloud_image"),
     ("vm-lab", "lab"),
     ("vm-lab", "guests"),
+    ("vm-lab", "containers"),
     ("vm-lab", "vm_lab"),
     ("vm-lab", "vm-lab"),
 }
@@ -57,13 +61,21 @@ DOCKER = {
     ("provision-harness", "setup_script"),
     ("fake-proxmox", "python_package"),
 }
-# Within a lane, the longest first (as measured on the 2-core machine), so the lanes end close
-# together.
-ORDER = [
-    "lab", "stack", "crash_points", "python_package", "ansible_deployer", "harness_selftest",
-    "harness_selftest_lab", "rollout", "real_target", "rehearse_stack", "rehearse_lab",
-    "two_sites", "api", "lab_backend", "guests",
-]
+LIMITS = {"qemu": 2, "docker": 1}
+LANES = 4
+# Cucumber suites run as shards: target -> (shards, durations file that balances them).
+SHARDED = {
+    ("provision-harness", "stack"): (2, "tests/data/stack.durations.json"),
+    ("provision-harness", "lab"): (2, "tests/data/lab.durations.json"),
+}
+# Seconds each target took in a full run on the 2-core machine (the longest first in the queue);
+# a target not named here counts as 30 s. A sharded target's figure is for the whole suite.
+ESTIMATE = {
+    "stack": 1285, "lab": 1216, "crash_points": 900, "ansible_deployer": 480,
+    "harness_selftest": 240, "python_package": 205, "harness_selftest_lab": 180,
+    "rollout": 170, "real_target": 160, "rehearse_stack": 150, "rehearse_lab": 140,
+    "two_sites": 120, "api": 100, "lab_backend": 90, "guests": 80,
+}
 
 started = time.monotonic()
 print_lock = threading.Lock()
@@ -118,32 +130,58 @@ def list_targets() -> list:
     return targets
 
 
-def lane_of(pkg: str, name: str) -> str:
-    if (pkg, name) in QEMU_A:
-        return "qemu-a"
-    if (pkg, name) in QEMU_B:
-        return "qemu-b"
+def kind_of(pkg: str, name: str) -> str:
+    if (pkg, name) in QEMU:
+        return "qemu"
     if (pkg, name) in DOCKER:
         return "docker"
-    return "rest"
+    return "other"
 
 
-def run_lane(lane: str, own: list, shared: list, results: list) -> None:
-    """Runs the lane's own targets, then takes from `shared` (the rest) until it is empty."""
-    while True:
-        with print_lock:
-            if own:
-                job = own.pop(0)
-            elif shared:
-                job = shared.pop(0)
-            else:
-                return
-        run_one(lane, job, results)
+class Queue:
+    """The jobs not started yet, longest first, and how many of each kind run now."""
+
+    def __init__(self, jobs: list, limits: dict):
+        self.jobs = sorted(jobs, key=lambda j: -j["estimate"])
+        self.limits = limits
+        self.running = {k: 0 for k in limits}
+        self.cond = threading.Condition()
+
+    def take(self):
+        """The next job this lane may start, waiting while only full kinds are left; None at
+        the end."""
+        with self.cond:
+            while True:
+                if not self.jobs:
+                    return None
+                for i, job in enumerate(self.jobs):
+                    kind = job["kind"]
+                    if kind not in self.limits or self.running[kind] < self.limits[kind]:
+                        if kind in self.running:
+                            self.running[kind] += 1
+                        return self.jobs.pop(i)
+                self.cond.wait()
+
+    def done(self, job) -> None:
+        with self.cond:
+            if job["kind"] in self.running:
+                self.running[job["kind"]] -= 1
+            self.cond.notify_all()
 
 
-def run_one(lane: str, job: tuple, results: list) -> None:
-    pkg, kind, name, executable, package_dir = job
+def run_lane(lane: str, queue: Queue, results: list) -> None:
+    while (job := queue.take()) is not None:
+        try:
+            run_one(lane, job, results)
+        finally:
+            queue.done(job)
+
+
+def run_one(lane: str, job: dict, results: list) -> None:
+    pkg, kind, name = job["pkg"], job["target_kind"], job["name"]
     label = f"{pkg} {kind} {name}" if kind != "doc" else "doc tests"
+    if job["shard"]:
+        label += f" (shard {job['shard']})"
     say(f"== [{stamp()}] {lane}: {label} started\n")
     t = time.monotonic()
     if kind == "doc":
@@ -152,9 +190,12 @@ def run_one(lane: str, job: tuple, results: list) -> None:
         # The test binary run as `cargo test` runs it (the way cargo-nextest does too): from
         # its package's directory, with the variables cargo sets. Not `cargo test -p PKG`,
         # which would rebuild with that package's features alone.
-        cmd, cwd = [executable], package_dir
-        env = dict(os.environ, CARGO_MANIFEST_DIR=package_dir, CARGO_PKG_NAME=pkg)
+        cmd, cwd = [job["executable"]], job["package_dir"]
+        env = dict(os.environ, CARGO_MANIFEST_DIR=cwd, CARGO_PKG_NAME=pkg)
         env.setdefault("CARGO", "cargo")
+        if job["shard"]:
+            env["HARNESS_SHARD"] = job["shard"]
+            env["HARNESS_DURATIONS"] = os.path.join(cwd, job["durations"])
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -178,31 +219,48 @@ def run_one(lane: str, job: tuple, results: list) -> None:
     results.append((secs, lane, label, proc.returncode, cpu))
 
 
+def jobs_of(targets: list) -> list:
+    jobs = []
+    for pkg, kind, name, executable, package_dir in targets:
+        job = {
+            "pkg": pkg, "target_kind": kind, "name": name, "executable": executable,
+            "package_dir": package_dir, "kind": kind_of(pkg, name),
+            "estimate": ESTIMATE.get(name, 30), "shard": None, "durations": None,
+        }
+        shards, durations = SHARDED.get((pkg, name), (1, None))
+        if shards == 1:
+            jobs.append(job)
+            continue
+        for i in range(1, shards + 1):
+            jobs.append(dict(job, shard=f"{i}/{shards}", durations=durations,
+                             estimate=job["estimate"] / shards))
+    jobs.append({
+        "pkg": "", "target_kind": "doc", "name": "doc", "executable": "", "package_dir": "",
+        "kind": "other", "estimate": 60, "shard": None, "durations": None,
+    })
+    return jobs
+
+
 def main() -> None:
     targets = list_targets()
     built = time.monotonic() - started
-    jobs = {"qemu-a": [], "qemu-b": [], "docker": [], "rest": []}
-    for pkg, kind, name, executable, package_dir in targets:
-        jobs[lane_of(pkg, name)].append((pkg, kind, name, executable, package_dir))
-    jobs["rest"].append(("", "doc", "doc", "", ""))
-    if os.environ.get("HARNESS_TEST_LANES") == "1":
-        jobs = {"one": [j for lane in jobs.values() for j in lane]}
-    rank = {n: i for i, n in enumerate(ORDER)}
-    for lane in jobs.values():
-        lane.sort(key=lambda j: rank.get(j[2], len(ORDER)))
+    jobs = jobs_of(targets)
+    one = os.environ.get("HARNESS_TEST_LANES") == "1"
+    lanes = ["one"] if one else [f"lane-{i}" for i in range(1, LANES + 1)]
+    queue = Queue(jobs, {} if one else LIMITS)
+    count = {}
+    for j in jobs:
+        count[j["kind"]] = count.get(j["kind"], 0) + 1
     say(
-        f"== [{stamp()}] built; {len(targets) + 1} test targets in {len(jobs)} lane(s): "
-        + ", ".join(f"{k} {len(v)}" for k, v in jobs.items())
-        + "\n"
+        f"== [{stamp()}] built; {len(targets) + 1} test targets as {len(jobs)} jobs ("
+        + ", ".join(f"{k} {v}" for k, v in sorted(count.items()))
+        + f") in {len(lanes)} lane(s), at most "
+        + ", ".join(f"{v} {k}" for k, v in LIMITS.items())
+        + " at once\n"
     )
     results: list = []
-    shared = jobs.get("rest", [])
     threads = [
-        threading.Thread(
-            target=run_lane,
-            args=(lane, [] if lane == "rest" else lane_jobs, shared, results),
-        )
-        for lane, lane_jobs in jobs.items()
+        threading.Thread(target=run_lane, args=(lane, queue, results)) for lane in lanes
     ]
     for th in threads:
         th.start()
@@ -215,7 +273,7 @@ def main() -> None:
     for secs, lane, label, code, cpu in sorted(results, reverse=True):
         mark = "" if code == 0 else "  FAILED"
         print(f"{secs:8.1f} s  {cpu:7.1f} s  {lane:6}  {label}{mark}")
-    for lane in jobs:
+    for lane in lanes:
         busy = sum(r[0] for r in results if r[1] == lane)
         used = sum(r[4] for r in results if r[1] == lane)
         print(f"{busy:8.1f} s  {used:7.1f} s  lane {lane} in all")

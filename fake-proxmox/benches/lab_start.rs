@@ -34,7 +34,7 @@ impl Api {
         let s = fake.site("site-1").unwrap();
         let cert = reqwest::Certificate::from_pem(s.cert_pem().as_bytes()).unwrap();
         let http = reqwest::Client::builder()
-            .add_root_certificate(cert)
+            .tls_certs_only([cert])
             .build()
             .unwrap();
         Api {

@@ -135,6 +135,13 @@ impl Journal {
         self.entries.iter().cloned().collect()
     }
 
+    /// The entries numbered after `seq` (all of them for 0): what a poller has not read yet,
+    /// without copying what it has.
+    pub fn entries_since(&self, seq: u64) -> Vec<JournalEntry> {
+        let first = self.entries.partition_point(|e| e.seq <= seq);
+        self.entries.range(first..).cloned().collect()
+    }
+
     /// Forgets every entry; numbering goes on from where it was.
     pub fn clear(&mut self) {
         self.entries.clear();
@@ -181,6 +188,23 @@ mod tests {
             5,
             "a clear keeps the numbering and the limit"
         );
+    }
+
+    #[test]
+    fn since_gives_only_the_entries_after_a_seq_even_when_older_ones_were_dropped() {
+        let mut j = Journal::default();
+        j.set_max(3);
+        for p in ["/a", "/b", "/c", "/d", "/e"] {
+            j.record(entry(p));
+        }
+        let paths = |since| -> Vec<String> {
+            j.entries_since(since).into_iter().map(|e| e.path).collect()
+        };
+        assert_eq!(paths(0), ["/c", "/d", "/e"]);
+        assert_eq!(paths(1), ["/c", "/d", "/e"], "a seq already dropped: all that is kept");
+        assert_eq!(paths(3), ["/d", "/e"]);
+        assert!(paths(5).is_empty());
+        assert!(paths(99).is_empty());
     }
 
     #[test]

@@ -296,7 +296,7 @@ async fn replay(
     let cert = reqwest::Certificate::from_pem(site.cert_pem().as_bytes()).unwrap();
     let mut client = Client {
         http: reqwest::Client::builder()
-            .add_root_certificate(cert)
+            .tls_certs_only([cert])
             .http1_only()
             .build()
             .unwrap(),

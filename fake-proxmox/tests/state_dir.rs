@@ -87,7 +87,7 @@ fn free_port() -> u16 {
 fn pinned_client(dir: &Path) -> reqwest::Client {
     let pem = std::fs::read(dir.join("cert.pem")).unwrap();
     reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap()

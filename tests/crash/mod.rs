@@ -279,7 +279,10 @@ impl Explorer {
             if started.elapsed() > RUN_TIMEOUT {
                 bail!("the first run neither reached {point} nor finished in {RUN_TIMEOUT:?}");
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // The held request or answer waits for an hour, so a later look kills at the same
+            // point; each look is a request the fake and this process both pay for (25 ms
+            // instead of 5 took this test from 350 to 316 s of CPU).
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
         if point.clock_held {
             w.hold_clock().await?;
@@ -319,20 +322,24 @@ impl Explorer {
     /// Starts the resumed run with the clock stopped, lets the clock run once the run has read
     /// `/cluster/resources` on every site with a VM (or after a while, should it not need to).
     async fn resume_with_held_clock(&self, w: &mut RolloutWorld) -> anyhow::Result<Status> {
-        let sites: std::collections::BTreeSet<&str> =
+        let mut unlooked: std::collections::BTreeSet<&str> =
             self.vms.iter().map(|v| v.site.as_str()).collect();
         w.start_background().await?;
         let first = w.background.as_ref().map(|(f, _)| *f).unwrap_or_default();
+        // Each poll reads only the entries since the last one.
+        let mut read = first.saturating_sub(1);
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(20)
             && w.background.as_ref().is_some_and(|(_, h)| !h.is_finished())
         {
-            let own = w.journal().await?.within(&[(first, u64::MAX)]);
-            let looked = sites.iter().all(|s| {
-                own.api()
-                    .any(|e| e.site == *s && e.method == "GET" && e.path == "/cluster/resources")
-            });
-            if looked {
+            let new = w.journal_since(read).await?;
+            read = read.max(new.last_seq());
+            for e in new.api() {
+                if e.method == "GET" && e.path == "/cluster/resources" {
+                    unlooked.remove(e.site.as_str());
+                }
+            }
+            if unlooked.is_empty() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -50,7 +50,7 @@ impl ControlClient {
     pub fn new(base_url: &str, cert_pem: Option<&str>) -> ControlClient {
         let mut b = reqwest::Client::builder().timeout(Duration::from_secs(30));
         match cert_pem.map(|p| reqwest::Certificate::from_pem(p.as_bytes())) {
-            Some(Ok(cert)) => b = b.add_root_certificate(cert),
+            Some(Ok(cert)) => b = b.tls_certs_only([cert]),
             _ => b = b.danger_accept_invalid_certs(true),
         }
         ControlClient {
@@ -451,6 +451,13 @@ impl ControlClient {
     /// newest `--max-journal` (default 20 000) are kept.
     pub async fn journal(&self) -> Result<Vec<JournalEntry>, ControlError> {
         self.send(self.http.get(self.url("/journal"))).await
+    }
+
+    /// The journal's entries numbered after `seq` (`GET /_fake/journal?since=SEQ`): a poller
+    /// passes the last `seq` it read and gets only what came since.
+    pub async fn journal_since(&self, seq: u64) -> Result<Vec<JournalEntry>, ControlError> {
+        self.send(self.http.get(self.url(&format!("/journal?since={seq}"))))
+            .await
     }
 
     /// Forget the journal's entries (`DELETE /_fake/journal`).

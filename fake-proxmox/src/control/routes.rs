@@ -587,9 +587,22 @@ async fn volume_delete(
     ok(json!({}))
 }
 
-async fn journal(State(ctx): State<SiteCtx>) -> Res {
-    let inner = ctx.shared.inner.lock();
-    ok(json!(inner.journal.entries()))
+/// `GET /_fake/journal?since=SEQ`: only the entries numbered after SEQ, so a poller reads each
+/// entry once.
+#[derive(Deserialize)]
+struct JournalQuery {
+    since: Option<u64>,
+}
+
+async fn journal(State(ctx): State<SiteCtx>, Query(q): Query<JournalQuery>) -> Res {
+    // Copied under the lock, rendered after it: a long journal must not stall the API.
+    let entries = ctx
+        .shared
+        .inner
+        .lock()
+        .journal
+        .entries_since(q.since.unwrap_or(0));
+    Ok(Json(entries).into_response())
 }
 
 async fn journal_clear(State(ctx): State<SiteCtx>) -> Res {

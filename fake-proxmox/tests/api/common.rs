@@ -70,7 +70,7 @@ impl Fake {
         let s = self.fake.site(site).expect("site");
         let cert = reqwest::Certificate::from_pem(s.cert_pem().as_bytes()).unwrap();
         let http = reqwest::Client::builder()
-            .add_root_certificate(cert)
+            .tls_certs_only([cert])
             .build()
             .unwrap();
         Api {

@@ -119,6 +119,33 @@ async fn journal_records_what_was_sent() {
 }
 
 #[tokio::test]
+async fn journal_since_gives_only_what_came_after_a_seq_on_every_site() {
+    let f = start().await;
+    let ctl = f.ctl("site-1");
+    f.api("site-1").get("/version").await;
+    let before = ctl.journal().await.unwrap();
+    let last = before.last().unwrap().seq;
+    f.api("site-2").get("/nodes").await;
+    f.api("site-1").get("/cluster/resources").await;
+    let after = ctl.journal_since(last).await.unwrap();
+    let seen: Vec<(&str, &str)> = after
+        .iter()
+        .map(|e| (e.site.as_str(), e.path.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("site-2", "/nodes"), ("site-1", "/cluster/resources")],
+        "one journal for both sites, from after {last} only"
+    );
+    assert!(after.iter().all(|e| e.seq > last));
+    assert!(ctl.journal_since(after[1].seq).await.unwrap().is_empty());
+
+    let url = format!("{}/_fake/journal?since=soon", f.fake.site("site-1").unwrap().url());
+    let bad = f.api("site-1").http.get(url).send().await.unwrap();
+    assert_eq!(bad.status(), 400, "a since that is not a number is refused");
+}
+
+#[tokio::test]
 async fn full_storage_fails_allocation_in_the_task() {
     let f = start().await;
     let api = f.api("site-1");

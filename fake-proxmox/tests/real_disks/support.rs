@@ -49,7 +49,7 @@ pub async fn start_with(tweak: impl FnOnce(&mut Scenario, &Path)) -> Lab {
     let site = fake.site("site-1").unwrap();
     let cert = reqwest::Certificate::from_pem(site.cert_pem().as_bytes()).unwrap();
     let http = reqwest::Client::builder()
-        .add_root_certificate(cert)
+        .tls_certs_only([cert])
         .build()
         .unwrap();
     let base = format!("{}/api2/json", site.url());

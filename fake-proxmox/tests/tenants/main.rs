@@ -47,7 +47,7 @@ impl Api {
     fn of(site: &TenantSite) -> Api {
         let pem = site.cert_pem.as_deref().unwrap();
         let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
+            .tls_certs_only([reqwest::Certificate::from_pem(pem.as_bytes()).unwrap()])
             .timeout(Duration::from_secs(20))
             .build()
             .unwrap();
