@@ -197,11 +197,14 @@ mod tests {
         for p in ["/a", "/b", "/c", "/d", "/e"] {
             j.record(entry(p));
         }
-        let paths = |since| -> Vec<String> {
-            j.entries_since(since).into_iter().map(|e| e.path).collect()
-        };
+        let paths =
+            |since| -> Vec<String> { j.entries_since(since).into_iter().map(|e| e.path).collect() };
         assert_eq!(paths(0), ["/c", "/d", "/e"]);
-        assert_eq!(paths(1), ["/c", "/d", "/e"], "a seq already dropped: all that is kept");
+        assert_eq!(
+            paths(1),
+            ["/c", "/d", "/e"],
+            "a seq already dropped: all that is kept"
+        );
         assert_eq!(paths(3), ["/d", "/e"]);
         assert!(paths(5).is_empty());
         assert!(paths(99).is_empty());

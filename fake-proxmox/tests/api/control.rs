@@ -140,7 +140,10 @@ async fn journal_since_gives_only_what_came_after_a_seq_on_every_site() {
     assert!(after.iter().all(|e| e.seq > last));
     assert!(ctl.journal_since(after[1].seq).await.unwrap().is_empty());
 
-    let url = format!("{}/_fake/journal?since=soon", f.fake.site("site-1").unwrap().url());
+    let url = format!(
+        "{}/_fake/journal?since=soon",
+        f.fake.site("site-1").unwrap().url()
+    );
     let bad = f.api("site-1").http.get(url).send().await.unwrap();
     assert_eq!(bad.status(), 400, "a since that is not a number is refused");
 }
