@@ -8,8 +8,8 @@ suites under TCG keep only about half a core busy (`stack` ran 551 s on 375 s of
 Four lanes run at once instead. They take jobs from one queue, longest first (by the last
 measured times below), each the first job whose kind has room:
 
-  qemu    targets that boot QEMU guests: at most 2 at once (more, and TCG guests on two cores
-          miss their boot and SSH timeouts)
+  qemu    targets that boot QEMU guests: at most 2 at once (with 3, load reached 17 and a
+          TCG guest missed its shutdown timeout in `stack`)
   docker  targets that build or run the fake-proxmox image or other containers: one at a time
           (one image tag)
   other   everything else, doc tests included: no limit but the lanes
@@ -71,10 +71,19 @@ SHARDED = {
 # Seconds each target took in a full run on the 2-core machine (the longest first in the queue);
 # a target not named here counts as 30 s. A sharded target's figure is for the whole suite.
 ESTIMATE = {
-    "stack": 1285, "lab": 1216, "crash_points": 900, "ansible_deployer": 480,
-    "harness_selftest": 240, "python_package": 205, "harness_selftest_lab": 180,
-    "rollout": 170, "real_target": 160, "rehearse_stack": 150, "rehearse_lab": 140,
-    "two_sites": 120, "api": 100, "lab_backend": 90, "guests": 80,
+    ("provision-harness", "stack"): 955,
+    ("provision-harness", "lab"): 706,
+    ("provision-harness", "ansible_deployer"): 527,
+    ("provision-harness", "crash_points"): 420,
+    ("provision-harness", "harness_selftest_lab"): 173,
+    ("fake-proxmox", "python_package"): 170,
+    ("provision-harness", "harness_selftest"): 136,
+    ("vm-lab", "lab"): 110,
+    ("fake-proxmox", "lab_faults"): 63,
+    ("fake-proxmox", "fake_proxmox"): 49,
+    ("vm-lab", "cloud_image"): 48,
+    ("provision-harness", "rollout"): 37,
+    ("provision-harness", "two_sites"): 35,
 }
 
 started = time.monotonic()
@@ -225,7 +234,7 @@ def jobs_of(targets: list) -> list:
         job = {
             "pkg": pkg, "target_kind": kind, "name": name, "executable": executable,
             "package_dir": package_dir, "kind": kind_of(pkg, name),
-            "estimate": ESTIMATE.get(name, 30), "shard": None, "durations": None,
+            "estimate": ESTIMATE.get((pkg, name), 30), "shard": None, "durations": None,
         }
         shards, durations = SHARDED.get((pkg, name), (1, None))
         if shards == 1:
