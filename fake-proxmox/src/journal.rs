@@ -132,7 +132,7 @@ impl Journal {
 
     /// The entries kept, oldest first.
     pub fn entries(&self) -> Vec<JournalEntry> {
-        self.entries.iter().cloned().collect()
+        self.entries_since(0)
     }
 
     /// The entries numbered after `seq` (all of them for 0): what a poller has not read yet,
