@@ -596,14 +596,21 @@ impl RolloutWorld {
         Ok(())
     }
 
-    /// Polls the journal until `pred` holds, failing with `what` after `within`.
+    /// Polls the journal until `pred` holds. Fails when the deployer finishes first, when it
+    /// sent nothing new for `within`, or after `PROGRESS_CAP` × `within` in all: a deployer
+    /// still sending requests is slow, not stuck (an external one on a loaded machine can take
+    /// minutes over retries that are seconds apart when the machine is idle), and a wait that
+    /// ended while it still worked would report a cause the deployer never had.
     pub async fn wait_journal(
         &mut self,
         within: Duration,
         what: &str,
         pred: impl Fn(&Journal) -> bool,
     ) -> anyhow::Result<()> {
+        const PROGRESS_CAP: u32 = 5;
         let started = Instant::now();
+        let mut seen = 0;
+        let mut last_progress = started;
         loop {
             let j = self.deployer_journal().await?;
             if pred(&j) {
@@ -617,13 +624,20 @@ impl RolloutWorld {
                     j.render_tail(40)
                 );
             }
-            if started.elapsed() > within {
+            let sent = j.api().count();
+            if sent != seen {
+                seen = sent;
+                last_progress = Instant::now();
+            }
+            if last_progress.elapsed() > within || started.elapsed() > within * PROGRESS_CAP {
                 bail!(
-                    "waited {within:?} for {what}; the deployer's requests so far:\n{}",
+                    "waited {:?} for {what} ({:?} since the deployer's last new request); the deployer's requests so far:\n{}",
+                    started.elapsed(),
+                    last_progress.elapsed(),
                     j.render_tail(40)
                 );
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 }
