@@ -151,10 +151,14 @@ pub fn write(spec: &ValidSpec, snippet: &Snippet) -> Result<(), StepError> {
     if std::fs::read_to_string(path).is_ok_and(|t| t == snippet.text) {
         return Ok(());
     }
-    // Named after the snippet as well as the process: VMs of one run write their snippets
-    // into the same directory at the same time, from several threads.
+    // Named after the snippet, the process and the write: VMs of one run write their snippets
+    // into the same directory at the same time, and two runs in one process (a run cancelled
+    // while a thread still finishes its write, and the run resuming it) may write the same
+    // snippet at once; a shared name let one rename take the other's file away (ENOENT).
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let file = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!(".{file}.{}.{n}.tmp", std::process::id()));
     let result = std::fs::File::create(&tmp)
         .and_then(|mut f| {
             f.write_all(snippet.text.as_bytes())?;
@@ -270,5 +274,49 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("is not mounted here"), "{e}");
+    }
+
+    /// Two runs in one process writing one VM's snippet at the same moment both succeed, and
+    /// the file ends whole.
+    #[test]
+    fn the_same_snippet_written_at_once_from_several_threads_succeeds_every_time() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let snippet = Snippet {
+            volid: "local:snippets/a-user.yaml".into(),
+            path: Some(dir.path().join("snippets").join("a-user.yaml")),
+            text: "#cloud-config\n".into(),
+        };
+        let failures: usize = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|t| {
+                    let snippet = &snippet;
+                    s.spawn(move || {
+                        (0..200)
+                            .filter(|i| {
+                                // Different texts, so no write is skipped as already there.
+                                let text = format!("#cloud-config\n# {t} {i}\n");
+                                let one = Snippet {
+                                    text,
+                                    ..snippet.clone()
+                                };
+                                write(&spec(), &one).is_err()
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap_or(usize::MAX))
+                .sum()
+        });
+        assert_eq!(failures, 0, "writes that failed");
+        let written =
+            std::fs::read_to_string(dir.path().join("snippets/a-user.yaml")).unwrap_or_default();
+        assert!(written.starts_with("#cloud-config\n# "), "{written:?}");
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("snippets"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert_eq!(left.len(), 1, "temporary files left behind: {left:?}");
     }
 }
