@@ -110,16 +110,19 @@ pub struct Journal {
 
 impl Journal {
     /// Records an answered request: numbers it, redacts its secrets, and drops the oldest entry
-    /// when the ring is full.
-    pub fn record(&mut self, mut e: JournalEntry) {
+    /// when the ring is full. The entry dropped is handed back, so a caller holding a lock
+    /// can free it after releasing the lock.
+    pub fn record(&mut self, mut e: JournalEntry) -> Option<JournalEntry> {
         self.next_seq += 1;
         e.seq = self.next_seq;
         redact(&mut e.params);
         let max = self.max.unwrap_or(MAX_ENTRIES).max(1);
+        let mut evicted = None;
         while self.entries.len() >= max {
-            self.entries.pop_front();
+            evicted = self.entries.pop_front();
         }
         self.entries.push_back(e);
+        evicted
     }
 
     /// Keep at most `n` entries (at least one), dropping the oldest: a ring.

@@ -16,10 +16,10 @@ pub fn validate(
     version: PveVersion,
     method: &str,
     template: &str,
-    raw: BTreeMap<String, RawParam>,
+    values: &BTreeMap<String, RawValue>,
 ) -> Result<Params, PveError> {
     ApiSchema::get(version)
-        .validate(method, template, &raw_values(raw))
+        .validate(method, template, values)
         .map(Params)
         .map_err(PveError::params)
 }
@@ -27,22 +27,39 @@ pub fn validate(
 /// [`validate`] against a schema method the dispatcher has already looked up.
 pub fn validate_method(
     info: &MethodInfo,
-    raw: BTreeMap<String, RawParam>,
+    values: &BTreeMap<String, RawValue>,
 ) -> Result<Params, PveError> {
-    ApiSchema::validate_method(info, &raw_values(raw))
+    ApiSchema::validate_method(info, values)
         .map(Params)
         .map_err(PveError::params)
 }
 
-fn raw_values(raw: BTreeMap<String, RawParam>) -> BTreeMap<String, RawValue> {
-    raw.into_iter()
+/// The raw parameters as the validator reads them, and the keys given without a value
+/// (`?key`: Perl sees undef, i.e. the parameter is absent — but the key still clashes with a
+/// URI parameter of its name).
+pub fn split_raw(raw: BTreeMap<String, RawParam>) -> (BTreeMap<String, RawValue>, Vec<String>) {
+    let mut nulls = Vec::new();
+    let values = raw
+        .into_iter()
         .filter_map(|(k, v)| match v {
             RawParam::Text(s) => Some((k, RawValue::Text(s))),
             RawParam::Json(j) => Some((k, RawValue::Json(j))),
-            // `?key` without a value: Perl sees undef, i.e. the parameter is absent.
-            RawParam::Null => None,
+            RawParam::Null => {
+                nulls.push(k);
+                None
+            }
         })
-        .collect()
+        .collect();
+    (values, nulls)
+}
+
+/// A raw value as text, the way Perl would stringify it (for the duplicate check).
+pub fn value_text(v: &RawValue) -> std::borrow::Cow<'_, str> {
+    match v {
+        RawValue::Text(s) | RawValue::Json(serde_json::Value::String(s)) => s.as_str().into(),
+        RawValue::Json(serde_json::Value::Bool(b)) => u8::from(*b).to_string().into(),
+        RawValue::Json(j) => j.to_string().into(),
+    }
 }
 
 /// Whether the site's PVE version has this route at all (e.g. `oci-registry-pull` is 9.x only).

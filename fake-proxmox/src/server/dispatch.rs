@@ -15,9 +15,12 @@ use crate::journal::{AuthKind, JournalEntry};
 
 use crate::route::Ctx;
 use crate::router::handler_for;
+use crate::schema::RawValue;
 use crate::server::http::{Creds, find_creds, read_request};
+use crate::server::state::VersionHint;
 use crate::server::state::{Inner, SiteCtx};
-use crate::wire::{PveError, RawParam, Reply, render_err, render_ok};
+use crate::version::PveVersion;
+use crate::wire::{PveError, Reply, render_err, render_ok};
 
 const AUTH_DELAY: Duration = Duration::from_secs(3);
 
@@ -73,7 +76,8 @@ impl Seen {
 }
 
 /// Journal a request's outcome; the request is done with the state here, so this is also
-/// where it counts its change (any method but GET and HEAD may have made one).
+/// where it counts its change (any method but GET and HEAD may have made one). Returns the
+/// entry the journal's ring let go of, to be freed once the lock is released.
 fn journal(
     inner: &mut Inner,
     site: &str,
@@ -81,14 +85,14 @@ fn journal(
     rec: Record,
     status: u16,
     text: String,
-) -> Seen {
+) -> (Seen, Option<JournalEntry>) {
     if !matches!(method, "GET" | "HEAD") {
         inner.dirty += 1;
     }
     let seen = Seen(inner.dirty);
     let time = inner.clock.now();
     let duration_ms = rec.arrived.elapsed().as_secs_f64() * 1000.0 + rec.hold_ms as f64;
-    inner.journal.record(JournalEntry {
+    let evicted = inner.journal.record(JournalEntry {
         seq: 0,
         time,
         site: site.to_string(),
@@ -102,7 +106,7 @@ fn journal(
         received_at: rec.received_at,
         duration_ms,
     });
-    seen
+    (seen, evicted)
 }
 
 fn site_version(inner: &Inner, site: &str) -> crate::version::PveVersion {
@@ -140,7 +144,8 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         Err(e) => {
             let mut inner = ctx.shared.inner.lock();
             let version = site_version(&inner, &ctx.site);
-            let seen = journal(&mut inner, &ctx.site, &method, rec, e.status, e.reason());
+            let (seen, _evicted) =
+                journal(&mut inner, &ctx.site, &method, rec, e.status, e.reason());
             drop(inner);
             return seen.on(render_err(&e, version));
         }
@@ -154,12 +159,23 @@ pub async fn api_handler(State(ctx): State<SiteCtx>, req: Request) -> Response<B
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
 
+    // The route and the parameters' check depend on the site's PVE version alone: done here,
+    // outside the lock every request serialises on, for the version the site answered as
+    // last time (checked under the lock, and done again there should it have changed).
+    let (mut values, nulls) = crate::validate::split_raw(raw);
+    let api_token = matches!(creds, Creds::Token(_));
+    let early = ctx.version.get().map(|v| {
+        let r = resolve(v, &method, &rel, &mut values, &nulls, api_token);
+        (v, r)
+    });
     let incoming = Incoming {
         method: &method,
         rel: &rel,
-        raw,
+        values,
+        nulls,
         creds: &creds,
         csrf: csrf.as_deref(),
+        early,
     };
     let answer = locked_part(&ctx, incoming, rec);
     // A response held by a fault rule was decided before its wait: keep an accepted upload's
@@ -234,9 +250,76 @@ struct DelayedRequest {
 struct Incoming<'a> {
     method: &'a str,
     rel: &'a str,
-    raw: BTreeMap<String, RawParam>,
+    /// The parameters given with a value, as the validator reads them.
+    values: BTreeMap<String, RawValue>,
+    /// The keys given without a value (`?key`).
+    nulls: Vec<String>,
     creds: &'a Creds,
     csrf: Option<&'a str>,
+    /// The route and parameters resolved before the lock, for the version they were
+    /// resolved for.
+    early: Option<(PveVersion, Resolution)>,
+}
+
+/// A request's route, the node its path names and its typed parameters.
+struct Resolved {
+    route: &'static crate::route::Route,
+    /// The URI's parameters by name.
+    caps: BTreeMap<String, String>,
+    node: Option<String>,
+    params: crate::wire::Params,
+}
+
+/// What [`resolve`] found: the node for the journal (set once the route and its URI
+/// parameters are known, as before validation), and the route or the error to answer.
+type Resolution = (Option<String>, Result<Resolved, PveError>);
+
+/// The route of `method rel` in `version`'s schema and the parameters checked against it:
+/// a pure function of its arguments, `values` as it was when it returns.
+fn resolve(
+    version: PveVersion,
+    method: &str,
+    rel: &str,
+    values: &mut BTreeMap<String, RawValue>,
+    nulls: &[String],
+    api_token: bool,
+) -> Resolution {
+    let (route, info, caps) = match find_route(version, method, rel, api_token) {
+        Ok(found) => found,
+        Err(e) => {
+            // A method of PVE's schema the fake does not model yet: PVE would check its
+            // parameters first, so the fake does too, and says 501 only for a valid call.
+            let schema = crate::schema::ApiSchema::get(version);
+            if e.status == 501
+                && let Some((template, caps)) = schema.find_template(rel)
+                && crate::validate::route_exists(version, method, template)
+            {
+                let checked = with_uri_params(&caps, values, nulls, |v| {
+                    crate::validate::validate(version, method, template, v)
+                });
+                if let Err(refused) = checked.and_then(|r| r) {
+                    return (None, Err(refused));
+                }
+            }
+            return (None, Err(e));
+        }
+    };
+    let node = caps.get("node").cloned();
+    let checked = with_uri_params(&caps, values, nulls, |v| {
+        crate::validate::validate_method(info, v)
+    });
+    match checked {
+        Err(conflict) => (None, Err(conflict)),
+        Ok(params) => {
+            let resolved = params.map(|params| Resolved {
+                route,
+                caps,
+                node: node.clone(),
+                params,
+            });
+            (node, resolved)
+        }
+    }
 }
 
 /// Auth, route, validation, faults and — unless a fault adds latency — the handler, all
@@ -245,28 +328,30 @@ fn locked_part(ctx: &SiteCtx, incoming: Incoming, mut rec: Record) -> Locked {
     let method = incoming.method;
     let mut inner = ctx.shared.inner.lock();
     let version = site_version(&inner, &ctx.site);
-    let (prepared, fault_err) = match prepare(&mut inner, &ctx.site, incoming, &mut rec) {
-        Ok((p, fault)) => (
-            Prepared {
-                ca_pem: ctx.ca_pem.clone(),
-                ..p
-            },
-            fault,
-        ),
-        Err(e) => {
-            if e.status == 401 && ctx.shared.auth_failure_delay {
-                rec.hold_ms = AUTH_DELAY.as_millis() as u64;
+    let (prepared, fault_err) =
+        match prepare(&mut inner, &ctx.site, &ctx.version, incoming, &mut rec) {
+            Ok((p, fault)) => (
+                Prepared {
+                    ca_pem: ctx.ca_pem.clone(),
+                    ..p
+                },
+                fault,
+            ),
+            Err(e) => {
+                if e.status == 401 && ctx.shared.auth_failure_delay {
+                    rec.hold_ms = AUTH_DELAY.as_millis() as u64;
+                }
+                let (seen, _evicted) =
+                    journal(&mut inner, &ctx.site, method, rec, e.status, e.reason());
+                drop(inner);
+                let resp = seen.on(render_err(&e, version));
+                return if e.status == 401 {
+                    Locked::AuthFailed(resp)
+                } else {
+                    Locked::Done(resp)
+                };
             }
-            let seen = journal(&mut inner, &ctx.site, method, rec, e.status, e.reason());
-            drop(inner);
-            let resp = seen.on(render_err(&e, version));
-            return if e.status == 401 {
-                Locked::AuthFailed(resp)
-            } else {
-                Locked::Done(resp)
-            };
-        }
-    };
+        };
     if prepared.latency_ms == 0 {
         let answer_ms = prepared.answer_latency_ms;
         let resp = finish(inner, &ctx.site, method, rec, prepared, fault_err, version);
@@ -302,12 +387,12 @@ fn finish(
     };
     match outcome {
         Ok(reply) => {
-            let seen = journal(&mut inner, site, method, rec, 200, "OK".into());
+            let (seen, _evicted) = journal(&mut inner, site, method, rec, 200, "OK".into());
             drop(inner);
             seen.on(render_ok(reply))
         }
         Err(e) => {
-            let seen = journal(&mut inner, site, method, rec, e.status, e.reason());
+            let (seen, _evicted) = journal(&mut inner, site, method, rec, e.status, e.reason());
             drop(inner);
             seen.on(render_err(&e, version))
         }
@@ -317,15 +402,18 @@ fn finish(
 fn prepare(
     inner: &mut Inner,
     site_name: &str,
+    hint: &VersionHint,
     incoming: Incoming,
     rec: &mut Record,
 ) -> Result<(Prepared, Option<PveError>), PveError> {
     let Incoming {
         method,
         rel,
-        mut raw,
+        mut values,
+        nulls,
         creds,
         csrf,
+        early,
     } = incoming;
     let now = inner.now();
     let Some(site) = inner.world.site(site_name) else {
@@ -355,27 +443,18 @@ fn prepare(
         (who, via_ticket)
     };
     let api_token = matches!(creds, Creds::Token(_));
-    let (route, info, caps) = match find_route(version, method, rel, api_token) {
-        Ok(found) => found,
-        Err(e) => {
-            // A method of PVE's schema the fake does not model yet: PVE would check its
-            // parameters first, so the fake does too, and says 501 only for a valid call.
-            let schema = crate::schema::ApiSchema::get(version);
-            if e.status == 501
-                && let Some((template, caps)) = schema.find_template(rel)
-                && crate::validate::route_exists(version, method, template)
-            {
-                merge_uri_params(&caps, &mut raw)?;
-                crate::validate::validate(version, method, template, raw)?;
-            }
-            return Err(e);
-        }
+    let (node, resolved) = match early {
+        Some((v, resolution)) if v == version => resolution,
+        _ => resolve(version, method, rel, &mut values, &nulls, api_token),
     };
-    merge_uri_params(&caps, &mut raw)?;
-    let node = caps.get("node").cloned();
-    rec.node = node.clone();
-    // Validate (needs the typed check before node resolution: PVE validates first).
-    let params = crate::validate::validate_method(info, raw)?;
+    hint.set(version);
+    rec.node = node;
+    let Resolved {
+        route,
+        caps,
+        node,
+        params,
+    } = resolved?;
     if let Some(n) = node.as_ref().filter(|_| !route.local) {
         check_node_reachable(site, n)?;
     }
@@ -495,15 +574,22 @@ fn find_route(
     Ok((route, info, caps))
 }
 
-/// URI parameters win, but a conflicting duplicate in the body is refused.
-fn merge_uri_params(
+/// Runs `f` on the parameters with the URI's own added (URI parameters win, but a
+/// conflicting duplicate in the body is refused), then takes them out again: `values` is as
+/// it was, for a second resolution against another version.
+fn with_uri_params<T>(
     caps: &BTreeMap<String, String>,
-    raw: &mut BTreeMap<String, RawParam>,
-) -> Result<(), PveError> {
+    values: &mut BTreeMap<String, RawValue>,
+    nulls: &[String],
+    f: impl FnOnce(&BTreeMap<String, RawValue>) -> T,
+) -> Result<T, PveError> {
     for (k, v) in caps {
-        if let Some(old) = raw.get(k)
-            && old.as_text() != *v
-        {
+        // A key without a value reads as the empty string, which no URI segment is.
+        let clashes = nulls.contains(k)
+            || values
+                .get(k)
+                .is_some_and(|old| crate::validate::value_text(old) != v.as_str());
+        if clashes {
             let mut e = BTreeMap::new();
             e.insert(
                 k.clone(),
@@ -511,9 +597,23 @@ fn merge_uri_params(
             );
             return Err(PveError::params(e));
         }
-        raw.insert(k.clone(), RawParam::Text(v.clone()));
     }
-    Ok(())
+    let replaced: Vec<(&String, Option<RawValue>)> = caps
+        .iter()
+        .map(|(k, v)| (k, values.insert(k.clone(), RawValue::Text(v.clone()))))
+        .collect();
+    let out = f(values);
+    for (k, old) in replaced {
+        match old {
+            Some(o) => {
+                values.insert(k.clone(), o);
+            }
+            None => {
+                values.remove(k);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The node a path names must resolve and be online, as PVE's proxy to it finds out.

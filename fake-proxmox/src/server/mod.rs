@@ -51,6 +51,7 @@ fn app_with(
         shared,
         site: Arc::from(site),
         ca_pem,
+        version: Default::default(),
     };
     let control = crate::control::router()
         .merge(crate::tenants::routes::router().with_state(tenants))

@@ -68,4 +68,31 @@ pub struct SiteCtx {
     /// nodes hand out where PVE hands out `/etc/pve/pve-root-ca.pem`. `None` for an app
     /// made without one (`server::app`).
     pub ca_pem: Option<Arc<str>>,
+    /// The PVE version the site answered its last request as.
+    pub version: VersionHint,
+}
+
+/// The PVE version a site answered its last request as: the next request resolves its route
+/// and checks its parameters for it before taking the lock, and only again under the lock
+/// should the version have changed since (a scenario loaded through the control API).
+#[derive(Clone, Default)]
+pub struct VersionHint(Arc<std::sync::atomic::AtomicU8>);
+
+impl VersionHint {
+    /// The version last seen; `None` before the first request.
+    pub fn get(&self) -> Option<crate::version::PveVersion> {
+        let i = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        crate::version::PveVersion::ALL
+            .get(usize::from(i).checked_sub(1)?)
+            .copied()
+    }
+
+    /// Remember `v` as the site's version.
+    pub fn set(&self, v: crate::version::PveVersion) {
+        let i = crate::version::PveVersion::ALL
+            .iter()
+            .position(|x| *x == v)
+            .map_or(0, |i| i as u8 + 1);
+        self.0.store(i, std::sync::atomic::Ordering::Relaxed);
+    }
 }

@@ -71,6 +71,13 @@ impl Site {
 
     /// Copy every shared storage's changed volumes to its other nodes.
     pub fn share_storages(&mut self) {
+        // Read before the walk: a write during it (there is none: the site is borrowed
+        // mutably) would count as unseen.
+        let writes = crate::storage::volumes::writes();
+        if self.shared_at_writes == Some(writes) {
+            return;
+        }
+        self.shared_at_writes = Some(writes);
         let mut changed: BTreeMap<String, Volumes> = BTreeMap::new();
         for s in self.nodes.values().flat_map(|n| n.storages.values()) {
             if s.shared && s.volumes.changed() && !changed.contains_key(&s.name) {

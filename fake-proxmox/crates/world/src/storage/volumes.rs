@@ -68,7 +68,23 @@ impl<'de> serde::Deserialize<'de> for Volumes {
     }
 }
 
+/// Writes to any volumes in this process, ever: a site that saw the same count at its last
+/// sharing of storages knows no copy of a shared storage can have changed since, and skips
+/// walking every node's storages (it did that after every request, a GET's too).
+static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The count of volume writes so far (see [`Site::share_storages`](crate::world::Site)).
+pub fn writes() -> u64 {
+    WRITES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Volumes {
+    /// Marks a write, for the site's sharing and for [`writes`].
+    fn wrote(&mut self) {
+        self.changed = true;
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// These volumes (what a state file holds), the running total counted.
     pub fn from_map(map: BTreeMap<String, Volume>) -> Volumes {
         let mut v = Volumes {
@@ -114,7 +130,7 @@ impl Volumes {
 
     /// Add or replace a volume, keeping the used-bytes total; returns the one replaced.
     pub fn insert(&mut self, volname: String, v: Volume) -> Option<Volume> {
-        self.changed = true;
+        self.wrote();
         let add = v.used;
         let old = self.map.insert(volname, v);
         match &old {
@@ -127,7 +143,7 @@ impl Volumes {
     /// Remove a volume, keeping the used-bytes total; returns it.
     pub fn remove(&mut self, volname: &str) -> Option<Volume> {
         let old = self.map.remove(volname)?;
-        self.changed = true;
+        self.wrote();
         self.used = self.used.saturating_sub(old.used);
         // A saturated total cannot be walked back by subtraction.
         if self.used == u64::MAX {
@@ -138,15 +154,18 @@ impl Volumes {
 
     /// Keep only the volumes `keep` accepts (it may change them); the total is counted again.
     pub fn retain(&mut self, keep: impl FnMut(&String, &mut Volume) -> bool) {
-        self.changed = true;
+        self.wrote();
         self.map.retain(keep);
         self.recount();
     }
 
     /// Changes one volume in place; `None` when it does not exist.
     pub fn update<R>(&mut self, volname: &str, f: impl FnOnce(&mut Volume) -> R) -> Option<R> {
+        if !self.map.contains_key(volname) {
+            return None;
+        }
+        self.wrote();
         let v = self.map.get_mut(volname)?;
-        self.changed = true;
         let before = v.used;
         let out = f(v);
         let after = v.used;

@@ -180,6 +180,7 @@ impl Site {
             node_runners: BTreeMap::new(),
             boots_not_before: super::no_boot_known(),
             copy_logs: Vec::new(),
+            shared_at_writes: None,
             index: Default::default(),
             firewall: crate::firewall::cluster::ClusterFirewall {
                 cluster_fw: spec.cluster_firewall.clone().unwrap_or_default(),

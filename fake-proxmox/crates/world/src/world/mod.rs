@@ -136,6 +136,10 @@ pub struct Site {
     /// `tasks::model`): they replace its laid-out transfers. Empty between requests.
     #[serde(skip)]
     pub copy_logs: Vec<crate::exec::CopyLog>,
+    /// The count of volume writes (`storage::volumes::writes`) when the site last shared its
+    /// storages; runtime only: a built or loaded site shares on its first request.
+    #[serde(skip)]
+    pub shared_at_writes: Option<u64>,
     /// The guests by node and where the lowest free VMID can be (see `index`): derived
     /// from `vms` and `cts`, so runtime only; a loaded or copied site builds it again.
     #[serde(skip)]
