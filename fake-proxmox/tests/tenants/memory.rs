@@ -57,19 +57,24 @@ async fn round(c: &ControlClient, n: usize, vms: u32) {
 }
 
 /// Memory is checked on the real binary (its allocator, its runtime). Freed memory is not
-/// always given back to the kernel (glibc keeps it in its arenas for reuse), so the check is
-/// that it does not accumulate: a warm-up round of 25 tenants (10 VMs each) created and deleted
-/// takes the memory such a round needs; four more rounds must leave the resident size within
-/// `NOISE_KIB` of where the warm-up left it.
+/// always given back to the kernel, and mimalloc's heaps (one per thread that allocates) fill
+/// in steps, so the check is that it does not accumulate: after a warm-up round of 25 tenants
+/// (10 VMs each) created and deleted, ten more rounds, and the last three must average within
+/// `NOISE_KIB` of the first three.
 ///
-/// The bound, from measurements on the debug build (2-core machine, other builds running):
-/// without a leak the rounds moved the resident size by 0.1–1.3 MiB; with every deleted world
-/// kept alive on purpose (a leaked `Arc` of its state) four rounds added 6.4 MiB, about 1.6 MiB
-/// a round. 3 MiB is between the two with room on both sides.
+/// The bound, from measurements on the debug build (2-core machine, 2026-12-05): without a
+/// leak the last three rounds averaged -0.4 to +3.1 MiB against the first three (single
+/// rounds up to 6 MiB above the warm-up); with every deleted world kept alive on purpose (a
+/// leaked `Arc` of its state) they were 20.2 and 20.9 MiB above, about 3 MiB a round. 6 MiB
+/// is between the two with room on both sides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_and_deleted_tenants_leave_memory_where_it_started() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_fake-proxmox"))
         .args(["serve", "--no-auth-delay", "--clock", "stepped"])
+        // mimalloc (the binary's allocator) gives freed pages back after a delay, and which
+        // round's frees are still pending when the size is read varied it by up to 5 MiB;
+        // at once, the size read is what the process holds.
+        .env("MIMALLOC_PURGE_DELAY", "0")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -89,18 +94,23 @@ async fn created_and_deleted_tenants_leave_memory_where_it_started() {
     round(&c, 25, 10).await;
     let start = rss_kib(pid);
     let mut after = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..ROUNDS {
         round(&c, 25, 10).await;
         after.push(rss_kib(pid));
     }
     eprintln!(
         "rss after the warm-up round {start} KiB, after each round of 25 tenants: {after:?} KiB"
     );
+    let mean = |r: &[u64]| r.iter().sum::<u64>() / r.len().max(1) as u64;
+    let (first, last) = (mean(&after[..3]), mean(&after[after.len() - 3..]));
     assert!(
-        after.iter().all(|&r| r <= start + NOISE_KIB),
-        "memory grows round after round: {start} KiB, then {after:?} KiB"
+        last <= first + NOISE_KIB,
+        "memory grows round after round: {start} KiB, then {after:?} KiB (the last three \
+         rounds {} KiB above the first three)",
+        last.saturating_sub(first)
     );
     assert!(c.tenants().await.unwrap().is_empty());
 }
 
-const NOISE_KIB: u64 = 3072;
+const NOISE_KIB: u64 = 6144;
+const ROUNDS: usize = 10;
