@@ -125,3 +125,38 @@ async fn a_9_1_site_validates_every_method_of_9_1() {
     eprintln!("PVE 9.1: {own} methods validated, {others} of earlier releases answer 501");
     assert_eq!(own, 649);
 }
+
+/// A scenario loaded through the control API may change a site's release: the next request is
+/// routed and checked against the new release's schema, not the one the site answered as
+/// before (the dispatcher resolves routes ahead of the world's lock for the last release seen).
+#[tokio::test]
+async fn a_release_changed_by_a_loaded_scenario_routes_the_next_request() {
+    let f = start_with(
+        Scenario::from_yaml_str(&Scenario::default_yaml()).unwrap(),
+        ClockMode::Stepped,
+    )
+    .await;
+    let api = f.api("site-1");
+    let path = "/cluster/mapping/pci";
+    let probe = [("x-probe", "1")];
+    let r = api.send("GET", path, &probe).await;
+    assert_eq!(
+        (r.status, &r.json["errors"]["x-probe"]),
+        (400, &UNKNOWN.into()),
+        "{}",
+        r.body
+    );
+
+    let as_7_4 = Scenario::default_yaml().replacen("version: \"9.1\"", "version: \"7.4\"", 1);
+    f.ctl("site-1").load_scenario_yaml(&as_7_4).await.unwrap();
+    let r = api.send("GET", path, &probe).await;
+    assert_eq!(r.status, 501, "{}", r.body);
+    assert_eq!(api.get("/version").await.data()["release"], "7.4");
+
+    f.ctl("site-1")
+        .load_scenario_yaml(&Scenario::default_yaml())
+        .await
+        .unwrap();
+    let r = api.send("GET", path, &probe).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+}
