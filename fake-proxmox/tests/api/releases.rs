@@ -132,7 +132,7 @@ async fn a_9_1_site_validates_every_method_of_9_1() {
 #[tokio::test]
 async fn a_release_changed_by_a_loaded_scenario_routes_the_next_request() {
     let f = start_with(
-        Scenario::from_yaml_str(&Scenario::default_yaml()).unwrap(),
+        Scenario::from_yaml_str(Scenario::default_yaml()).unwrap(),
         ClockMode::Stepped,
     )
     .await;
@@ -154,7 +154,7 @@ async fn a_release_changed_by_a_loaded_scenario_routes_the_next_request() {
     assert_eq!(api.get("/version").await.data()["release"], "7.4");
 
     f.ctl("site-1")
-        .load_scenario_yaml(&Scenario::default_yaml())
+        .load_scenario_yaml(Scenario::default_yaml())
         .await
         .unwrap();
     let r = api.send("GET", path, &probe).await;
