@@ -230,7 +230,32 @@ def run_one(lane: str, job: dict, results: list) -> None:
         f"{output}"
         f"== end of {label}\n"
     )
-    results.append((secs, lane, label, proc.returncode, cpu))
+    results.append((secs, lane, label, proc.returncode, cpu, output))
+
+
+# What marks a failure in the output of libtest, cucumber and the harness's own runners.
+FAILURE_MARKS = ("panicked at", "FAILED", "Step failed", "\u2718", "Error:", "error:",
+                 "failed:", "assertion")
+
+
+def failure_lines(output: str, context: int = 4, limit: int = 120) -> str:
+    """The lines of `output` that say what failed, each with the `context` lines after it,
+    at most `limit` lines; the output's last lines when none matches."""
+    lines = output.splitlines()
+    keep: list = []
+    taken = set()
+    for i, line in enumerate(lines):
+        if any(m in line for m in FAILURE_MARKS):
+            for j in range(i, min(i + 1 + context, len(lines))):
+                if j not in taken:
+                    taken.add(j)
+                    keep.append(lines[j])
+        if len(keep) >= limit:
+            keep = keep[:limit] + ["[...]"]
+            break
+    if not keep:
+        keep = lines[-40:]
+    return "\n".join(keep)
 
 
 def jobs_of(targets: list) -> list:
@@ -284,7 +309,7 @@ def main() -> None:
     print("\n== time per test target (longest first)")
     print("    wall       CPU")
     print(f"{built:8.1f} s            build, before the first target")
-    for secs, lane, label, code, cpu in sorted(results, reverse=True):
+    for secs, lane, label, code, cpu, _ in sorted(results, reverse=True):
         mark = "" if code == 0 else "  FAILED"
         print(f"{secs:8.1f} s  {cpu:7.1f} s  {lane:6}  {label}{mark}")
     for lane in lanes:
@@ -295,6 +320,11 @@ def main() -> None:
     print(f"{end:8.1f} s  {total_cpu:7.1f} s  in all (the lanes at once)")
     failed = [r[2] for r in results if r[3] != 0]
     if failed:
+        # A CI log is often read from its end only: each failure's cause again, here.
+        for r in sorted(results, key=lambda r: r[2]):
+            if r[3] != 0:
+                print(f"\n== why {r[2]} failed (its output's failure lines):")
+                print(failure_lines(r[5]))
         print(f"FAILED test targets ({len(failed)}): " + ", ".join(sorted(failed)))
         sys.exit(101)
     print(f"all {len(results)} test targets passed")
