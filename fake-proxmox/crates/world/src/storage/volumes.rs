@@ -73,7 +73,7 @@ impl<'de> serde::Deserialize<'de> for Volumes {
 /// walking every node's storages (it did that after every request, a GET's too).
 static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The count of volume writes so far (see [`Site::share_storages`](crate::world::Site)).
+/// The count of volume writes so far (a site compares it before sharing its storages).
 pub fn writes() -> u64 {
     WRITES.load(std::sync::atomic::Ordering::Relaxed)
 }
