@@ -56,9 +56,8 @@ pub fn split_raw(raw: BTreeMap<String, RawParam>) -> (BTreeMap<String, RawValue>
 /// A raw value as text, the way Perl would stringify it (for the duplicate check).
 pub fn value_text(v: &RawValue) -> std::borrow::Cow<'_, str> {
     match v {
-        RawValue::Text(s) | RawValue::Json(serde_json::Value::String(s)) => s.as_str().into(),
-        RawValue::Json(serde_json::Value::Bool(b)) => u8::from(*b).to_string().into(),
-        RawValue::Json(j) => j.to_string().into(),
+        RawValue::Text(s) => s.as_str().into(),
+        RawValue::Json(j) => crate::wire::params::json_text(j),
     }
 }
 

@@ -22,11 +22,18 @@ impl RawParam {
     pub fn as_text(&self) -> String {
         match self {
             RawParam::Text(s) => s.clone(),
-            RawParam::Json(Value::String(s)) => s.clone(),
-            RawParam::Json(Value::Bool(b)) => u8::from(*b).to_string(),
-            RawParam::Json(v) => v.to_string(),
+            RawParam::Json(v) => json_text(v).into_owned(),
             RawParam::Null => String::new(),
         }
+    }
+}
+
+/// A JSON body's value as text, the way Perl would stringify it (`true` is `1`).
+pub fn json_text(v: &Value) -> std::borrow::Cow<'_, str> {
+    match v {
+        Value::String(s) => s.as_str().into(),
+        Value::Bool(b) => u8::from(*b).to_string().into(),
+        v => v.to_string().into(),
     }
 }
 
