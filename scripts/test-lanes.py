@@ -23,7 +23,7 @@ runs without being named here; it is of kind `other` unless listed below.
 
   scripts/test-lanes.py              build, then run every target; exit 101 if any failed
   HARNESS_TEST_LANES=1 ...           one lane: every target one after the other
-  HARNESS_TEST_ADMIT=0 ...           lanes start jobs without looking at the cores' use
+  HARNESS_TEST_NICE=0 ...            run the non-QEMU targets at normal priority too
 """
 
 import json
@@ -64,11 +64,8 @@ DOCKER = {
 }
 LIMITS = {"qemu": 2, "docker": 1}
 LANES = 4
-# Admission by the cores' recent use (see Queue): the busy share above which a job of the kind
-# waits, the window it is measured over (seconds), and the longest a job waits for it.
-ADMIT_BUSY = {"qemu": 0.95, "other": 0.85}
-ADMIT_WINDOW = 3.0
-ADMIT_MAX_WAIT = 45.0
+# The niceness of every target but the QEMU ones (HARNESS_TEST_NICE=0: none).
+NICE = 10
 # Cucumber suites run as shards: target -> (shards, durations file that balances them).
 SHARDED = {
     ("provision-harness", "stack"): (2, "tests/data/stack.durations.json"),
@@ -171,102 +168,34 @@ def kind_of(pkg: str, name: str) -> str:
     return "other"
 
 
-class CpuMeter:
-    """How busy the machine's cores were over the last seconds, from /proc/stat: the share of
-    CPU time not idle (0.0-1.0), or None where /proc/stat cannot be read."""
-
-    def __init__(self):
-        self.last = self._read()
-
-    @staticmethod
-    def _read():
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields), idle
-
-    def busy(self):
-        now = self._read()
-        if now is None or self.last is None:
-            return None
-        total, idle = now[0] - self.last[0], now[1] - self.last[1]
-        self.last = now
-        return None if total <= 0 else 1.0 - idle / total
-
-
 class Queue:
-    """The jobs not started yet, longest first, and how many of each kind run now.
+    """The jobs not started yet, longest first, and how many of each kind run now."""
 
-    Besides the lanes and the kinds' limits, a job starts only while the cores have room: the
-    start of a run otherwise oversubscribes them (load 18 with the two `stack` shards, the
-    playbooks and `crash_points` starting at once, more on a fresh machine where pip and maturin
-    compile beside them), and a TCG guest that loses the CPU then runs slower, spends more CPU
-    on its timers and retries, and can miss a timeout. A job waits while the cores were busier
-    than ADMIT_BUSY over the last ADMIT_WINDOW seconds and another job runs; QEMU jobs, the
-    critical path, have a higher threshold than the rest, and nothing waits longer than
-    ADMIT_MAX_WAIT seconds (a busy machine must still make progress)."""
-
-    def __init__(self, jobs: list, limits: dict, admit: bool = True):
+    def __init__(self, jobs: list, limits: dict):
         self.jobs = sorted(jobs, key=lambda j: -j["estimate"])
         self.limits = limits
         self.running = {k: 0 for k in limits}
-        self.active = 0
         self.cond = threading.Condition()
-        self.meter = CpuMeter() if admit else None
-        # Unknown until a window has been measured: the first jobs start one window apart.
-        self.busy = 1.0
-        self.measured_at = time.monotonic()
-        self.waited = 0.0
-
-    def _fits(self, job) -> bool:
-        kind = job["kind"]
-        return kind not in self.limits or self.running[kind] < self.limits[kind]
-
-    def _cores_have_room(self, job, since: float) -> bool:
-        if self.meter is None or self.active == 0:
-            return True
-        if time.monotonic() - since >= ADMIT_MAX_WAIT:
-            return True
-        now = time.monotonic()
-        if now - self.measured_at >= ADMIT_WINDOW:
-            busy = self.meter.busy()
-            self.busy = 0.0 if busy is None else busy
-            self.measured_at = now
-        threshold = ADMIT_BUSY["qemu" if job["kind"] == "qemu" else "other"]
-        return self.busy < threshold
 
     def take(self):
-        """The next job this lane may start, waiting while only full kinds are left or the
-        cores are busy; None at the end."""
-        since = time.monotonic()
+        """The next job this lane may start, waiting while only full kinds are left; None at
+        the end."""
         with self.cond:
             while True:
                 if not self.jobs:
                     return None
                 for i, job in enumerate(self.jobs):
-                    if self._fits(job) and self._cores_have_room(job, since):
-                        if job["kind"] in self.running:
-                            self.running[job["kind"]] += 1
-                        if self.active > 0:
-                            # The next start waits for a window that includes this job's load.
-                            self.busy = 1.0
-                            self.measured_at = time.monotonic()
-                            if self.meter:
-                                self.meter.busy()
-                        self.active += 1
-                        self.waited += time.monotonic() - since
+                    kind = job["kind"]
+                    if kind not in self.limits or self.running[kind] < self.limits[kind]:
+                        if kind in self.running:
+                            self.running[kind] += 1
                         return self.jobs.pop(i)
-                # Woken by a job's end, or again after a window to look at the cores.
-                self.cond.wait(timeout=ADMIT_WINDOW if self.meter else None)
+                self.cond.wait()
 
     def done(self, job) -> None:
         with self.cond:
             if job["kind"] in self.running:
                 self.running[job["kind"]] -= 1
-            self.active -= 1
             self.cond.notify_all()
 
 
@@ -302,6 +231,12 @@ def run_one(lane: str, job: dict, results: list) -> None:
         if job["shard"]:
             env["HARNESS_SHARD"] = job["shard"]
             env["HARNESS_DURATIONS"] = os.path.join(cwd, job["durations"])
+    # The QEMU suites are the critical path, and a TCG guest that loses the CPU boots slower,
+    # spends more CPU on its timers and retries, and can miss a timeout; every other target
+    # runs niced, so it takes the cores the guests leave instead of competing with them.
+    # (`nice` execs the target in place: wait4 below still sees the target's own usage.)
+    if job["kind"] != "qemu" and os.environ.get("HARNESS_TEST_NICE") != "0":
+        cmd = ["nice", "-n", str(NICE), *cmd]
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -379,8 +314,7 @@ def main() -> None:
     jobs = jobs_of(targets)
     one = os.environ.get("HARNESS_TEST_LANES") == "1"
     lanes = ["one"] if one else [f"lane-{i}" for i in range(1, LANES + 1)]
-    queue = Queue(jobs, {} if one else LIMITS, admit=not one
-                  and os.environ.get("HARNESS_TEST_ADMIT") != "0")
+    queue = Queue(jobs, {} if one else LIMITS)
     count = {}
     for j in jobs:
         count[j["kind"]] = count.get(j["kind"], 0) + 1
@@ -412,7 +346,6 @@ def main() -> None:
         print(f"{busy:8.1f} s  {used:7.1f} s  lane {lane} in all")
     total_cpu = sum(r[4] for r in results)
     print(f"{end:8.1f} s  {total_cpu:7.1f} s  in all (the lanes at once)")
-    print(f"{queue.waited:8.1f} s            lanes waited before starting jobs (a kind at its limit, the cores busy)")
     failed = [r[2] for r in results if r[3] != 0]
     if failed:
         # A CI log is often read from its end only: each failure's cause again, here.

@@ -12,7 +12,10 @@ fi
 # The release line expected-outcomes.md was recorded with; ANSIBLE_DEPLOYER_ANSIBLE overrides it
 # (e.g. 'ansible>=13' on Python 3.12+), and a different line may change outcomes.
 ansible_spec=${ANSIBLE_DEPLOYER_ANSIBLE:-ansible>=12,<13}
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+# --no-compile: the full ansible package is 17,000 Python files, and byte-compiling them all at
+# install took 36 s of CPU on a 2-core machine; Python compiles the few the playbook imports on
+# first use instead.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
   "$ansible_spec" 'proxmoxer>=2.0,<3' 'requests>=2.28'
 "$venv/bin/ansible-doc" -t module community.proxmox.proxmox_kvm >/dev/null
 "$venv/bin/ansible-doc" -t module community.proxmox.proxmox_disk >/dev/null

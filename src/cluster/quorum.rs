@@ -11,6 +11,12 @@ use super::topology::GuestLayout;
 use super::transport::{NodeShell, last_lines};
 
 const CMD_TIMEOUT: Duration = Duration::from_secs(40);
+/// The port probe of [`Node::check_tls_only`] runs four clients one after another whose own
+/// bounds add up to about 30 s when the ports stay silent (etcdctl's dial and command timeouts,
+/// two `timeout 5 wget`), and each start of a Go binary on a slow guest adds seconds: under
+/// load, two 3-node TCG labs on 2 cores, the probe missed [`CMD_TIMEOUT`] (twice in one test
+/// run). The answer it waits for is the probe's own verdict, so it gets room for all of them.
+const PORT_PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the members that answered agree on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,7 +228,7 @@ impl<'a, S: NodeShell> Node<'a, S> {
         loop {
             let out = self
                 .shell
-                .run(&script, CMD_TIMEOUT)
+                .run(&script, PORT_PROBE_TIMEOUT)
                 .await?
                 .check(self.name(), "probe the client and peer ports")?;
             let said = |w: &str| out.stdout.lines().find(|l| l.starts_with(w));

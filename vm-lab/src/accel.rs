@@ -84,23 +84,48 @@ async fn kvm_verdict(kernel: &Path, cache_dir: &Path) -> Result<(bool, String)> 
         return Ok((false, format!("/dev/kvm cannot be opened ({e})")));
     }
     let key = probe_key().await;
+    verdict_cached(cache_dir, &key, || probe_boot(kernel, cache_dir)).await
+}
+
+/// The verdict cached for `key` in `cache_dir`, else `probe`'s, cached. One probe at a time
+/// per cache: the labs a test run starts at once on a fresh machine would each spend up to
+/// PROBE_TIMEOUT booting the same probe; the others wait for the first one's verdict.
+async fn verdict_cached<F, Fut>(cache_dir: &Path, key: &str, probe: F) -> Result<(bool, String)>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(bool, String)>>,
+{
     let cache_file = cache_dir.join("accel-probe.json");
-    if let Ok(text) = std::fs::read_to_string(&cache_file)
-        && let Ok(c) = serde_json::from_str::<ProbeCache>(&text)
-        && c.key == key
-    {
-        return Ok((c.kvm_works, format!("{} (cached)", c.detail)));
+    if let Some(cached) = cached_verdict(&cache_file, key) {
+        return Ok(cached);
     }
-    let (works, detail) = probe_boot(kernel, cache_dir).await?;
+    std::fs::create_dir_all(cache_dir).map_err(|e| Error::io(cache_dir, e))?;
+    let lock_path = cache_dir.join("accel-probe.lock");
+    let _lock = tokio::task::spawn_blocking(move || crate::image::lock(&lock_path))
+        .await
+        .map_err(|e| Error::Accel(format!("waiting for the probe lock: {e}")))??;
+    if let Some(cached) = cached_verdict(&cache_file, key) {
+        return Ok(cached);
+    }
+    let (works, detail) = probe().await?;
     let entry = ProbeCache {
-        key,
+        key: key.to_string(),
         kvm_works: works,
         detail: detail.clone(),
     };
-    std::fs::create_dir_all(cache_dir).map_err(|e| Error::io(cache_dir, e))?;
     let text = serde_json::to_string_pretty(&entry).map_err(|e| Error::Accel(e.to_string()))?;
-    std::fs::write(&cache_file, text).map_err(|e| Error::io(&cache_file, e))?;
+    // Whole or not at all: a lab outside the lock may read the file while it is written.
+    let tmp = cache_dir.join(format!("accel-probe.json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, &cache_file).map_err(|e| Error::io(&cache_file, e))?;
     Ok((works, detail))
+}
+
+/// The cached verdict for `key` (this host kernel and QEMU), if one is there.
+fn cached_verdict(cache_file: &Path, key: &str) -> Option<(bool, String)> {
+    let text = std::fs::read_to_string(cache_file).ok()?;
+    let c = serde_json::from_str::<ProbeCache>(&text).ok()?;
+    (c.key == key).then(|| (c.kvm_works, format!("{} (cached)", c.detail)))
 }
 
 async fn probe_key() -> String {
@@ -197,6 +222,52 @@ mod tests {
     #[test]
     fn tcg_scales_timeouts() {
         assert!(Accel::Tcg.timeout_scale() > Accel::Kvm.timeout_scale());
+    }
+
+    /// Labs starting at once on a fresh cache probe once: the rest wait for the verdict and
+    /// read it; a later call with another host key (a new kernel or QEMU) probes again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_labs_share_one_probe() {
+        let dir = tempfile::tempdir().expect("a temporary dir");
+        let probes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let calls = (0..4).map(|_| {
+            let (dir, probes) = (dir.path().to_path_buf(), probes.clone());
+            tokio::spawn(async move {
+                verdict_cached(&dir, "kernel-a|qemu-1", || async {
+                    probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok((false, "the probe hung".to_string()))
+                })
+                .await
+            })
+        });
+        let verdicts: Vec<_> = futures_join_all(calls).await;
+        assert_eq!(probes.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(verdicts.iter().all(|(works, _)| !works));
+        let cached = verdicts
+            .iter()
+            .filter(|(_, d)| d.ends_with("(cached)"))
+            .count();
+        assert_eq!(cached, 3, "{verdicts:?}");
+
+        let again = verdict_cached(dir.path(), "kernel-b|qemu-1", || async {
+            probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok((true, "booted".to_string()))
+        })
+        .await
+        .expect("the second key's probe verdict");
+        assert_eq!(again, (true, "booted".to_string()));
+        assert_eq!(probes.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    async fn futures_join_all(
+        calls: impl Iterator<Item = tokio::task::JoinHandle<Result<(bool, String)>>>,
+    ) -> Vec<(bool, String)> {
+        let mut out = Vec::new();
+        for c in calls.collect::<Vec<_>>() {
+            out.push(c.await.expect("the call ran").expect("a verdict"));
+        }
+        out
     }
 
     #[test]
