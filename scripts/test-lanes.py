@@ -23,7 +23,6 @@ runs without being named here; it is of kind `other` unless listed below.
 
   scripts/test-lanes.py              build, then run every target; exit 101 if any failed
   HARNESS_TEST_LANES=1 ...           one lane: every target one after the other
-  HARNESS_TEST_NICE=0 ...            run the non-QEMU targets at normal priority too
 """
 
 import json
@@ -64,8 +63,6 @@ DOCKER = {
 }
 LIMITS = {"qemu": 2, "docker": 1}
 LANES = 4
-# The niceness of every target but the QEMU ones (HARNESS_TEST_NICE=0: none).
-NICE = 10
 # Cucumber suites run as shards: target -> (shards, durations file that balances them).
 SHARDED = {
     ("provision-harness", "stack"): (2, "tests/data/stack.durations.json"),
@@ -231,12 +228,6 @@ def run_one(lane: str, job: dict, results: list) -> None:
         if job["shard"]:
             env["HARNESS_SHARD"] = job["shard"]
             env["HARNESS_DURATIONS"] = os.path.join(cwd, job["durations"])
-    # The QEMU suites are the critical path, and a TCG guest that loses the CPU boots slower,
-    # spends more CPU on its timers and retries, and can miss a timeout; every other target
-    # runs niced, so it takes the cores the guests leave instead of competing with them.
-    # (`nice` execs the target in place: wait4 below still sees the target's own usage.)
-    if job["kind"] != "qemu" and os.environ.get("HARNESS_TEST_NICE") != "0":
-        cmd = ["nice", "-n", str(NICE), *cmd]
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
