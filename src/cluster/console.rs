@@ -52,6 +52,8 @@ pub async fn wait_console(
     markers: &BootMarkers,
     timeout: Duration,
 ) -> Result<(), ClusterError> {
+    // At the host's pace: a TCG guest on a slow or shared machine boots later.
+    let timeout = vm_lab::pace::scaled(timeout);
     let start = Instant::now();
     let fail = |detail: String| ClusterError::Remote {
         node: name.to_owned(),
@@ -277,6 +279,7 @@ pub async fn wait_boot_report(
     markers: &BootMarkers,
     timeout: Duration,
 ) -> Result<BootReport, ClusterError> {
+    let timeout = vm_lab::pace::scaled(timeout);
     let start = Instant::now();
     let fail = |detail: String| ClusterError::Remote {
         node: name.to_owned(),

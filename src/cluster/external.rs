@@ -141,6 +141,7 @@ pub async fn run(cmd: &str, ctx: &ExternalContext, timeout: Duration) -> Result<
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| ClusterError::External(format!("cannot start sh -c {cmd:?}: {e}")))?;
+    let timeout = vm_lab::pace::scaled(timeout);
     let out = tokio::time::timeout(timeout, child.wait_with_output())
         .await
         .map_err(|_| {

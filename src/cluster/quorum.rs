@@ -224,6 +224,7 @@ impl<'a, S: NodeShell> Node<'a, S> {
             host = self.cfg.hostname,
             ca = sh_quote(&self.cfg.tls.ca_file),
         );
+        let timeout = vm_lab::pace::scaled(timeout);
         let start = Instant::now();
         loop {
             let out = self
@@ -295,6 +296,8 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, ClusterError>>,
 {
+    // At the host's pace: a cluster of TCG guests on a slow or shared machine forms later.
+    let timeout = vm_lab::pace::scaled(timeout);
     let start = Instant::now();
     loop {
         match check().await {

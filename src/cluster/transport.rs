@@ -222,6 +222,8 @@ impl SshShell {
             let (_, out) = tokio::join!(feed, child.wait_with_output());
             out
         };
+        // The bound at the host's pace: on a slow or shared machine a TCG guest answers later.
+        let timeout = vm_lab::pace::scaled(timeout);
         let out = tokio::time::timeout(timeout, run)
             .await
             .map_err(|_| ClusterError::Transport {

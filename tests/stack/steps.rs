@@ -323,7 +323,7 @@ async fn destroy(w: &mut StackWorld, node: LabNode) -> Result<(), ClusterError> 
     let vm = w.c()?.vm(&node)?.clone();
     let wait = provision_harness::pve::tasks::TaskWait {
         poll: Duration::from_millis(200),
-        timeout: Duration::from_secs(120),
+        timeout: vm_lab::pace::scaled(Duration::from_secs(120)),
     };
     let api = |e: provision_harness::pve::PveError| fail(format!("{node}: {e}"));
     let upid = pve.stop_vm(&vm.node, vm.vmid).await.map_err(api)?;
@@ -470,7 +470,9 @@ async fn bug(w: &mut StackWorld, name: String) -> Result<(), ClusterError> {
 
 #[given(expr = "the deployer waits at most {int} s for a VM's address")]
 async fn ip_wait(w: &mut StackWorld, secs: u64) -> Result<(), ClusterError> {
-    w.tm()?.options.deploy.pipeline.ip_wait = Duration::from_secs(secs);
+    // A scenario's seconds are the tuned machine's: at the host's pace, so a guest whose agent
+    // starts late on a slow machine is not read as a guest without an address.
+    w.tm()?.options.deploy.pipeline.ip_wait = vm_lab::pace::scaled(Duration::from_secs(secs));
     Ok(())
 }
 
@@ -513,7 +515,7 @@ async fn console_says(w: &mut StackWorld, node: LabNode, text: String) -> Result
     let log = w.console_of(&node).await?;
     // The guest may still be on its way to the line when the deployer gave up waiting for its
     // address (a loaded machine boots slowly under TCG): what it says within a while counts.
-    let deadline = std::time::Instant::now() + CONSOLE_WAIT;
+    let deadline = std::time::Instant::now() + vm_lab::pace::scaled(CONSOLE_WAIT);
     let mut body;
     loop {
         body = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();

@@ -71,6 +71,7 @@ pub mod lab;
 pub mod machine;
 pub mod namespace;
 pub mod netfault;
+pub mod pace;
 pub mod qemu_args;
 pub mod qga;
 pub mod qmp;

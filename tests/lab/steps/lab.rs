@@ -32,7 +32,7 @@ async fn provisioned(w: &mut LabWorld) -> Result<(), ClusterError> {
 async fn full_mesh(w: &mut LabWorld) -> Result<(), ClusterError> {
     w.b()?
         .lab
-        .wait_full_mesh(Duration::from_secs(60))
+        .wait_full_mesh(vm_lab::pace::scaled(Duration::from_secs(60)))
         .await
         .map_err(|e| ClusterError::Lab(e.to_string()))
 }

@@ -5,7 +5,7 @@ use anyhow::{anyhow, ensure};
 use cucumber::gherkin::Step;
 use cucumber::{then, when};
 
-use super::{WAIT, rows};
+use super::{rows, wait};
 use crate::rollout::params::{NodeName, Request};
 use crate::rollout::world::RolloutWorld;
 
@@ -123,7 +123,7 @@ async fn refused_exists(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow:
 async fn at_least(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Result<()> {
     let req = w.target_request(&req);
     let what = format!("{n} × {req}");
-    w.wait_journal(WAIT, &what, |j| j.count(&req.method, &req.path) >= n)
+    w.wait_journal(wait(), &what, |j| j.count(&req.method, &req.path) >= n)
         .await
 }
 
@@ -131,8 +131,10 @@ async fn at_least(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Resul
 async fn at_least_failed(w: &mut RolloutWorld, n: usize, req: Request) -> anyhow::Result<()> {
     let req = w.target_request(&req);
     let what = format!("{n} failed {req}");
-    w.wait_journal(WAIT, &what, |j| j.count_failed(&req.method, &req.path) >= n)
-        .await
+    w.wait_journal(wait(), &what, |j| {
+        j.count_failed(&req.method, &req.path) >= n
+    })
+    .await
 }
 
 #[then(expr = "the waits between the failed health checks of {node} grew")]

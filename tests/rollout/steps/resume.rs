@@ -19,7 +19,7 @@ async fn clock_runs(w: &mut RolloutWorld) -> anyhow::Result<()> {
 #[when(expr = "the background run has sent {request}")]
 async fn background_sent(w: &mut RolloutWorld, req: Request) -> anyhow::Result<()> {
     let Request { method, path } = req;
-    w.wait_background_sent(super::WAIT, &method, &path).await
+    w.wait_background_sent(super::wait(), &method, &path).await
 }
 
 #[then(expr = "the killed run's create on {node} is still running")]

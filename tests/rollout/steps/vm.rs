@@ -127,7 +127,7 @@ async fn background(w: &mut RolloutWorld) -> anyhow::Result<()> {
 
 #[when("the background run finishes")]
 async fn background_done(w: &mut RolloutWorld) -> anyhow::Result<()> {
-    w.finish_background(super::WAIT).await?;
+    w.finish_background(super::wait()).await?;
     Ok(())
 }
 
@@ -136,7 +136,7 @@ async fn killed_after(w: &mut RolloutWorld, req: Request) -> anyhow::Result<()> 
     let Request { method, path } = req;
     w.start_background().await?;
     let what = format!("a {method} {path}");
-    w.wait_journal(super::WAIT, &what, |j| j.count(&method, &path) > 0)
+    w.wait_journal(super::wait(), &what, |j| j.count(&method, &path) > 0)
         .await?;
     w.kill_background().await
 }
@@ -357,7 +357,7 @@ async fn power_outside(w: &mut RolloutWorld, name: VmName, how: String) -> anyho
         .as_str()
         .ok_or_else(|| anyhow!("{verb} returned no UPID: {upid}"))?
         .to_string();
-    let exit = obs.await_task(&node, &upid, super::WAIT).await?;
+    let exit = obs.await_task(&node, &upid, super::wait()).await?;
     ensure!(exit == "OK", "{verb} of VM {vmid} ended with {exit}");
     Ok(())
 }

@@ -140,7 +140,7 @@ impl Guest {
 
     /// `query-status`'s `status`.
     pub fn status(&self) -> Result<RunState> {
-        let r = self.qmp("query-status", None, QMP_TIMEOUT)?;
+        let r = self.qmp("query-status", None, crate::pace::scaled(QMP_TIMEOUT))?;
         r.get("status")
             .and_then(Value::as_str)
             .map(str::to_string)
@@ -169,18 +169,21 @@ impl Guest {
 
     /// ACPI power button.
     pub fn powerdown(&self) -> Result<()> {
-        self.qmp("system_powerdown", None, QMP_TIMEOUT).map(drop)
+        self.qmp("system_powerdown", None, crate::pace::scaled(QMP_TIMEOUT))
+            .map(drop)
     }
 
     /// Hardware reset: the guest restarts inside the same QEMU.
     pub fn reset(&self) -> Result<()> {
         self.forget_agent();
-        self.qmp("system_reset", None, QMP_TIMEOUT).map(drop)
+        self.qmp("system_reset", None, crate::pace::scaled(QMP_TIMEOUT))
+            .map(drop)
     }
 
     /// Pause the vCPUs (`stop`).
     pub fn pause(&self) -> Result<()> {
-        self.qmp("stop", None, QMP_TIMEOUT).map(drop)?;
+        self.qmp("stop", None, crate::pace::scaled(QMP_TIMEOUT))
+            .map(drop)?;
         self.agent_seen.store(false, Ordering::Relaxed);
         self.remember_state("paused");
         Ok(())
@@ -188,14 +191,15 @@ impl Guest {
 
     /// Continue paused vCPUs (`cont`; after an `io-error` stop it retries the failed I/O).
     pub fn resume(&self) -> Result<()> {
-        self.qmp("cont", None, QMP_TIMEOUT).map(drop)?;
+        self.qmp("cont", None, crate::pace::scaled(QMP_TIMEOUT))
+            .map(drop)?;
         self.remember_state("running");
         Ok(())
     }
 
     /// Ask QEMU to exit (`quit`) and wait for it, killing it if it lingers.
     pub fn quit(&self) -> Result<()> {
-        let r = self.qmp("quit", None, QMP_TIMEOUT);
+        let r = self.qmp("quit", None, crate::pace::scaled(QMP_TIMEOUT));
         if !self.wait_exit(QMP_TIMEOUT) {
             self.kill();
         }
@@ -280,7 +284,7 @@ impl Guest {
         let started = self.agent(
             "guest-exec",
             Some(json!({"path": "/bin/sh", "arg": ["-c", command], "capture-output": true})),
-            AGENT_TIMEOUT,
+            crate::pace::scaled(AGENT_TIMEOUT),
         )?;
         let pid = started
             .get("pid")
@@ -291,7 +295,7 @@ impl Guest {
             let st = self.agent(
                 "guest-exec-status",
                 Some(json!({"pid": pid})),
-                AGENT_TIMEOUT,
+                crate::pace::scaled(AGENT_TIMEOUT),
             )?;
             if st.get("exited").and_then(Value::as_bool) == Some(true) {
                 let code = st

@@ -44,13 +44,14 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// The default timeouts under `accel`: boot 60 s and commands 30 s under KVM, four times that
-    /// under TCG; QMP [`crate::qmp::QMP_TIMEOUT`] either way.
+    /// under TCG; QMP [`crate::qmp::QMP_TIMEOUT`] either way; all of them at the host's pace
+    /// ([`crate::pace::scaled`]).
     pub fn for_accel(accel: Accel) -> Timeouts {
         let s = accel.timeout_scale();
         Timeouts {
-            boot: Duration::from_secs(60) * s,
-            command: Duration::from_secs(30) * s,
-            qmp: qmp_conn::QMP_TIMEOUT,
+            boot: crate::pace::scaled(Duration::from_secs(60) * s),
+            command: crate::pace::scaled(Duration::from_secs(30) * s),
+            qmp: crate::pace::scaled(qmp_conn::QMP_TIMEOUT),
         }
     }
 }
