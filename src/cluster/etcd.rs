@@ -26,6 +26,27 @@ impl Default for RaftTiming {
     }
 }
 
+impl RaftTiming {
+    /// The default at the host's pace ([`vm_lab::pace`]): a slower host stalls its TCG guests
+    /// longer still, so the heartbeat and the election timeout grow by the same factor (etcd
+    /// takes an election timeout of at most 50 s).
+    pub fn for_host() -> Self {
+        Self::default().scaled(vm_lab::pace::host_scale())
+    }
+
+    /// Both intervals × `factor` (at least 1), the election timeout capped at etcd's 50,000 ms
+    /// and the heartbeat kept at a tenth of it.
+    pub fn scaled(self, factor: f64) -> Self {
+        let factor = factor.max(1.0);
+        let election_ms = ((f64::from(self.election_ms) * factor) as u32).min(50_000);
+        let heartbeat_ms = ((f64::from(self.heartbeat_ms) * factor) as u32).min(election_ms / 10);
+        Self {
+            heartbeat_ms,
+            election_ms,
+        }
+    }
+}
+
 /// etcd's command line for one node, derived only from its config (so what runs on the node is
 /// exactly what `cluster-config.json` says).
 pub fn etcd_args(cfg: &NodeConfig, timing: RaftTiming) -> Vec<String> {
@@ -311,5 +332,14 @@ mod tests {
                 ("https://node02:2379".to_owned(), false)
             ]
         );
+    }
+
+    #[test]
+    fn raft_timing_grows_with_the_host_pace_within_etcds_bounds() {
+        let t = RaftTiming::default().scaled(2.0);
+        assert_eq!((t.heartbeat_ms, t.election_ms), (600, 6000));
+        assert_eq!(RaftTiming::default().scaled(0.5), RaftTiming::default());
+        let t = RaftTiming::default().scaled(20.0);
+        assert_eq!((t.heartbeat_ms, t.election_ms), (5000, 50_000));
     }
 }

@@ -82,7 +82,7 @@ impl Default for ProvisionOptions {
             onto: Onto::BlankDisk,
             disk: None,
             partition_mib: 1024,
-            timing: RaftTiming::default(),
+            timing: RaftTiming::for_host(),
             step_timeout: Duration::from_secs(120),
         }
     }
