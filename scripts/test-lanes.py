@@ -313,6 +313,28 @@ def failure_lines(output: str, context: int = 4, limit: int = 120) -> str:
     return "\n".join(keep)
 
 
+# The lines that say most about a failure, for the short list a log's last lines show.
+CAUSE_MARKS = ("Captured output:", "panicked at", "the table says", "failed otherwise than the table",
+               "not in expected-outcomes", "is in the table but did not run", "Error:")
+
+
+def short_causes(output: str, per_target: int = 4, width: int = 220) -> list:
+    """At most `per_target` lines of `output` that name a cause (a libtest panic's message line
+    after its location), each cut to `width` characters."""
+    lines = output.splitlines()
+    out: list = []
+    for i, line in enumerate(lines):
+        if not any(m in line for m in CAUSE_MARKS):
+            continue
+        text = line.strip()
+        if "panicked at" in line and i + 1 < len(lines):
+            text += " " + lines[i + 1].strip()
+        out.append(text[:width])
+        if len(out) >= per_target:
+            break
+    return out
+
+
 def jobs_of(targets: list) -> list:
     jobs = []
     for pkg, kind, name, executable, package_dir in targets:
@@ -384,6 +406,14 @@ def main() -> None:
             if r[3] != 0:
                 print(f"\n== why {r[2]} failed (its output's failure lines):")
                 print(failure_lines(r[5]))
+        # Last, a few lines per failed target, so even a log's last screen names every cause.
+        print("\n== the failures in short:")
+        for r in sorted(results, key=lambda r: r[2]):
+            if r[3] != 0:
+                causes = short_causes(r[5]) or ["(no cause line found: see its failure lines above)"]
+                print(f"{r[2]}:")
+                for c in causes:
+                    print(f"    {c}")
         print(f"FAILED test targets ({len(failed)}): " + ", ".join(sorted(failed)))
         sys.exit(101)
     print(f"all {len(results)} test targets passed")
