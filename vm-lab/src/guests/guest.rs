@@ -125,8 +125,10 @@ impl Guest {
         self.forget_agent();
     }
 
-    /// One QMP command: its `return` value.
+    /// One QMP command: its `return` value, waiting up to `timeout` at the host's pace
+    /// ([`crate::pace::scaled`]).
     pub fn qmp(&self, command: &str, args: Option<Value>, timeout: Duration) -> Result<Value> {
+        let timeout = crate::pace::scaled(timeout);
         let _one = self
             .qmp_lock
             .lock()
@@ -140,7 +142,7 @@ impl Guest {
 
     /// `query-status`'s `status`.
     pub fn status(&self) -> Result<RunState> {
-        let r = self.qmp("query-status", None, crate::pace::scaled(QMP_TIMEOUT))?;
+        let r = self.qmp("query-status", None, QMP_TIMEOUT)?;
         r.get("status")
             .and_then(Value::as_str)
             .map(str::to_string)
@@ -169,21 +171,18 @@ impl Guest {
 
     /// ACPI power button.
     pub fn powerdown(&self) -> Result<()> {
-        self.qmp("system_powerdown", None, crate::pace::scaled(QMP_TIMEOUT))
-            .map(drop)
+        self.qmp("system_powerdown", None, QMP_TIMEOUT).map(drop)
     }
 
     /// Hardware reset: the guest restarts inside the same QEMU.
     pub fn reset(&self) -> Result<()> {
         self.forget_agent();
-        self.qmp("system_reset", None, crate::pace::scaled(QMP_TIMEOUT))
-            .map(drop)
+        self.qmp("system_reset", None, QMP_TIMEOUT).map(drop)
     }
 
     /// Pause the vCPUs (`stop`).
     pub fn pause(&self) -> Result<()> {
-        self.qmp("stop", None, crate::pace::scaled(QMP_TIMEOUT))
-            .map(drop)?;
+        self.qmp("stop", None, QMP_TIMEOUT).map(drop)?;
         self.agent_seen.store(false, Ordering::Relaxed);
         self.remember_state("paused");
         Ok(())
@@ -191,15 +190,14 @@ impl Guest {
 
     /// Continue paused vCPUs (`cont`; after an `io-error` stop it retries the failed I/O).
     pub fn resume(&self) -> Result<()> {
-        self.qmp("cont", None, crate::pace::scaled(QMP_TIMEOUT))
-            .map(drop)?;
+        self.qmp("cont", None, QMP_TIMEOUT).map(drop)?;
         self.remember_state("running");
         Ok(())
     }
 
     /// Ask QEMU to exit (`quit`) and wait for it, killing it if it lingers.
     pub fn quit(&self) -> Result<()> {
-        let r = self.qmp("quit", None, crate::pace::scaled(QMP_TIMEOUT));
+        let r = self.qmp("quit", None, QMP_TIMEOUT);
         if !self.wait_exit(QMP_TIMEOUT) {
             self.kill();
         }
@@ -219,8 +217,10 @@ impl Guest {
 
     /// One guest agent command (`guest-ping`, `guest-network-get-interfaces`, …) with its
     /// arguments: the agent's `return` value. A connection is kept and reused; one that timed
-    /// out is dropped.
+    /// out is dropped. `timeout` counts at the host's pace ([`crate::pace::scaled`]): on a slow,
+    /// loaded host a running agent can take longer than a second to answer.
     pub fn agent(&self, command: &str, args: Option<Value>, timeout: Duration) -> Result<Value> {
+        let timeout = crate::pace::scaled(timeout);
         if !self.spec.agent {
             return Err(self.control_err("agent", "the guest has no agent channel"));
         }
@@ -284,7 +284,7 @@ impl Guest {
         let started = self.agent(
             "guest-exec",
             Some(json!({"path": "/bin/sh", "arg": ["-c", command], "capture-output": true})),
-            crate::pace::scaled(AGENT_TIMEOUT),
+            AGENT_TIMEOUT,
         )?;
         let pid = started
             .get("pid")
@@ -295,7 +295,7 @@ impl Guest {
             let st = self.agent(
                 "guest-exec-status",
                 Some(json!({"pid": pid})),
-                crate::pace::scaled(AGENT_TIMEOUT),
+                AGENT_TIMEOUT,
             )?;
             if st.get("exited").and_then(Value::as_bool) == Some(true) {
                 let code = st

@@ -490,14 +490,12 @@ fn spawn_watch(guest: Weak<Guest>, closing: Arc<AtomicBool>) {
                 // Until the agent first answers, look five times as often with a shorter
                 // bound: callers wait on that first answer (a booting guest's agent is
                 // silent, and each silent ping costs its whole timeout).
-                // Both bounds at the host's pace: on a slow, loaded host a running agent's
-                // answer can take longer than a second, and one missed ping reads as "not running".
                 let every = if g.spec.agent && !g.agent_answering() {
-                    let _ = g.agent_ping(crate::pace::scaled(AGENT_FIRST_PING_TIMEOUT));
+                    let _ = g.agent_ping(AGENT_FIRST_PING_TIMEOUT);
                     AGENT_WATCH_EVERY / 5
                 } else {
                     if g.spec.agent {
-                        let _ = g.agent_ping(crate::pace::scaled(Duration::from_secs(1)));
+                        let _ = g.agent_ping(Duration::from_secs(1));
                     }
                     AGENT_WATCH_EVERY
                 };

@@ -139,11 +139,7 @@ impl LabExecutor {
             }
             return Ok(Value::Null);
         }
-        match g.agent(
-            name,
-            qga_arguments(&call.command),
-            vm_lab::pace::scaled(AGENT_CALL_TIMEOUT),
-        ) {
+        match g.agent(name, qga_arguments(&call.command), AGENT_CALL_TIMEOUT) {
             Ok(v) => Ok(v),
             Err(vm_lab::Error::Control { detail, .. }) if answered_error(&detail) => {
                 let desc = detail
@@ -171,11 +167,7 @@ impl LabExecutor {
             .filter(|g| g.is_running())
             .ok_or_else(|| format!("VM {} is not running", vm.vmid))?;
         let ifaces = g
-            .agent(
-                "guest-network-get-interfaces",
-                None,
-                vm_lab::pace::scaled(AGENT_CALL_TIMEOUT),
-            )
+            .agent("guest-network-get-interfaces", None, AGENT_CALL_TIMEOUT)
             .map_err(|e| e.to_string())?;
         ipv4_for_mac(&ifaces, &mac).ok_or_else(|| {
             format!(
